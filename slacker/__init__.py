@@ -1,0 +1,3 @@
+"""Slacker: latency-aware live migration of MySQL/MariaDB tenants."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,82 @@
+"""The `slacker` command: parse, call the library, print (human or --json).
+
+No migration or tenant logic lives here; every command is a thin wrapper so the
+same work can be driven from Python.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import SlackerError
+from .common import CliContext
+
+
+class SlackerGroup(click.Group):
+    """Turns SlackerError and usage errors into one line and a non-zero exit (traceback with --debug)."""
+
+    def main(self, *args, **kwargs):
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("slacker: aborted", err=True)
+            sys.exit(130)
+        except click.UsageError as exc:
+            cmd = exc.ctx.command_path if exc.ctx else "slacker"
+            click.echo(f"slacker: error: {exc.format_message()} (see '{cmd} --help')", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"slacker: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SlackerError as exc:
+            obj = ctx.find_object(CliContext)
+            if obj is not None and obj.debug:
+                raise
+            click.echo(f"slacker: error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("slacker: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=SlackerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--cluster",
+    "cluster_path",
+    envvar="SLACKER_CLUSTER",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Cluster file (TOML). Default: $SLACKER_CLUSTER, else ./run/cluster.toml if present, else /etc/slacker/cluster.toml.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.version_option(package_name="slacker")
+@click.pass_context
+def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
+    """Slacker moves live MySQL/MariaDB tenants between servers inside the latency slack.
+
+    Start with `slacker cluster up --nodes 2` for a local two-node cluster, then
+    `slacker tenant create t1` and `slacker migrate t1 --to node-2`.
+    """
+    ctx.obj = CliContext(cluster_path=cluster_path, debug=debug)
+
+
+def _register() -> None:
+    # Each command family lives in its own module; import order is help order.
+    families = ("cluster_cmd", "tenant_cmd", "agent_cmd", "migrate_cmd", "ycsb_cmd", "plot_cmd", "rebalance_cmd")
+    for name in families:
+        try:
+            __import__(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:  # a command family not built yet
+            if exc.name != f"{__name__}.{name}":
+                raise
+
+
+_register()

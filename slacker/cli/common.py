@@ -1,0 +1,66 @@
+"""Shared CLI plumbing: the context object, option types using slacker.units, output helpers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import click
+
+from .. import units
+from ..errors import SlackerError
+
+
+@dataclass
+class CliContext:
+    cluster_path: str | None = None
+    debug: bool = False
+    _cluster: Any = field(default=None, repr=False)
+
+    def cluster(self):
+        """The cluster file, loaded once (raises a one-line error when missing)."""
+        if self._cluster is None:
+            from ..config import load_cluster
+
+            self._cluster = load_cluster(self.cluster_path)
+        return self._cluster
+
+
+pass_cli = click.make_pass_decorator(CliContext)
+
+
+class _UnitType(click.ParamType):
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        try:
+            return self._parse(value)
+        except SlackerError as exc:
+            self.fail(exc.one_line(), param, ctx)
+
+
+DURATION = _UnitType("duration", units.parse_duration)
+SIZE = _UnitType("size", units.parse_size)
+SERVER_SIZE = _UnitType("size", units.parse_server_size)
+RATE = _UnitType("rate", units.parse_rate)
+
+
+def print_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    """A plain aligned table; empty tables say so."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            click.echo("  ".join("-" * w for w in widths))
+    if not rows:
+        click.echo("(none)")

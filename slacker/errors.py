@@ -1,0 +1,109 @@
+"""The one exception hierarchy of Slacker.
+
+Every error a user can cause or meet carries three parts: what failed, why, and
+what to do. The CLI prints them on one line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class SlackerError(Exception):
+    """Base class: `what` failed because `why`; `hint` says what to do."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, why: str = "", hint: str = "") -> None:
+        self.what = what
+        self.why = why
+        self.hint = hint
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        text = self.what
+        if self.why:
+            text += f": {self.why}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+    def to_dict(self) -> dict:
+        return {"error": type(self).__name__, "what": self.what, "why": self.why, "hint": self.hint}
+
+
+class InvalidInput(SlackerError):
+    """Bad user input: an id, a unit, an option."""
+
+    exit_code = 2
+
+
+class NotFound(SlackerError):
+    """A tenant, node or migration that does not exist."""
+
+    exit_code = 3
+
+
+class Conflict(SlackerError):
+    """The thing exists already, is busy, or an epoch moved underneath us."""
+
+    exit_code = 4
+
+
+class MissingDependency(SlackerError):
+    """A system package or program is not installed."""
+
+    exit_code = 5
+
+
+class TenantError(SlackerError):
+    """A tenant server failed to start, stop or answer."""
+
+
+class AgentUnavailable(SlackerError):
+    """An agent could not be reached or refused us."""
+
+    exit_code = 6
+
+
+class Unauthorized(SlackerError):
+    """The bearer token was missing or wrong."""
+
+    exit_code = 7
+
+
+class MigrationFailed(SlackerError):
+    """A migration failed; `phase` names where. The source keeps serving."""
+
+    exit_code = 8
+
+    def __init__(self, what: str, why: str = "", hint: str = "", phase: str = "") -> None:
+        self.phase = phase
+        super().__init__(what, why, hint)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["phase"] = self.phase
+        return d
+
+
+# Map names back to classes so errors survive a trip through the agent's HTTP API.
+ERROR_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        SlackerError,
+        InvalidInput,
+        NotFound,
+        Conflict,
+        MissingDependency,
+        TenantError,
+        AgentUnavailable,
+        Unauthorized,
+        MigrationFailed,
+    )
+}
+
+
+def error_from_dict(d: dict) -> SlackerError:
+    cls = ERROR_CLASSES.get(d.get("error", ""), SlackerError)
+    if cls is MigrationFailed:
+        return MigrationFailed(d.get("what", "?"), d.get("why", ""), d.get("hint", ""), d.get("phase", ""))
+    return cls(d.get("what", "?"), d.get("why", ""), d.get("hint", ""))

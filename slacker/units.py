@@ -114,6 +114,16 @@ def format_size(n_bytes: float) -> str:
     return f"{n:.1f}TB"  # pragma: no cover
 
 
+def format_binary_size(n_bytes: float) -> str:
+    """Binary human form for memory sizes: `128MiB`."""
+    n = float(n_bytes)
+    for prefix in ("", "Ki", "Mi", "Gi"):
+        if abs(n) < 1024 or prefix == "Gi":
+            return f"{n:.0f}B" if prefix == "" else f"{n:.4g}{prefix}B"
+        n /= 1024
+    return f"{n:.4g}GiB"  # pragma: no cover
+
+
 def format_rate(bytes_per_s: float) -> str:
     if bytes_per_s is None or (isinstance(bytes_per_s, float) and math.isinf(bytes_per_s)):
         return "unlimited"

@@ -1,0 +1,1 @@
+"""The per-node daemon: HTTP API, tenant supervisor, migrations, metrics."""

@@ -1,0 +1,98 @@
+"""HTTP client for an agent's JSON API, and the directory seen through it.
+
+Errors come back as JSON documents and are turned into the same SlackerError
+classes the agent raised, so a message reads the same locally and remotely.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from urllib.parse import quote, urlencode, urlparse
+
+from ..directory import DirectoryStore, Ownership
+from ..errors import AgentUnavailable, SlackerError, Unauthorized, error_from_dict
+
+
+class AgentClient:
+    def __init__(self, url: str, token: str, name: str | None = None, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.name = name or self.url
+        self.timeout_s = timeout_s
+        parsed = urlparse(self.url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise AgentUnavailable(f"bad agent URL {url!r}", "expected http://HOST:PORT", "fix the cluster file")
+        self._host = parsed.hostname
+        self._port = parsed.port or 80
+
+    def request(self, method: str, path: str, body: dict | None = None, query: dict | None = None,
+                timeout_s: float | None = None):
+        if query:
+            path = f"{path}?{urlencode(query)}"
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout_s or self.timeout_s)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (ConnectionError, socket.timeout, TimeoutError, OSError) as exc:
+            raise AgentUnavailable(f"cannot reach agent {self.name} at {self.url}", str(exc) or type(exc).__name__,
+                                   "is the agent running? (`slacker cluster up`, or `slacker agent --config FILE`)"
+                                   ) from None
+        finally:
+            conn.close()
+        if resp.status == 401:
+            raise Unauthorized(f"agent {self.name} refused the request", "the bearer token is wrong or missing",
+                               "check the cluster file's token_file")
+        try:
+            doc = json.loads(raw) if raw else None
+        except ValueError:
+            raise AgentUnavailable(f"agent {self.name} sent a malformed answer", f"HTTP {resp.status}", "") from None
+        if resp.status >= 400:
+            if isinstance(doc, dict) and "error" in doc:
+                raise error_from_dict(doc)
+            raise SlackerError(f"agent {self.name} answered HTTP {resp.status}", str(doc)[:200], "")
+        return doc
+
+
+class DirectoryClient(DirectoryStore):
+    """The directory served by one agent, used through its HTTP API."""
+
+    def __init__(self, agent: AgentClient) -> None:
+        self.agent = agent
+
+    def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
+        return Ownership.from_dict(self.agent.request(
+            "POST", "/v1/directory/tenants", {"tenant": tenant, "node": node, "host": host, "port": port}))
+
+    def lookup(self, tenant: str) -> Ownership:
+        return Ownership.from_dict(self.agent.request("GET", f"/v1/directory/tenants/{quote(tenant)}"))
+
+    def list(self) -> list[Ownership]:
+        return [Ownership.from_dict(d) for d in self.agent.request("GET", "/v1/directory/tenants")["tenants"]]
+
+    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
+        return Ownership.from_dict(self.agent.request(
+            "POST", f"/v1/directory/tenants/{quote(tenant)}/cas",
+            {"expected_epoch": expected_epoch, "node": node, "host": host, "port": port}))
+
+    def remove(self, tenant: str, expected_epoch: int | None = None) -> None:
+        q = {"epoch": expected_epoch} if expected_epoch is not None else None
+        self.agent.request("DELETE", f"/v1/directory/tenants/{quote(tenant)}", query=q)
+
+    def watch(self, tenant: str, after_epoch: int, timeout_s: float) -> Ownership | None:
+        doc = self.agent.request("GET", f"/v1/directory/tenants/{quote(tenant)}/watch",
+                                 query={"after": after_epoch, "timeout": timeout_s}, timeout_s=timeout_s + 10)
+        return Ownership.from_dict(doc["ownership"]) if doc.get("ownership") else None
+
+
+def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryClient]:
+    """One client per node of a cluster file, and the directory client."""
+    token = cluster.token()
+    agents = {n.name: AgentClient(n.url, token, n.name) for n in cluster.nodes.values()}
+    return agents, DirectoryClient(agents[cluster.directory_node])

@@ -1,0 +1,150 @@
+"""One node's services: its tenants, the directory (local or remote), supervisor, metrics.
+
+The HTTP layer (server.py) only parses requests and calls these methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..config import AgentConfig, Cluster, load_cluster
+from ..directory import DirectoryStore, SQLiteStore
+from ..errors import Conflict, NotFound
+from ..tenants import DEFAULT_BUFFER_POOL_BYTES, TenantManager, choose_port, validate_tenant_id
+from .client import AgentClient, DirectoryClient
+from .metrics import make_registry
+from .supervisor import Supervisor
+
+log = logging.getLogger("slacker.agent")
+
+
+class Node:
+    def __init__(self, config: AgentConfig, cluster: Cluster | None = None) -> None:
+        self.config = config
+        self.cluster = cluster or load_cluster(str(config.cluster_file))
+        self.cluster.node(config.node)  # this node must be in the cluster file
+        self.token = self.cluster.token()
+        self.name = config.node
+        self.started_at = time.time()
+        self.tenants = TenantManager(config.data_root, host=config.tenant_host, node=config.node,
+                                     port_range=config.port_range)
+        self.local_directory: SQLiteStore | None = None
+        if self.cluster.directory_node == self.name:
+            self.local_directory = SQLiteStore(config.data_root / "directory.sqlite")
+            self.directory: DirectoryStore = self.local_directory
+        else:
+            d = self.cluster.directory
+            self.directory = DirectoryClient(AgentClient(d.url, self.token, d.name))
+        self.supervisor = Supervisor(self.tenants)
+        self.registry = make_registry(self.name, self.supervisor)
+        self._lock = threading.Lock()
+        self.migrations = None  # set by the migration service when it is loaded
+
+    def peer(self, name: str) -> AgentClient:
+        spec = self.cluster.node(name)
+        return AgentClient(spec.url, self.token, spec.name)
+
+    def start(self) -> None:
+        # Bring back tenants that should run (e.g. after a host reboot), then watch them.
+        self.supervisor.tick()
+        self.supervisor.start()
+
+    def stop(self, stop_tenants: bool = False) -> None:
+        self.supervisor.stop()
+        if self.migrations is not None:
+            self.migrations.shutdown()
+        if stop_tenants:
+            for t in self.tenants.list():
+                self.tenants.stop_tenant(t)
+
+    # ---- tenants ----------------------------------------------------------------
+    def _claim(self, tenant_id: str) -> None:
+        with self._lock:
+            if tenant_id in self.supervisor.busy:
+                raise Conflict(f"tenant {tenant_id} is busy", "another operation (create, delete or migrate) holds it",
+                               "wait for it to finish")
+            self.supervisor.busy.add(tenant_id)
+
+    def _release(self, tenant_id: str) -> None:
+        with self._lock:
+            self.supervisor.busy.discard(tenant_id)
+
+    def create_tenant(self, tenant_id: str, buffer_pool_bytes: int = DEFAULT_BUFFER_POOL_BYTES) -> dict:
+        validate_tenant_id(tenant_id)
+        self._claim(tenant_id)
+        try:
+            try:
+                own = self.directory.lookup(tenant_id)
+                raise Conflict(f"tenant {tenant_id} already exists", f"node {own.node} owns it",
+                               "pick another id, or delete that tenant first")
+            except NotFound:
+                pass
+            taken = {o.port for o in self.directory.list()} | self.tenants.local_ports()
+            port = choose_port(tenant_id, self.tenants.port_range, taken)
+            own = self.directory.register(tenant_id, self.name, self.config.tenant_host, port)
+            try:
+                tenant = self.tenants.create(tenant_id, port=port, buffer_pool_bytes=buffer_pool_bytes)
+            except BaseException:
+                try:
+                    self.directory.remove(tenant_id, expected_epoch=own.epoch)
+                except Exception:
+                    log.exception("could not unregister %s after a failed create", tenant_id)
+                raise
+            return self.describe(tenant) | {"epoch": own.epoch}
+        finally:
+            self._release(tenant_id)
+
+    def delete_tenant(self, tenant_id: str) -> None:
+        validate_tenant_id(tenant_id)
+        self._claim(tenant_id)
+        try:
+            tenant = self.tenants.get(tenant_id)
+            self.tenants.delete(tenant.id)
+            self.supervisor.forget(tenant_id)
+            try:
+                own = self.directory.lookup(tenant_id)
+                if own.node == self.name:
+                    self.directory.remove(tenant_id, expected_epoch=own.epoch)
+            except NotFound:
+                pass
+        finally:
+            self._release(tenant_id)
+
+    def describe(self, tenant) -> dict:
+        return {
+            "id": tenant.id, "node": self.name, "host": tenant.host, "port": tenant.port,
+            "desired_state": tenant.info.desired_state, "buffer_pool_bytes": tenant.info.buffer_pool_bytes,
+            "app_user": "app", "app_password_file": str(tenant.app_password_file),
+            "datadir": str(tenant.datadir),
+        }
+
+    def list_tenants(self) -> list[dict]:
+        snap = self.supervisor.snapshot()
+        out = []
+        for t in self.tenants.list():
+            d = self.describe(t)
+            h = snap.get(t.id)
+            d["running"] = t.is_running()
+            if t.id in self.supervisor.busy:
+                d["healthy"] = None
+            elif h is None:  # not sampled yet (just created): ask now
+                d["healthy"] = self.tenants.health(t)["healthy"]
+            else:
+                d["healthy"] = h.healthy
+            d["queries_per_s"] = round(h.queries_per_s, 1) if h else 0.0
+            d["connections"] = h.connections if h else 0
+            out.append(d)
+        return out
+
+    def tenant_detail(self, tenant_id: str) -> dict:
+        return self.describe(self.tenants.get(tenant_id))
+
+    def status(self) -> dict:
+        doc = {"node": self.name, "url": self.cluster.node(self.name).url, "tenant_host": self.config.tenant_host,
+               "serves_directory": self.local_directory is not None, "uptime_s": round(time.time() - self.started_at, 1),
+               "tenants": self.list_tenants()}
+        if self.migrations is not None:
+            doc["migrations"] = self.migrations.list()
+        return doc

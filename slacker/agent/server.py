@@ -1,0 +1,223 @@
+"""The agent's HTTP JSON API. Every request needs the cluster's bearer token.
+
+Routes are a small table of (method, regex, handler); handlers get the parsed
+JSON body and query, return a JSON-able value, and raise SlackerError for a
+JSON error document with a matching HTTP status.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..errors import (AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError,
+                      Unauthorized)
+from .node import Node
+
+log = logging.getLogger("slacker.agent.http")
+
+_STATUS = {InvalidInput: 400, Unauthorized: 401, NotFound: 404, Conflict: 409, AgentUnavailable: 502,
+           MigrationFailed: 500}
+_MAX_BODY = 1 << 20
+
+
+class ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, node: Node, host: str, port: int) -> None:
+        self.node = node
+        self.routes: list[tuple[str, re.Pattern, callable]] = []
+        self.shutdown_requested = threading.Event()
+        self.stop_tenants_on_shutdown = False
+        super().__init__((host, port), _Handler)
+        _add_core_routes(self)
+
+    def route(self, method: str, pattern: str):
+        def deco(fn):
+            self.routes.append((method, re.compile(f"^{pattern}$"), fn))
+            return fn
+        return deco
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ApiServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # route access logs through logging, at debug level
+        log.debug("%s %s", self.address_string(), fmt % args)
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, doc) -> None:
+        self._send(status, json.dumps(doc, default=str).encode())
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        expected = f"Bearer {self.server.node.token}"
+        return hmac.compare_digest(header.encode(), expected.encode())
+
+    def _dispatch(self, method: str) -> None:
+        if not self._authorized():
+            # Drain the body so the connection stays well-formed.
+            self.rfile.read(min(int(self.headers.get("Content-Length") or 0), _MAX_BODY))
+            self._json(401, Unauthorized("unauthorized", "missing or wrong bearer token",
+                                         "send Authorization: Bearer <cluster token>").to_dict())
+            return
+        url = urlparse(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if url.path == "/metrics" and method == "GET":
+            self._send(200, generate_latest(self.server.node.registry), CONTENT_TYPE_LATEST)
+            return
+        for m, pattern, fn in self.server.routes:
+            match = pattern.match(url.path)
+            if match and m == method:
+                break
+        else:
+            self._json(404, NotFound(f"no such endpoint {method} {url.path}", "", "").to_dict())
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > _MAX_BODY:
+                raise InvalidInput("request body too large", f"{length} bytes", "")
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else {}
+            if not isinstance(body, dict):
+                raise InvalidInput("request body must be a JSON object", "", "")
+            result = fn(self.server, body, query, *match.groups())
+            self._json(200, result if result is not None else {"ok": True})
+        except SlackerError as exc:
+            status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 500)
+            if status >= 500:
+                log.warning("%s %s failed: %s", method, url.path, exc.one_line())
+            self._json(status, exc.to_dict())
+        except ValueError as exc:
+            self._json(400, InvalidInput("malformed request", str(exc), "").to_dict())
+        except Exception as exc:  # never let a bug kill the server thread silently
+            log.exception("%s %s crashed", method, url.path)
+            self._json(500, SlackerError(f"agent error in {method} {url.path}", repr(exc), "see the agent log").to_dict())
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+
+def _add_core_routes(server: ApiServer) -> None:
+    node = server.node
+    TID = r"([a-z0-9-]{1,64})"
+
+    @server.route("GET", "/v1/status")
+    def status(srv, body, q):
+        return node.status()
+
+    @server.route("GET", "/v1/tenants")
+    def list_tenants(srv, body, q):
+        return {"node": node.name, "tenants": node.list_tenants()}
+
+    @server.route("POST", "/v1/tenants")
+    def create_tenant(srv, body, q):
+        if "id" not in body:
+            raise InvalidInput("missing tenant id", "the body needs an id", "")
+        return node.create_tenant(str(body["id"]), int(body.get("buffer_pool_bytes") or 128 * 1024 * 1024))
+
+    @server.route("GET", f"/v1/tenants/{TID}")
+    def get_tenant(srv, body, q, tid):
+        return node.tenant_detail(tid)
+
+    @server.route("DELETE", f"/v1/tenants/{TID}")
+    def delete_tenant(srv, body, q, tid):
+        node.delete_tenant(tid)
+        return {"deleted": tid}
+
+    @server.route("POST", "/v1/shutdown")
+    def shutdown(srv, body, q):
+        srv.stop_tenants_on_shutdown = bool(body.get("stop_tenants"))
+        srv.shutdown_requested.set()
+        return {"shutting_down": True, "stop_tenants": srv.stop_tenants_on_shutdown}
+
+    # ---- directory (only on the node that serves it) ----------------------------
+    def store():
+        if node.local_directory is None:
+            raise NotFound(f"node {node.name} does not serve the directory",
+                           f"the cluster file names {node.cluster.directory_node}", "ask that node")
+        return node.local_directory
+
+    @server.route("GET", "/v1/directory/tenants")
+    def dir_list(srv, body, q):
+        return {"tenants": [o.to_dict() for o in store().list()]}
+
+    @server.route("POST", "/v1/directory/tenants")
+    def dir_register(srv, body, q):
+        return store().register(body["tenant"], body["node"], body["host"], int(body["port"])).to_dict()
+
+    @server.route("GET", f"/v1/directory/tenants/{TID}")
+    def dir_lookup(srv, body, q, tid):
+        return store().lookup(tid).to_dict()
+
+    @server.route("POST", f"/v1/directory/tenants/{TID}/cas")
+    def dir_cas(srv, body, q, tid):
+        return store().compare_and_set(tid, int(body["expected_epoch"]), body["node"], body["host"],
+                                       int(body["port"])).to_dict()
+
+    @server.route("DELETE", f"/v1/directory/tenants/{TID}")
+    def dir_remove(srv, body, q, tid):
+        store().remove(tid, int(q["epoch"]) if "epoch" in q else None)
+        return {"removed": tid}
+
+    @server.route("GET", f"/v1/directory/tenants/{TID}/watch")
+    def dir_watch(srv, body, q, tid):
+        timeout_s = min(max(float(q.get("timeout", 30)), 0.0), 300.0)
+        own = store().watch(tid, int(q.get("after", 0)), timeout_s)
+        return {"ownership": own.to_dict() if own else None}
+
+
+def serve(node: Node) -> ApiServer:
+    """Start the node's services and its HTTP server on a background thread."""
+    server = ApiServer(node, node.config.listen_host, node.config.listen_port)
+    try:
+        from ..migration_service import attach  # migrations add their own routes
+        attach(node, server)
+    except ModuleNotFoundError as exc:
+        if exc.name != "slacker.migration_service":
+            raise
+    node.start()
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server
+
+
+def run_forever(node: Node) -> None:
+    """The daemon's main loop: serve until SIGTERM/SIGINT or an API shutdown request."""
+    server = serve(node)
+    stop = server.shutdown_requested
+
+    def on_signal(signum, frame):
+        log.info("signal %d: shutting down (tenants keep running)", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("agent %s listening on %s:%d", node.name, node.config.listen_host, server.server_address[1])
+    while not stop.wait(1.0):
+        pass
+    server.shutdown()
+    node.stop(stop_tenants=server.stop_tenants_on_shutdown)
+    server.server_close()
+    log.info("agent %s stopped", node.name)

@@ -1,0 +1,64 @@
+"""`slacker cluster up|down`: a local cluster of agents on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from . import main
+from .common import CliContext, pass_cli, print_json
+
+
+@main.group("cluster")
+def cluster() -> None:
+    """Start or stop a local cluster (N agents on 127.0.0.x, one machine)."""
+
+
+@cluster.command("up")
+@click.option("--nodes", default=2, show_default=True, type=int, help="How many nodes (node-1 ... node-N).")
+@click.option("--dir", "run_dir", default="run", show_default=True, type=click.Path(file_okay=False),
+              help="Run directory: cluster file, token, one data root per node, agent logs.")
+@click.option("--address", default="127.0.0.2", show_default=True,
+              help="Loopback address of node-1; node-k gets the k-th address from there.")
+@click.option("--api-port", default=7701, show_default=True, type=click.IntRange(1024, 65535),
+              help="Port of each agent's HTTP API (on its own address).")
+@click.option("--port-range", default="13306-23305", show_default=True, help="Tenant ports, LOW-HIGH.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, as_json: bool) -> None:
+    """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
+
+    Idempotent: agents already running are left alone. node-1 serves the directory.
+    """
+    from ..config import load_cluster
+    from ..local_cluster import up
+    from ..tenants import parse_port_range
+
+    parse_port_range(port_range)
+    path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range)
+    c = load_cluster(str(path))
+    if as_json:
+        print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
+                    "directory": c.directory_node})
+        return
+    click.echo(f"cluster up: {len(c.nodes)} nodes, directory on {c.directory_node}")
+    for n in c.nodes.values():
+        click.echo(f"  {n.name:8} {n.url:28} tenants on {n.tenant_host}")
+    click.echo(f"cluster file: {path}")
+    if Path(run_dir).resolve() != Path("run").resolve():
+        click.echo(f"use it with: export SLACKER_CLUSTER={path}")
+
+
+@cluster.command("down")
+@click.option("--dir", "run_dir", default=None, type=click.Path(file_okay=False),
+              help="Run directory of the cluster (default: the cluster file's directory, else ./run).")
+@click.option("--purge", is_flag=True, help="Also delete the run directory: all tenants' data is gone.")
+@pass_cli
+def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
+    """Stop every agent of a local cluster and its tenants (data is kept unless --purge)."""
+    from ..local_cluster import down
+
+    if run_dir is None:
+        run_dir = str(Path(cli.cluster_path).parent) if cli.cluster_path else "run"
+    stopped = down(Path(run_dir), purge=purge)
+    click.echo(f"cluster down: stopped {', '.join(stopped)}" + (" and removed its data" if purge else ""))

@@ -1,0 +1,173 @@
+"""`slacker tenant create|list|delete`, `slacker status`, `slacker locate`."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import NotFound
+from ..units import format_binary_size, format_size
+from . import main
+from .common import SERVER_SIZE, CliContext, pass_cli, print_json, print_table
+
+
+def _clients(cli: CliContext):
+    from ..agent.client import cluster_clients
+
+    cluster = cli.cluster()
+    agents, directory = cluster_clients(cluster)
+    return cluster, agents, directory
+
+
+@main.group("tenant")
+def tenant() -> None:
+    """Create, list and delete tenants (one MariaDB server process each)."""
+
+
+@tenant.command("create")
+@click.argument("tenant_id")
+@click.option("--on", "node", default=None, help="Node to create it on (default: the first node).")
+@click.option("--buffer-pool", default="128M", show_default=True, type=SERVER_SIZE,
+              help="InnoDB buffer pool; bare K/M/G are binary as in MariaDB (128M = 128MiB).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_cli
+def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool: int, as_json: bool) -> None:
+    """Create tenant TENANT_ID: data directory, config, accounts, a running server.
+
+    Ids are 1-32 lower-case letters, digits or dashes. The port is a fixed
+    function of the id (the next free one on a collision) and stays with the
+    tenant when it moves.
+    """
+    from ..tenants import validate_tenant_id
+
+    validate_tenant_id(tenant_id)
+    cluster, agents, _ = _clients(cli)
+    node = node or next(iter(cluster.nodes))
+    cluster.node(node)
+    doc = agents[node].request("POST", "/v1/tenants", {"id": tenant_id, "buffer_pool_bytes": buffer_pool},
+                               timeout_s=180)
+    if as_json:
+        print_json(doc)
+        return
+    click.echo(f"created tenant {doc['id']} on {doc['node']} at {doc['host']}:{doc['port']} "
+               f"(buffer pool {format_binary_size(doc['buffer_pool_bytes'])}, epoch {doc['epoch']})")
+    click.echo(f"connect as user {doc['app_user']}, password in {doc['app_password_file']}")
+
+
+@tenant.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_cli
+def tenant_list(cli: CliContext, as_json: bool) -> None:
+    """List tenants: owner node, address, epoch and health, from the directory and the agents."""
+    cluster, agents, directory = _clients(cli)
+    owners = {o.tenant: o for o in directory.list()}
+    health = {}
+    for name, agent in agents.items():
+        try:
+            for t in agent.request("GET", "/v1/tenants")["tenants"]:
+                health[(name, t["id"])] = t
+        except Exception as exc:  # one node down must not hide the others
+            health[(name, None)] = {"error": str(exc)}
+    rows = []
+    for tid, o in sorted(owners.items()):
+        h = health.get((o.node, tid), {})
+        rows.append({"id": tid, "node": o.node, "host": o.host, "port": o.port, "epoch": o.epoch,
+                     "running": h.get("running"), "healthy": h.get("healthy"),
+                     "queries_per_s": h.get("queries_per_s"), "connections": h.get("connections")})
+    if as_json:
+        print_json({"tenants": rows})
+        return
+    print_table(["TENANT", "NODE", "ADDRESS", "EPOCH", "STATE", "QPS", "CONNS"],
+                [[r["id"], r["node"], f"{r['host']}:{r['port']}", r["epoch"], _state(r),
+                  r["queries_per_s"] if r["queries_per_s"] is not None else "-",
+                  r["connections"] if r["connections"] is not None else "-"] for r in rows])
+
+
+def _state(r: dict) -> str:
+    if r.get("running") is None:
+        return "unknown"
+    if r.get("healthy") is None:
+        return "busy"
+    return "up" if r.get("healthy") else ("running, not answering" if r.get("running") else "down")
+
+
+@tenant.command("delete")
+@click.argument("tenant_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_cli
+def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
+    """Stop tenant TENANT_ID and delete its data directory. This cannot be undone."""
+    from ..tenants import validate_tenant_id
+
+    validate_tenant_id(tenant_id)
+    _, agents, directory = _clients(cli)
+    own = directory.lookup(tenant_id)
+    if not yes:
+        click.confirm(f"delete tenant {tenant_id} on {own.node} and all its data?", abort=True)
+    agents[own.node].request("DELETE", f"/v1/tenants/{tenant_id}", timeout_s=120)
+    click.echo(f"deleted tenant {tenant_id} from {own.node}")
+
+
+@main.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_cli
+def status(cli: CliContext, as_json: bool) -> None:
+    """Show each node (reachable or not), its tenants and running migrations."""
+    cluster, agents, _ = _clients(cli)
+    nodes = []
+    for name, agent in agents.items():
+        try:
+            doc = agent.request("GET", "/v1/status", timeout_s=10)
+            doc["reachable"] = True
+        except Exception as exc:
+            doc = {"node": name, "reachable": False, "error": str(exc), "tenants": []}
+        nodes.append(doc)
+    if as_json:
+        print_json({"cluster_file": str(cluster.path), "directory": cluster.directory_node, "nodes": nodes})
+        return
+    print_table(["NODE", "URL", "STATE", "TENANTS", "MIGRATIONS"],
+                [[n["node"], cluster.node(n["node"]).url,
+                  ("up" + (" (directory)" if n.get("serves_directory") else "")) if n["reachable"] else "UNREACHABLE",
+                  ", ".join(t["id"] for t in n.get("tenants", [])) or "-",
+                  len([m for m in n.get("migrations", []) if m.get("active")])] for n in nodes])
+    for n in nodes:
+        for m in n.get("migrations", []) or []:
+            if m.get("active"):
+                click.echo(_migration_line(m))
+        if not n["reachable"]:
+            click.echo(f"{n['node']}: {n['error']}")
+
+
+def _migration_line(m: dict) -> str:
+    line = f"migration {m['id']}: {m['tenant']} {m['source']} -> {m['target']}, phase {m['phase']}"
+    ctl = m.get("controller") or {}
+    if ctl:
+        lat = ctl.get("latency_s")
+        line += (f", latency {lat * 1000:.0f}ms" if lat is not None else ", latency -") + \
+                f" vs setpoint {ctl.get('setpoint_s', 0) * 1000:.0f}ms, rate {format_size(ctl.get('rate_bytes_per_s', 0))}/s"
+    if m.get("eta_s") is not None:
+        line += f", ETA {m['eta_s']:.0f}s"
+    return line
+
+
+@main.command("locate")
+@click.argument("tenant_id")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print node, host, port, epoch, application user and its password file.")
+@pass_cli
+def locate(cli: CliContext, tenant_id: str, as_json: bool) -> None:
+    """Print HOST:PORT of TENANT_ID's current owner."""
+    from ..tenants import validate_tenant_id
+
+    validate_tenant_id(tenant_id)
+    _, agents, directory = _clients(cli)
+    own = directory.lookup(tenant_id)
+    if not as_json:
+        click.echo(f"{own.host}:{own.port}")
+        return
+    doc = own.to_dict()
+    try:
+        detail = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}")
+        doc.update(app_user=detail["app_user"], app_password_file=detail["app_password_file"])
+    except NotFound:
+        doc.update(app_user=None, app_password_file=None)
+    print_json(doc)

@@ -1,0 +1,169 @@
+"""Cluster file and agent config (TOML): loading, validation at the edge, and writing.
+
+The cluster file names the nodes (name, agent URL, tenant address), the token
+file and the node that serves the directory. The CLI finds it via --cluster,
+$SLACKER_CLUSTER, ./run/cluster.toml, or /etc/slacker/cluster.toml.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .errors import InvalidInput, NotFound
+from .tenants import DEFAULT_PORT_RANGE, parse_port_range
+
+DEFAULT_CLUSTER_PATHS = (Path("run/cluster.toml"), Path("/etc/slacker/cluster.toml"))
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    url: str
+    tenant_host: str
+
+
+@dataclass
+class Cluster:
+    path: Path
+    token_file: Path
+    directory_node: str
+    nodes: dict[str, NodeSpec] = field(default_factory=dict)
+
+    def node(self, name: str) -> NodeSpec:
+        if name not in self.nodes:
+            raise NotFound(f"node {name!r} is not in the cluster file",
+                           f"{self.path} names {', '.join(self.nodes) or 'no nodes'}",
+                           "use one of those names, or add the node to the cluster file")
+        return self.nodes[name]
+
+    def token(self) -> str:
+        return read_token(self.token_file)
+
+    @property
+    def directory(self) -> NodeSpec:
+        return self.node(self.directory_node)
+
+
+@dataclass
+class AgentConfig:
+    node: str
+    cluster_file: Path
+    data_root: Path
+    listen_host: str
+    listen_port: int
+    tenant_host: str
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+    path: Path | None = None
+
+
+def read_token(path: Path) -> str:
+    try:
+        st = path.stat()
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise NotFound(f"cannot read token file {path}", exc.strerror or str(exc),
+                       "check the cluster file's token_file") from None
+    if st.st_mode & 0o077:
+        raise InvalidInput(f"token file {path} is readable by others", f"mode {oct(st.st_mode & 0o777)}",
+                           f"chmod 600 {path}")
+    if len(token) < 16:
+        raise InvalidInput(f"token in {path} is too short", "it needs at least 16 characters",
+                           "write a random token, e.g. from `openssl rand -hex 32`")
+    return token
+
+
+def _load_toml(path: Path, what: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise NotFound(f"{what} {path} not found", "no such file",
+                       "run `slacker cluster up` or pass --cluster FILE") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{what} {path} is not valid TOML", str(exc), "fix the file") from None
+
+
+def find_cluster_file(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    for p in DEFAULT_CLUSTER_PATHS:
+        if p.exists():
+            return p
+    raise NotFound("no cluster file found",
+                   "looked for --cluster, $SLACKER_CLUSTER, " + ", ".join(map(str, DEFAULT_CLUSTER_PATHS)),
+                   "run `slacker cluster up --nodes 2` for a local cluster, or pass --cluster FILE")
+
+
+def load_cluster(explicit: str | None = None) -> Cluster:
+    path = find_cluster_file(explicit).resolve()
+    doc = _load_toml(path, "cluster file")
+    try:
+        token_file = Path(doc["token_file"])
+        if not token_file.is_absolute():
+            token_file = path.parent / token_file
+        nodes = {}
+        for n in doc.get("nodes", []):
+            spec = NodeSpec(name=str(n["name"]), url=str(n["url"]).rstrip("/"),
+                            tenant_host=str(n.get("tenant_host") or urlparse(n["url"]).hostname))
+            if spec.name in nodes:
+                raise InvalidInput(f"cluster file {path} names node {spec.name} twice", "", "remove one")
+            nodes[spec.name] = spec
+        directory = str(doc.get("directory") or next(iter(nodes), ""))
+    except KeyError as exc:
+        raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
+                           "see docs/configuration.md") from None
+    if not nodes:
+        raise InvalidInput(f"cluster file {path} names no nodes", "[[nodes]] is empty", "add nodes")
+    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes)
+    cluster.node(directory)  # the directory node must be one of the nodes
+    return cluster
+
+
+def load_agent_config(path: str | Path) -> AgentConfig:
+    path = Path(path).resolve()
+    doc = _load_toml(path, "agent config")
+    try:
+        listen = str(doc["listen"])
+        host, _, port = listen.rpartition(":")
+        cluster_file = Path(doc["cluster"])
+        if not cluster_file.is_absolute():
+            cluster_file = path.parent / cluster_file
+        data_root = Path(doc["data_root"])
+        if not data_root.is_absolute():
+            data_root = path.parent / data_root
+        return AgentConfig(
+            node=str(doc["node"]), cluster_file=cluster_file, data_root=data_root,
+            listen_host=host or "127.0.0.1", listen_port=int(port),
+            tenant_host=str(doc.get("tenant_host") or host or "127.0.0.1"),
+            port_range=parse_port_range(doc.get("port_range", "%d-%d" % DEFAULT_PORT_RANGE)), path=path,
+        )
+    except KeyError as exc:
+        raise InvalidInput(f"agent config {path} lacks {exc.args[0]!r}", "required key missing",
+                           "see docs/configuration.md") from None
+    except ValueError as exc:
+        raise InvalidInput(f"agent config {path} is invalid", str(exc), "listen is HOST:PORT") from None
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
+
+
+def write_toml(path: Path, top: dict, tables: dict[str, list[dict]] | None = None, header: str = "") -> None:
+    """A tiny TOML writer for our flat files (scalars and arrays of tables)."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in top.items()]
+    for name, rows in (tables or {}).items():
+        for row in rows:
+            lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,48 @@
+"""Small process helpers shared by tenants, agents and migration pipelines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (zombies of our children are reaped)."""
+    try:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group `pid` leads (or just `pid` if the group is gone)."""
+    try:
+        os.killpg(os.getpgid(pid), sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,419 @@
+"""Tenant lifecycle on one node: one mariadbd process per tenant (process-level multitenancy).
+
+A tenant lives in `<data_root>/tenants/<id>/`: the generated `my.cnf`, `data/`,
+`log/`, `secrets/` (0600 password files) and `tenant.json` (its metadata). Its
+socket sits in `<data_root>/sock/` to stay within the unix socket path limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket as socketlib
+import subprocess
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from . import mariadb
+from .procs import kill_group as _kill_group, wait_gone as _wait_gone
+from .errors import Conflict, InvalidInput, NotFound, TenantError
+
+TENANT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,31})$")
+DEFAULT_PORT_RANGE = (13306, 23305)
+DEFAULT_BUFFER_POOL_BYTES = 128 * 1024 * 1024
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+_MAX_SOCKET_PATH = 107
+
+
+def validate_tenant_id(tenant_id: str) -> str:
+    """Lower-case letters, digits and dashes, 1-32 characters, not starting with a dash."""
+    if not isinstance(tenant_id, str) or not TENANT_ID_RE.match(tenant_id) or len(tenant_id) > 32:
+        raise InvalidInput(
+            f"invalid tenant id {tenant_id!r}",
+            "ids are 1-32 lower-case letters, digits or dashes, starting with a letter or digit",
+            "for example t42 or shop-eu-1",
+        )
+    return tenant_id
+
+
+def parse_port_range(text: str | tuple[int, int]) -> tuple[int, int]:
+    """`13306-23305` -> (13306, 23305); both ends inclusive, within 1024-65535."""
+    if isinstance(text, tuple):
+        lo, hi = text
+    else:
+        m = re.match(r"^\s*(\d+)\s*-\s*(\d+)\s*$", str(text))
+        if not m:
+            raise InvalidInput(f"invalid port range {text!r}", "expected LOW-HIGH", "for example 13306-23305")
+        lo, hi = int(m.group(1)), int(m.group(2))
+    if not (1024 <= lo <= hi <= 65535):
+        raise InvalidInput(f"invalid port range {lo}-{hi}", "ports must satisfy 1024 <= LOW <= HIGH <= 65535",
+                           "for example 13306-23305")
+    return lo, hi
+
+
+def preferred_port(tenant_id: str, port_range: tuple[int, int]) -> int:
+    """The port is a fixed function of the id: a hash into the range."""
+    lo, hi = port_range
+    return lo + zlib.crc32(tenant_id.encode()) % (hi - lo + 1)
+
+
+def choose_port(tenant_id: str, port_range: tuple[int, int], taken: Iterable[int]) -> int:
+    """The id's preferred port, or on collision the next free one (wrapping) in the range.
+
+    The chosen port is recorded in the directory and kept across migrations, so
+    clients never need to recompute it.
+    """
+    lo, hi = port_range
+    taken_set = set(taken)
+    start = preferred_port(tenant_id, port_range)
+    size = hi - lo + 1
+    for i in range(size):
+        port = lo + (start - lo + i) % size
+        if port not in taken_set:
+            return port
+    raise Conflict(f"no free port for tenant {tenant_id}",
+                   f"all {size} ports in {lo}-{hi} are taken",
+                   "widen the node's port_range or delete unused tenants")
+
+
+def port_is_free(host: str, port: int) -> bool:
+    s = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_STREAM)
+    try:
+        s.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+@dataclass
+class TenantInfo:
+    """What a node knows about one of its tenants (persisted as tenant.json)."""
+
+    id: str
+    host: str
+    port: int
+    server_id: int
+    buffer_pool_bytes: int
+    created_at: float
+    # "running" tenants are kept running by the supervisor; "stopped" ones were stopped
+    # on purpose; "incoming" ones are migration targets not yet owned.
+    desired_state: str = "running"
+    extra: dict = field(default_factory=dict)
+
+
+class Tenant:
+    """Paths and credentials of one tenant on this node."""
+
+    def __init__(self, root: Path, info: TenantInfo, sock_dir: Path) -> None:
+        self.root = root
+        self.info = info
+        self.sock_dir = sock_dir
+
+    id = property(lambda self: self.info.id)
+    host = property(lambda self: self.info.host)
+    port = property(lambda self: self.info.port)
+    datadir = property(lambda self: self.root / "data")
+    config_file = property(lambda self: self.root / "my.cnf")
+    error_log = property(lambda self: self.root / "log" / "error.log")
+    pid_file = property(lambda self: self.root / "run" / "mariadbd.pid")
+    socket = property(lambda self: self.sock_dir / f"{self.info.id}.sock")
+    admin_password_file = property(lambda self: self.root / "secrets" / "admin.password")
+    app_password_file = property(lambda self: self.root / "secrets" / "app.password")
+    admin_defaults_file = property(lambda self: self.root / "secrets" / "admin.cnf")
+    meta_file = property(lambda self: self.root / "tenant.json")
+
+    def server_config(self) -> mariadb.ServerConfig:
+        return mariadb.ServerConfig(
+            tenant_id=self.id, datadir=self.datadir, socket=self.socket, pid_file=self.pid_file,
+            error_log=self.error_log, host=self.host, port=self.port, server_id=self.info.server_id,
+            buffer_pool_bytes=self.info.buffer_pool_bytes, tmpdir=self.root / "tmp",
+        )
+
+    def admin_password(self) -> str:
+        return self.admin_password_file.read_text().strip()
+
+    def app_password(self) -> str:
+        return self.app_password_file.read_text().strip()
+
+    def admin_connect(self, timeout_s: float = 5.0, **kwargs):
+        return mariadb.connect(user=mariadb.ADMIN_USER, password=self.admin_password(),
+                               socket=self.socket, timeout_s=timeout_s, **kwargs)
+
+    def pid(self) -> int | None:
+        """The running mariadbd's pid, checked against /proc so a stale file is ignored."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        if any(str(self.config_file).encode() in part for part in cmdline):
+            return pid
+        return None
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def error_log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.error_log.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no error log)"
+        return " | ".join(line.strip() for line in text[-lines:] if line.strip())
+
+    def save(self) -> None:
+        tmp = self.meta_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.info), indent=2))
+        os.replace(tmp, self.meta_file)
+
+    def write_config(self) -> None:
+        self.config_file.write_text(self.server_config().render())
+        mariadb.write_secret(
+            self.admin_defaults_file,
+            mariadb.client_defaults(mariadb.ADMIN_USER, self.admin_password(), socket=self.socket),
+        )
+
+
+class TenantManager:
+    """Creates, starts, stops and deletes the tenants under one node's data root."""
+
+    def __init__(self, data_root: Path | str, host: str = "127.0.0.1", node: str = "local",
+                 port_range: tuple[int, int] = DEFAULT_PORT_RANGE) -> None:
+        self.data_root = Path(data_root).resolve()
+        self.host = host
+        self.node = node
+        self.port_range = parse_port_range(port_range)
+        self.tenants_dir = self.data_root / "tenants"
+        self.sock_dir = self.data_root / "sock"
+        self.tenants_dir.mkdir(parents=True, exist_ok=True)
+        self.sock_dir.mkdir(parents=True, exist_ok=True)
+
+    # ---- lookup -----------------------------------------------------------------
+    def tenant_dir(self, tenant_id: str) -> Path:
+        return self.tenants_dir / validate_tenant_id(tenant_id)
+
+    def get(self, tenant_id: str) -> Tenant:
+        root = self.tenant_dir(tenant_id)
+        meta = root / "tenant.json"
+        if not meta.exists():
+            raise NotFound(f"tenant {tenant_id} not found on node {self.node}",
+                           f"{root} holds no tenant",
+                           "see `slacker tenant list` for the tenants that exist")
+        info = TenantInfo(**json.loads(meta.read_text()))
+        return Tenant(root, info, self.sock_dir)
+
+    def exists(self, tenant_id: str) -> bool:
+        return (self.tenant_dir(tenant_id) / "tenant.json").exists()
+
+    def list(self) -> list[Tenant]:
+        out = []
+        for d in sorted(self.tenants_dir.iterdir()):
+            if (d / "tenant.json").exists():
+                try:
+                    out.append(self.get(d.name))
+                except (InvalidInput, ValueError, TypeError):
+                    continue
+        return out
+
+    def local_ports(self) -> set[int]:
+        return {t.port for t in self.list()}
+
+    # ---- create -----------------------------------------------------------------
+    def new_tenant(self, tenant_id: str, port: int, buffer_pool_bytes: int,
+                   desired_state: str = "running") -> Tenant:
+        """Lay out an empty tenant directory (config, secrets dir) without a datadir."""
+        validate_tenant_id(tenant_id)
+        root = self.tenant_dir(tenant_id)
+        if self.exists(tenant_id):
+            raise Conflict(f"tenant {tenant_id} already exists on node {self.node}",
+                           f"{root} is in use", "pick another id or delete the tenant first")
+        if root.exists() and any(root.iterdir()):
+            raise Conflict(f"data directory {root} is not empty",
+                           "it holds files of no known tenant",
+                           "inspect it and remove it by hand if it is not needed")
+        sock = self.sock_dir / f"{tenant_id}.sock"
+        if len(str(sock)) > _MAX_SOCKET_PATH:
+            raise InvalidInput(f"data root {self.data_root} is too deep",
+                               f"the socket path {sock} exceeds {_MAX_SOCKET_PATH} characters",
+                               "use a shorter data_root")
+        if buffer_pool_bytes < 8 * 1024 * 1024:
+            raise InvalidInput(f"buffer pool {buffer_pool_bytes} bytes is too small",
+                               "MariaDB needs at least 8MiB", "for example --buffer-pool 128M")
+        info = TenantInfo(id=tenant_id, host=self.host, port=port,
+                          server_id=mariadb.server_id_for(self.node, tenant_id),
+                          buffer_pool_bytes=buffer_pool_bytes, created_at=time.time(),
+                          desired_state=desired_state)
+        for sub in ("log", "run", "secrets", "tmp"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(root / "secrets", 0o700)
+        return Tenant(root, info, self.sock_dir)
+
+    def create(self, tenant_id: str, port: int | None = None,
+               buffer_pool_bytes: int = DEFAULT_BUFFER_POOL_BYTES,
+               taken_ports: Iterable[int] = ()) -> Tenant:
+        """Create, initialise and start a tenant; on any failure nothing is left behind."""
+        mariadbd = mariadb.find_program("mariadbd")
+        install_db = mariadb.find_program("mariadb-install-db")
+        validate_tenant_id(tenant_id)
+        if port is None:
+            taken = set(taken_ports) | self.local_ports()
+            port = choose_port(tenant_id, self.port_range, taken)
+        if not port_is_free(self.host, port):
+            raise Conflict(f"port {port} on {self.host} is in use",
+                           "another process listens there",
+                           "stop that process or change the node's port_range")
+        tenant = self.new_tenant(tenant_id, port, buffer_pool_bytes)
+        try:
+            mariadb.write_secret(tenant.admin_password_file, secrets.token_urlsafe(24) + "\n")
+            mariadb.write_secret(tenant.app_password_file, secrets.token_urlsafe(24) + "\n")
+            tenant.write_config()
+            tenant.save()
+            self._install_db(tenant, install_db)
+            init_file = tenant.root / "secrets" / "init.sql"
+            mariadb.write_secret(init_file, mariadb.bootstrap_sql(tenant.admin_password(), tenant.app_password()))
+            try:
+                self._start(tenant, mariadbd, extra_args=[f"--init-file={init_file}"])
+            finally:
+                init_file.unlink(missing_ok=True)
+            return tenant
+        except BaseException:
+            self._destroy(tenant)
+            raise
+
+    def _install_db(self, tenant: Tenant, install_db: str) -> None:
+        log = tenant.root / "log" / "install-db.log"
+        cmd = [install_db, f"--defaults-file={tenant.config_file}", "--skip-test-db",
+               "--auth-root-authentication-method=socket"]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        with open(log, "wb") as out:
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=120,
+                                    start_new_session=True).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+        if rc != 0:
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-8:])
+            raise TenantError(f"mariadb-install-db failed for tenant {tenant.id} (exit {rc})", tail,
+                              f"see {log}")
+
+    # ---- start / stop -----------------------------------------------------------
+    def start(self, tenant_id: str, timeout_s: float = START_TIMEOUT_S) -> Tenant:
+        tenant = self.get(tenant_id)
+        if not tenant.is_running():
+            tenant.write_config()
+            self._start(tenant, mariadb.find_program("mariadbd"), timeout_s=timeout_s)
+        if tenant.info.desired_state == "stopped":
+            tenant.info.desired_state = "running"
+            tenant.save()
+        return tenant
+
+    def start_tenant(self, tenant: Tenant, timeout_s: float = START_TIMEOUT_S,
+                     extra_args: list[str] | None = None) -> None:
+        """Start an already laid-out tenant (e.g. a migration target) and wait until it answers."""
+        tenant.write_config()
+        self._start(tenant, mariadb.find_program("mariadbd"), extra_args=extra_args, timeout_s=timeout_s)
+
+    def _start(self, tenant: Tenant, mariadbd: str, extra_args: list[str] | None = None,
+               timeout_s: float = START_TIMEOUT_S) -> None:
+        if not port_is_free(tenant.host, tenant.port):
+            raise Conflict(f"port {tenant.port} on {tenant.host} is in use",
+                           "another process listens there", "stop it before starting the tenant")
+        tenant.socket.unlink(missing_ok=True)
+        log = open(tenant.root / "log" / "mariadbd.out", "ab")
+        # Own session: the tenant outlives agent restarts and is never hit by a signal meant for the agent.
+        proc = subprocess.Popen([mariadbd, f"--defaults-file={tenant.config_file}", *(extra_args or [])],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise TenantError(f"mariadbd for tenant {tenant.id} exited during start (code {proc.returncode})",
+                                  tenant.error_log_tail(), f"full log: {tenant.error_log}")
+            try:
+                conn = tenant.admin_connect(timeout_s=2)
+                conn.close()
+                return
+            except TenantError:
+                pass
+            if time.monotonic() > deadline:
+                _kill_group(proc.pid)
+                raise TenantError(f"tenant {tenant.id} did not accept connections within {timeout_s:.0f}s",
+                                  tenant.error_log_tail(), f"full log: {tenant.error_log}")
+            time.sleep(0.1)
+
+    def stop(self, tenant_id: str, timeout_s: float = STOP_TIMEOUT_S, desired_state: str = "stopped") -> None:
+        tenant = self.get(tenant_id)
+        tenant.info.desired_state = desired_state
+        tenant.save()
+        self.stop_tenant(tenant, timeout_s)
+
+    @staticmethod
+    def stop_tenant(tenant: Tenant, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Clean shutdown (SIGTERM) with a timeout, then SIGKILL of the whole process group."""
+        pid = tenant.pid()
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if not _wait_gone(pid, timeout_s):
+            _kill_group(pid)
+            _wait_gone(pid, 5)
+
+    @staticmethod
+    def kill_tenant(tenant: Tenant) -> None:
+        """Immediate stop: nothing can commit after this returns."""
+        pid = tenant.pid()
+        if pid is not None:
+            _kill_group(pid)
+            _wait_gone(pid, 10)
+
+    # ---- delete -----------------------------------------------------------------
+    def delete(self, tenant_id: str) -> None:
+        tenant = self.get(tenant_id)
+        self._destroy(tenant)
+
+    def _destroy(self, tenant: Tenant) -> None:
+        self.stop_tenant(tenant, timeout_s=10)
+        shutil.rmtree(tenant.root, ignore_errors=True)
+        tenant.socket.unlink(missing_ok=True)
+        if tenant.root.exists():
+            raise TenantError(f"could not remove {tenant.root}", "files remain", "remove it by hand")
+
+    # ---- health -----------------------------------------------------------------
+    def health(self, tenant: Tenant) -> dict:
+        """Process and SQL health plus the counters the metrics need."""
+        out = {"id": tenant.id, "port": tenant.port, "host": tenant.host,
+               "desired_state": tenant.info.desired_state, "running": False, "healthy": False}
+        pid = tenant.pid()
+        if pid is None:
+            return out
+        out["running"] = True
+        out["pid"] = pid
+        try:
+            conn = tenant.admin_connect(timeout_s=2)
+            try:
+                status = mariadb.global_status(conn, ("Questions", "Threads_connected", "Uptime"))
+            finally:
+                conn.close()
+            out.update(healthy=True, questions=status.get("Questions", 0),
+                       connections=status.get("Threads_connected", 0), uptime_s=status.get("Uptime", 0))
+        except (TenantError, Exception) as exc:  # health must never raise
+            out["error"] = str(exc)
+        return out

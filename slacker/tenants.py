@@ -167,12 +167,11 @@ class Tenant:
     def is_running(self) -> bool:
         return self.pid() is not None
 
-    def error_log_tail(self, lines: int = 15) -> str:
+    def error_log_tail(self, lines: int = 8) -> str:
         try:
-            text = self.error_log.read_text(errors="replace").splitlines()
+            return error_lines(self.error_log.read_text(errors="replace"), lines)
         except OSError:
             return "(no error log)"
-        return " | ".join(line.strip() for line in text[-lines:] if line.strip())
 
     def save(self) -> None:
         tmp = self.meta_file.with_suffix(".tmp")
@@ -185,6 +184,13 @@ class Tenant:
             self.admin_defaults_file,
             mariadb.client_defaults(mariadb.ADMIN_USER, self.admin_password(), socket=self.socket),
         )
+
+
+def error_lines(text: str, lines: int = 8) -> str:
+    """The lines of a server log that say what went wrong (its [ERROR] lines), else its tail."""
+    all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in all_lines if "ERROR" in ln]
+    return " | ".join((errors or all_lines)[-lines:]) or "(empty log)"
 
 
 class TenantManager:
@@ -306,9 +312,10 @@ class TenantManager:
             except subprocess.TimeoutExpired:
                 rc = -1
         if rc != 0:
-            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-8:])
-            raise TenantError(f"mariadb-install-db failed for tenant {tenant.id} (exit {rc})", tail,
-                              f"see {log}")
+            raise TenantError(f"mariadb-install-db failed for tenant {tenant.id} (exit {rc})",
+                              tenant.error_log_tail() if tenant.error_log.exists()
+                              else error_lines(log.read_text(errors="replace")),
+                              "check the node's options (buffer pool, port range, data_root) and retry")
 
     # ---- start / stop -----------------------------------------------------------
     def start(self, tenant_id: str, timeout_s: float = START_TIMEOUT_S) -> Tenant:

@@ -1,0 +1,117 @@
+"""Tenant lifecycle against real mariadbd processes."""
+
+import os
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from slacker import mariadb
+from slacker.errors import Conflict, MissingDependency, TenantError
+from slacker.procs import alive
+
+
+def app_conn(t, db=None):
+    return mariadb.connect(user="app", password=t.app_password(), host=t.host, port=t.port, database=db)
+
+
+def test_create_write_restart_delete(tenants):
+    t = tenants.create("life")
+    assert t.is_running()
+    for f in (t.admin_password_file, t.app_password_file, t.admin_defaults_file):
+        assert os.stat(f).st_mode & 0o777 == 0o600
+    pid = t.pid()
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    assert t.admin_password() not in cmdline and t.app_password() not in cmdline
+    c = app_conn(t)
+    with c.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(20))")
+        cur.execute("INSERT INTO shop.items VALUES (1, 'one'), (2, 'two')")
+    c.close()
+    tenants.stop("life")
+    assert not t.is_running() and not alive(pid)
+    tenants.start("life")
+    c = app_conn(t, "shop")
+    with c.cursor() as cur:
+        cur.execute("SELECT id, name FROM items ORDER BY id")
+        assert cur.fetchall() == ((1, "one"), (2, "two"))
+        cur.execute("SELECT @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@log_bin, "
+                    "@@performance_schema, @@innodb_buffer_pool_size")
+        assert cur.fetchone() == ("ROW", "FULL", "FULL", 1, 1, 128 * 1024 * 1024)
+    c.close()
+    new_pid = t.pid()
+    tenants.delete("life")
+    assert not alive(new_pid)
+    assert not t.root.exists() and not t.socket.exists()
+    assert list((tenants.data_root / "tenants").iterdir()) == []
+
+
+def test_two_tenants_side_by_side(tenants):
+    a = tenants.create("alpha", buffer_pool_bytes=64 * 1024 * 1024)
+    b = tenants.create("beta")
+    assert a.port != b.port and a.info.server_id != b.info.server_id
+    for t, v in ((a, "A"), (b, "B")):
+        with app_conn(t).cursor() as cur:
+            cur.execute("CREATE DATABASE d")
+            cur.execute("CREATE TABLE d.x (v CHAR(1))")
+            cur.execute("INSERT INTO d.x VALUES (%s)", (v,))
+    for t, v in ((a, "A"), (b, "B")):
+        with app_conn(t).cursor() as cur:
+            cur.execute("SELECT v FROM d.x")
+            assert cur.fetchall() == ((v,),)
+    assert {t.id for t in tenants.list()} == {"alpha", "beta"}
+
+
+def test_app_user_is_held_by_read_only(tenant):
+    admin = tenant.admin_connect()
+    with admin.cursor() as cur:
+        cur.execute("SET GLOBAL read_only = 1")
+    with pytest.raises(pymysql.err.OperationalError):
+        with app_conn(tenant).cursor() as cur:
+            cur.execute("CREATE DATABASE nope")
+
+
+def test_existing_id_and_nonempty_dir_refused(tenants, tenant):
+    with pytest.raises(Conflict, match="already exists"):
+        tenants.create("t1")
+    junk = tenants.tenants_dir / "junk"
+    junk.mkdir()
+    (junk / "leftover.ibd").write_text("x")
+    with pytest.raises(Conflict, match="not empty"):
+        tenants.create("junk")
+    assert (junk / "leftover.ibd").exists()  # never delete what we did not create
+
+
+def test_mariadbd_failing_to_start_leaves_nothing(tenants, monkeypatch):
+    render = mariadb.ServerConfig.render
+    monkeypatch.setattr(mariadb.ServerConfig, "render", lambda self: render(self) + "no_such_option = 1\n")
+    with pytest.raises(TenantError) as e:
+        tenants.create("broken")
+    msg = str(e.value)
+    assert "no_such_option" in msg or "unknown variable" in msg, msg
+    assert not (tenants.tenants_dir / "broken").exists()
+
+
+def test_mariadbd_failing_after_install_shows_error_log(tenants, monkeypatch):
+    install = type(tenants)._install_db
+
+    def install_then_break(self, tenant, prog):
+        install(self, tenant, prog)
+        with open(tenant.config_file, "a") as f:
+            f.write("innodb_no_such_thing = 1\n")
+
+    monkeypatch.setattr(type(tenants), "_install_db", install_then_break)
+    with pytest.raises(TenantError) as e:
+        tenants.create("broken2")
+    assert "exited during start" in str(e.value) and "innodb_no_such_thing" in str(e.value), str(e.value)
+    assert not (tenants.tenants_dir / "broken2").exists()
+
+
+def test_missing_package_is_named(tenants, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(mariadb, "_EXTRA_BIN_DIRS", ())
+    with pytest.raises(MissingDependency) as e:
+        tenants.create("nopkg")
+    assert "mariadb-server" in str(e.value) and "apt-get install" in str(e.value)
+    assert not (tenants.tenants_dir / "nopkg").exists()

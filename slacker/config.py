@@ -90,6 +90,8 @@ def _load_toml(path: Path, what: str) -> dict:
 def find_cluster_file(explicit: str | None) -> Path:
     if explicit:
         return Path(explicit)
+    if os.environ.get("SLACKER_CLUSTER"):
+        return Path(os.environ["SLACKER_CLUSTER"])
     for p in DEFAULT_CLUSTER_PATHS:
         if p.exists():
             return p

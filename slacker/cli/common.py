@@ -64,3 +64,10 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> None:
             click.echo("  ".join("-" * w for w in widths))
     if not rows:
         click.echo("(none)")
+
+
+def print_fields(rows: list[list[Any]]) -> None:
+    """Aligned `name  value` lines."""
+    width = max((len(str(r[0])) for r in rows), default=0)
+    for name, value in rows:
+        click.echo(f"{str(name).ljust(width)}  {value}")

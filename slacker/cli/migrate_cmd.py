@@ -1,0 +1,209 @@
+"""`slacker migrate`: start a migration on the source agent, show progress, print the summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ..errors import InvalidInput, MigrationFailed, SlackerError
+from ..units import format_duration, format_rate, format_size
+from . import main
+from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table
+
+POLL_S = 0.5
+
+
+@main.command("migrate")
+@click.argument("tenant_id")
+@click.option("--to", "target", help="Target node (a name from the cluster file).")
+@click.option("--rate", type=RATE, default=None,
+              help="Fixed copy rate, e.g. 20MB/s or 512KiB/s (k/M/G x1000, Ki/Mi/Gi x1024). 0 starts paused.")
+@click.option("--unthrottled", is_flag=True, help="Copy as fast as the pipe goes (the default without --rate/--setpoint).")
+@click.option("--setpoint", type=DURATION, default=None,
+              help="Latency target, e.g. 1500ms: a PID controller sets the copy rate every step to hold it.")
+@click.option("--max-rate", type=RATE, default=None, help="Upper bound of the controller's rate (default 200MB/s).")
+@click.option("--latency-source", "latency_sources", multiple=True,
+              help="Where the controller reads latency: prom:URL[#tenant], pfs:TENANT, or node (repeatable; max of all).")
+@click.option("--gains", default=None, help="PID gains kp,ki,kd (see docs/controller.md).")
+@click.option("--window", type=DURATION, default=None, help="Latency averaging window (default 3s).")
+@click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")
+@click.option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
+@click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
+              help="Freeze budget: delta rounds continue until the rest fits in it.")
+@click.option("--verify", is_flag=True, help="Compare per-table checksums of source and target during the freeze.")
+@click.option("--mode", type=click.Choice(["live", "stop-and-copy"]), default="live", show_default=True,
+              help="live: hot backup + delta rounds + brief freeze; stop-and-copy: the baseline with downtime.")
+@click.option("--pipe", type=click.Choice(["native", "pv"]), default=None,
+              help="Throttled pipe implementation (default: native, see docs/transfer.md).")
+@click.option("--max-rounds", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="Give up if the delta has not converged after this many rounds.")
+@click.option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Give up after this many rounds in a row that did not shrink.")
+@click.option("--abort", "abort_", is_flag=True, help="Abort the running migration of TENANT_ID.")
+@click.option("--set", "settings", multiple=True,
+              help="Change a running migration: setpoint=900ms, max-rate=50MB/s, rate=10MB/s, pause, resume.")
+@click.option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
+@pass_cli
+def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | None, unthrottled: bool,
+            setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...], gains: str | None,
+            window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
+            pipe: str | None, max_rounds: int, max_stalled_rounds: int, abort_: bool, settings: tuple[str, ...],
+            detach: bool, as_json: bool) -> None:
+    """Move TENANT_ID to another node while it keeps serving.
+
+    \b
+    Examples:
+      slacker migrate t42 --to node-2                      # unthrottled live migration
+      slacker migrate t42 --to node-2 --rate 20MB/s        # fixed throttle
+      slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
+      slacker migrate --set t42 setpoint=900ms             # change it while it runs
+      slacker migrate --abort t42                          # cancel; the source keeps serving
+
+    Any failure before the ownership flip leaves the source serving and
+    untouched and removes the partial copy on the target.
+    """
+    from ..agent.client import cluster_clients
+    from ..tenants import validate_tenant_id
+
+    validate_tenant_id(tenant_id)
+    cluster = cli.cluster()
+    agents, directory = cluster_clients(cluster)
+    own = directory.lookup(tenant_id)
+    source = agents[own.node]
+
+    if abort_ or settings:
+        if abort_:
+            doc = source.request("POST", f"/v1/migrations/{tenant_id}/abort", {"reason": "aborted by the operator"})
+            click.echo(f"aborting migration {doc['id']} (phase {doc['phase']})")
+        if settings:
+            body = parse_settings(settings)
+            doc = source.request("POST", f"/v1/migrations/{tenant_id}/set", body)
+            click.echo(f"migration {doc['id']}: " + ", ".join(f"{k}={v}" for k, v in body.items()))
+        return
+
+    if not target:
+        raise InvalidInput("missing --to NODE", "a migration needs a target node",
+                           f"one of: {', '.join(n for n in cluster.nodes if n != own.node)}")
+    cluster.node(target)
+    if target == own.node:
+        raise InvalidInput(f"tenant {tenant_id} is already on {target}", "source and target are the same node",
+                           "pick another --to node")
+    chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
+                                    ("--setpoint", setpoint is not None)) if on]
+    if len(chosen) > 1:
+        raise InvalidInput(f"{' and '.join(chosen)} exclude each other", "pick one way to set the copy rate", "")
+    body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
+                  "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
+                  "rate_bytes_per_s": rate}
+    if pipe:
+        body["pipe"] = pipe
+    if setpoint is not None:
+        body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
+                              "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
+                              "step_s": step, "force": force}
+    elif any(x is not None for x in (max_rate, gains, window, step)) or latency_sources or force:
+        raise InvalidInput("controller options need --setpoint", "--max-rate, --gains, --window, --step, "
+                           "--latency-source and --force only apply to a latency-targeting migration", "")
+    doc = source.request("POST", "/v1/migrations", body, timeout_s=120)
+    mid = doc["id"]
+    if detach:
+        click.echo(f"migration {mid} started; follow it with `slacker status`")
+        return
+    show_progress = not as_json and sys.stderr.isatty()
+    if not as_json:
+        click.echo(f"migrating {tenant_id}: {own.node} -> {target} ({mode}), migration {mid}", err=True)
+    try:
+        while doc["active"]:
+            time.sleep(POLL_S)
+            doc = source.request("GET", f"/v1/migrations/{mid}")
+            if show_progress:
+                click.echo("\r" + progress_line(doc).ljust(100), nl=False, err=True)
+    except KeyboardInterrupt:
+        if show_progress:
+            click.echo("", err=True)
+        click.echo("slacker: interrupted: aborting the migration (the source keeps serving) ...", err=True)
+        source.request("POST", f"/v1/migrations/{mid}/abort", {"reason": "interrupted (Ctrl-C)"})
+        while doc["active"]:
+            time.sleep(POLL_S)
+            doc = source.request("GET", f"/v1/migrations/{mid}")
+    if show_progress:
+        click.echo("", err=True)
+    if as_json:
+        print_json(doc)
+    else:
+        print_summary(doc)
+    if doc["result"] != "succeeded":
+        e = doc.get("error") or {}
+        raise MigrationFailed(f"migration {mid} {doc['result']} in phase {e.get('phase') or doc['phase']}",
+                              f"{e.get('what', '')}" + (f": {e['why']}" if e.get("why") else ""),
+                              "the source keeps serving" if doc.get("epoch_after") is None else "")
+
+
+def parse_settings(settings: tuple[str, ...]) -> dict:
+    from ..units import parse_duration, parse_rate
+
+    out: dict = {}
+    for s in settings:
+        key, _, value = s.partition("=")
+        key = key.strip().replace("_", "-")
+        if key == "setpoint" and value:
+            out["setpoint_s"] = parse_duration(value)
+        elif key == "max-rate" and value:
+            out["max_rate_bytes_per_s"] = parse_rate(value)
+        elif key == "rate" and value:
+            out["rate_bytes_per_s"] = parse_rate(value)
+        elif key in ("pause", "resume") and not value:
+            out[key] = True
+        else:
+            raise InvalidInput(f"invalid setting {s!r}", "expected setpoint=DURATION, max-rate=RATE, rate=RATE, "
+                               "pause or resume", "for example --set setpoint=900ms")
+    return out
+
+
+def progress_line(doc: dict) -> str:
+    done, total = doc.get("bytes_done", 0), doc.get("bytes_total", 0)
+    pct = f" {100 * done / total:5.1f}%" if total else ""
+    rate = "unlimited" if doc.get("rate_bytes_per_s") is None else format_rate(doc["rate_bytes_per_s"])
+    line = (f"[{doc['phase']:>9}] {format_size(done)}/{format_size(total)}{pct}  "
+            f"at {format_rate(doc.get('throughput_bytes_per_s') or 0)} (limit {rate})")
+    ctl = doc.get("controller") or {}
+    if ctl.get("setpoint_s") is not None:
+        lat = ctl.get("latency_s")
+        line += f"  latency {lat * 1000:.0f}ms" if lat is not None else "  latency -"
+        line += f"/{ctl['setpoint_s'] * 1000:.0f}ms"
+    if doc.get("eta_s") is not None:
+        line += f"  ETA {format_duration(doc['eta_s'])}"
+    if doc.get("rounds") and doc["phase"] == "delta":
+        line += f"  round {len(doc['rounds'])}"
+    return line
+
+
+def print_summary(doc: dict) -> None:
+    click.echo(f"migration {doc['id']}: {doc['result'].upper()}  ({doc['tenant']} {doc['source']} -> "
+               f"{doc['target']}, {doc['mode']}, {format_duration(doc['duration_s'])})")
+    click.echo("")
+    print_table(["PHASE", "DURATION"], [[p["name"], format_duration(p["duration_s"] or 0)] for p in doc["phases"]])
+    click.echo("")
+    snap = next((p for p in doc["phases"] if p["name"] in ("snapshot", "copy")), None)
+    avg = doc["bytes_total"] / snap["duration_s"] if snap and snap["duration_s"] else 0
+    rows = [["bytes copied", format_size(doc["bytes_done"])], ["average copy rate", format_rate(avg)]]
+    if doc["mode"] == "live":
+        rows.append(["delta rounds", len(doc["rounds"])])
+    rows.append(["freeze window", f"{doc['freeze_ms']:.0f} ms" if doc.get("freeze_ms") is not None else "-"])
+    if doc.get("verified") is not None:
+        rows.append(["checksums", "equal" if doc["verified"] else "DIFFER"])
+    if doc.get("epoch_after") is not None:
+        rows.append(["epoch", f"{doc['epoch_before']} -> {doc['epoch_after']}"])
+    rows.append(["time series", doc["series_path"] + f" (on {doc['source']})"])
+    print_fields(rows)
+    if doc["rounds"]:
+        click.echo("")
+        print_table(["ROUND", "TXNS", "BYTES", "DURATION", "LEFT AFTER", "EST. FREEZE"],
+                    [[r["n"], r["transactions"], format_size(r["bytes"]), f"{r['duration_s'] * 1000:.0f} ms",
+                      format_size(r["remaining_bytes"]), f"{r['est_freeze_ms']:.0f} ms"] for r in doc["rounds"]])
+    if doc.get("error"):
+        e = doc["error"]
+        click.echo(f"\nfailed in phase {e.get('phase')}: {e.get('what')}: {e.get('why')}")

@@ -1,0 +1,1 @@
+"""Catching a migration target up with its source: GTID positions, binlog sizes, appliers."""

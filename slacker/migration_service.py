@@ -1,0 +1,194 @@
+"""Migrations inside an agent: the registry of outgoing and incoming migrations and their HTTP routes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from .agent.incoming import IncomingRegistry
+from .errors import Conflict, InvalidInput, NotFound
+from .migration import Migration, MigrationOptions
+
+log = logging.getLogger("slacker.migrations")
+KEEP_FINISHED = 50
+
+
+class MigrationService:
+    def __init__(self, node) -> None:
+        self.node = node
+        self.incoming = IncomingRegistry(node)
+        self._outgoing: dict[str, Migration] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def start(self, tenant_id: str, options: MigrationOptions, rate_policy=None) -> Migration:
+        with self._lock:
+            for m in self._outgoing.values():
+                if m.tenant_id == tenant_id and m.active:
+                    raise Conflict(f"tenant {tenant_id} is already migrating", f"migration {m.id} is in {m.phase}",
+                                   f"wait for it, or `slacker migrate --abort {tenant_id}`")
+        self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
+        if rate_policy is None and options.controller:
+            from .throttle import build_rate_policy
+            rate_policy = build_rate_policy(self.node, tenant_id, options)
+        mig = Migration(self.node, tenant_id, options, rate_policy=rate_policy)
+        self.node._claim(tenant_id)
+        with self._lock:
+            self._outgoing[mig.id] = mig
+            self._trim()
+
+        def runner():
+            try:
+                mig.run()
+            finally:
+                self.node._release(tenant_id)
+                if rate_policy is not None and hasattr(rate_policy, "close"):
+                    rate_policy.close()
+
+        t = threading.Thread(target=runner, name=f"migration-{mig.id}", daemon=True)
+        self._threads[mig.id] = t
+        t.start()
+        return mig
+
+    def _trim(self) -> None:
+        done = [m for m in self._outgoing.values() if not m.active]
+        for m in done[:-KEEP_FINISHED]:
+            self._outgoing.pop(m.id, None)
+            self._threads.pop(m.id, None)
+
+    def get(self, key: str) -> Migration:
+        """By migration id, or by tenant id (its most recent migration)."""
+        with self._lock:
+            if key in self._outgoing:
+                return self._outgoing[key]
+            for m in reversed(list(self._outgoing.values())):
+                if m.tenant_id == key:
+                    return m
+        raise NotFound(f"no migration {key} on {self.node.name}", "it is unknown or was forgotten",
+                       "see `slacker status`")
+
+    def list(self) -> list[dict]:
+        with self._lock:
+            out = [m.to_dict() for m in self._outgoing.values()]
+        return out + [dict(i, direction="incoming") for i in self.incoming.list()]
+
+    def shutdown(self) -> None:
+        with self._lock:
+            active = [m for m in self._outgoing.values() if m.active]
+        for m in active:
+            m.abort("the source agent is shutting down")
+        for m in active:
+            t = self._threads.get(m.id)
+            if t is not None:
+                t.join(timeout=60)
+        self.incoming.shutdown()
+
+
+def options_from_body(body: dict) -> MigrationOptions:
+    allowed = set(MigrationOptions.__dataclass_fields__)
+    unknown = set(body) - allowed - {"tenant"}
+    if unknown:
+        raise InvalidInput(f"unknown migration option(s) {', '.join(sorted(unknown))}", "", "")
+    if "target" not in body:
+        raise InvalidInput("migration needs a target node", "", "pass --to NODE")
+    return MigrationOptions(**{k: v for k, v in body.items() if k in allowed})
+
+
+def attach(node, server) -> None:
+    """Give a node its migration service and add the migration routes to its API server."""
+    svc = MigrationService(node)
+    node.migrations = svc
+    MID = r"([A-Za-z0-9._-]{1,128})"
+
+    @server.route("POST", "/v1/migrations")
+    def start(srv, body, q):
+        tenant = body.get("tenant")
+        if not tenant:
+            raise InvalidInput("migration needs a tenant", "", "")
+        return svc.start(str(tenant), options_from_body(body)).to_dict()
+
+    @server.route("GET", "/v1/migrations")
+    def list_(srv, body, q):
+        return {"migrations": svc.list()}
+
+    @server.route("GET", f"/v1/migrations/{MID}")
+    def get(srv, body, q, mid):
+        return svc.get(mid).to_dict()
+
+    @server.route("POST", f"/v1/migrations/{MID}/abort")
+    def abort(srv, body, q, mid):
+        m = svc.get(mid)
+        if not m.active:
+            raise Conflict(f"migration {m.id} already ended", f"result: {m.result}", "")
+        m.abort(body.get("reason") or "aborted by the operator")
+        return m.to_dict()
+
+    @server.route("POST", f"/v1/migrations/{MID}/set")
+    def set_(srv, body, q, mid):
+        m = svc.get(mid)
+        if not m.active:
+            raise Conflict(f"migration {m.id} already ended", f"result: {m.result}", "")
+        from .throttle import apply_settings
+        apply_settings(m, body)
+        return m.to_dict()
+
+    @server.route("GET", f"/v1/migrations/{MID}/series")
+    def series(srv, body, q, mid):
+        m = svc.get(mid)
+        path = Path(m.series_path)
+        return {"path": str(path), "lines": path.read_text().splitlines() if path.exists() else []}
+
+    # ---- target side --------------------------------------------------------------
+    inc = svc.incoming
+
+    @server.route("POST", "/v1/incoming")
+    def inc_create(srv, body, q):
+        return inc.create(body)
+
+    @server.route("GET", f"/v1/incoming/{MID}")
+    def inc_get(srv, body, q, mid):
+        return inc.get(mid).describe()
+
+    @server.route("POST", f"/v1/incoming/{MID}/stream")
+    def inc_stream(srv, body, q, mid):
+        return inc.get(mid).finish_stream(float(body.get("timeout_s", 120)))
+
+    @server.route("POST", f"/v1/incoming/{MID}/prepare")
+    def inc_prepare(srv, body, q, mid):
+        return inc.get(mid).prepare()
+
+    @server.route("POST", f"/v1/incoming/{MID}/start")
+    def inc_start(srv, body, q, mid):
+        inc.get(mid).start(bool(body.get("read_only", True)), body.get("gtid_state"))
+        return {"started": True}
+
+    @server.route("POST", f"/v1/incoming/{MID}/replicate")
+    def inc_replicate(srv, body, q, mid):
+        inc.get(mid).replicate(str(body["source_host"]), int(body["source_port"]), str(body["start_gtid"]))
+        return {"replicating": True}
+
+    @server.route("POST", f"/v1/incoming/{MID}/wait")
+    def inc_wait(srv, body, q, mid):
+        waited = inc.get(mid).wait_for(str(body["gtid"]), float(body.get("timeout_s", 60)))
+        return {"waited_s": waited}
+
+    @server.route("POST", f"/v1/incoming/{MID}/checksums")
+    def inc_checksums(srv, body, q, mid):
+        return {"checksums": inc.get(mid).checksums()}
+
+    @server.route("POST", f"/v1/incoming/{MID}/promote")
+    def inc_promote(srv, body, q, mid):
+        inc.get(mid).promote(body.get("final_gtid"))
+        return {"promoted": True}
+
+    @server.route("POST", f"/v1/incoming/{MID}/commit")
+    def inc_commit(srv, body, q, mid):
+        inc.finish(mid, committed=True)
+        return {"committed": True}
+
+    @server.route("DELETE", f"/v1/incoming/{MID}")
+    def inc_delete(srv, body, q, mid):
+        inc.get(mid)
+        inc.finish(mid, committed=False)
+        return {"removed": mid}

@@ -1,0 +1,110 @@
+"""Shared pieces of the migration tests: a loaded tenant, running migrations, leftover checks."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from slacker import mariadb
+from slacker.agent.client import cluster_clients
+from slacker.agent.checksums import table_checksums
+from slacker.client import TenantClient, resolve
+
+
+def create_loaded_tenant(cluster, tenant_id: str = "mig", rows: int = 4000, node: str = "node-1") -> None:
+    """A tenant with about rows x 2.5 KB of data in two tables."""
+    agents, _ = cluster_clients(cluster)
+    agents[node].request("POST", "/v1/tenants", {"id": tenant_id, "buffer_pool_bytes": 64 * 1024 * 1024},
+                         timeout_s=180)
+    ep = resolve(tenant_id, cluster)
+    conn = ep.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(40), body TEXT)")
+        cur.execute("CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, item INT, qty INT)")
+        for start in range(0, rows, 500):
+            vals = ",".join(f"({i}, 'item-{i}', REPEAT(MD5({i}), 75))" for i in range(start, min(rows, start + 500)))
+            cur.execute(f"INSERT INTO shop.items VALUES {vals}")
+        cur.execute("INSERT INTO shop.orders (item, qty) SELECT id, id % 7 FROM shop.items")
+    conn.close()
+
+
+def start_migration(cluster, tenant_id: str, **options) -> dict:
+    agents, directory = cluster_clients(cluster)
+    own = directory.lookup(tenant_id)
+    body = {"tenant": tenant_id, **options}
+    return agents[own.node].request("POST", "/v1/migrations", body, timeout_s=120)
+
+
+def wait_migration(cluster, source: str, mid: str, timeout_s: float = 180) -> dict:
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        doc = agents[source].request("GET", f"/v1/migrations/{mid}")
+        if not doc["active"]:
+            return doc
+        assert time.monotonic() < deadline, f"migration still {doc['phase']} after {timeout_s}s"
+        time.sleep(0.2)
+
+
+def wait_phase(cluster, source: str, mid: str, phase: str, timeout_s: float = 60, min_bytes: int = 0) -> dict:
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        doc = agents[source].request("GET", f"/v1/migrations/{mid}")
+        if doc["phase"] == phase and doc["bytes_done"] >= min_bytes:
+            return doc
+        assert doc["active"], f"migration ended ({doc['result']}: {doc.get('error')}) before {phase}"
+        assert time.monotonic() < deadline, f"never reached {phase} (at {doc['phase']})"
+        time.sleep(0.05)
+
+
+def processes_mentioning(text: str) -> list[tuple[int, str]]:
+    """Live processes whose command line contains `text` (zombies excluded)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if text in cmd and state != "Z":
+            out.append((int(d.name), cmd))
+    return out
+
+
+def tenant_checksums(cluster, tenant_id: str) -> dict:
+    from slacker.tenants import TenantManager
+    from slacker.config import load_agent_config
+    _, directory = cluster_clients(cluster)
+    own = directory.lookup(tenant_id)
+    cfg = load_agent_config(cluster.path.parent / own.node / "agent.toml")
+    t = TenantManager(cfg.data_root, host=cfg.tenant_host, node=own.node).get(tenant_id)
+    conn = t.admin_connect()
+    try:
+        return table_checksums(conn)
+    finally:
+        conn.close()
+
+
+def acked_ids_present(cluster, tenant_id: str, ids: list[int]) -> set[int]:
+    ep = resolve(tenant_id, cluster)
+    conn = ep.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM acks.log")
+            have = {r[0] for r in cur.fetchall()}
+    finally:
+        conn.close()
+    return set(ids) - have
+
+
+def follow(cluster, tenant_id: str) -> TenantClient:
+    return TenantClient.for_cluster(tenant_id, cluster, reconnect_timeout_s=60)
+
+
+def node_dir(cluster, node: str) -> Path:
+    return cluster.path.parent / node

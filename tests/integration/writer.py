@@ -1,0 +1,63 @@
+"""A client that writes continuously and logs every commit it saw acknowledged.
+
+It reaches the tenant through the directory (slacker.client.TenantClient), so
+it follows a migration to the new owner. After the run, every id in `acked`
+must be on whichever server owns the tenant.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pymysql
+
+from slacker.client import TenantClient
+
+SCHEMA = ("CREATE DATABASE IF NOT EXISTS acks",
+          "CREATE TABLE IF NOT EXISTS acks.log (id BIGINT PRIMARY KEY, writer INT, payload VARCHAR(200), "
+          "at DOUBLE)")
+
+
+class AckedWriter:
+    def __init__(self, client: TenantClient, writer_id: int = 1, rate_per_s: float = 100.0) -> None:
+        self.client = client
+        self.writer_id = writer_id
+        self.interval = 1.0 / rate_per_s
+        self.acked: list[int] = []
+        self.unknown: list[int] = []  # outcome unknown: the connection broke during COMMIT
+        self.errors: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._next = writer_id * 10_000_000
+
+    def start(self) -> "AckedWriter":
+        self.client.run(lambda c: [c.cursor().execute(s) for s in SCHEMA])
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._next += 1
+            i = self._next
+            try:
+                conn = self.client.connection()
+                with conn.cursor() as cur:
+                    cur.execute("INSERT INTO acks.log VALUES (%s, %s, REPEAT('x', 150), %s)",
+                                (i, self.writer_id, time.time()))
+                self.acked.append(i)
+            except self.client.CONNECTION_ERRORS as exc:
+                self.unknown.append(i)
+                self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+                self.client.close()
+            except pymysql.err.MySQLError as exc:
+                self.unknown.append(i)
+                self.errors[str(exc.args[0])] = self.errors.get(str(exc.args[0]), 0) + 1
+            except Exception as exc:  # TenantError while reconnecting: keep trying until stopped
+                self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+                time.sleep(0.05)
+            time.sleep(self.interval)

@@ -49,6 +49,9 @@ class MigrationOptions:
     round_timeout_s: float = 600.0
     snapshot_timeout_s: float = 24 * 3600.0
     controller: dict | None = None  # latency-targeting settings, see slacker.throttle
+    # Fault-injection aid for tests and rehearsals: {"delta": 5} holds 5 s when that phase begins;
+    # {"frozen": 2} holds 2 s with the source frozen.
+    hold_s: dict | None = None
 
     def validate(self) -> "MigrationOptions":
         if self.mode not in MODES:
@@ -219,6 +222,13 @@ class Migration:
         self.phase = name
         self.phases.append(PhaseTiming(name, _utc(), round(time.monotonic() - self.created, 3)))
         log.info("migration %s: %s", self.id, name)
+        self._hold(name)
+
+    def _hold(self, point: str) -> None:
+        hold = (self.opts.hold_s or {}).get(point)
+        if hold:
+            self._abort.wait(float(hold))
+            self._check_abort()
 
     def _end_phase(self) -> None:
         if self.phases and self.phases[-1].duration_s is None:
@@ -463,6 +473,7 @@ class Migration:
         with frozen.cursor() as cur:
             cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
             final = cur.fetchone()[0] or ""
+        self._hold("frozen")
         self._target("POST", f"/v1/incoming/{self.id}/wait",
                      {"gtid": final, "timeout_s": self.opts.handover_timeout_s},
                      timeout_s=self.opts.handover_timeout_s + 30)

@@ -1,0 +1,61 @@
+"""`slacker migrate` as a user runs it: summary, --json, abort, and every bad-input path."""
+
+import json
+import subprocess
+import sys
+import time
+
+from .migration_helpers import create_loaded_tenant, start_migration, wait_phase
+from .test_cli import one_line_error, slacker
+
+
+def test_migrate_json_and_summary(cluster):
+    create_loaded_tenant(cluster, "cli1", rows=800)
+    rc, out, err = slacker("migrate", "cli1", "--to", "node-2", "--rate", "50MB/s", "--max-freeze", "300ms",
+                           "--verify", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["result"] == "succeeded" and doc["verified"] is True and doc["max_freeze_ms"] == 300
+    assert doc["rate_bytes_per_s"] == 50_000_000
+    assert open(doc["series_path"]).readline().startswith("{")
+    rc, out, err = slacker("migrate", "cli1", "--to", "node-1", "--mode", "stop-and-copy")
+    assert rc == 0, err
+    assert "SUCCEEDED" in out and "freeze window" in out and "PHASE" in out and "copy" in out
+    assert slacker("locate", "cli1")[1].strip().startswith(cluster.node("node-1").tenant_host)
+
+
+def test_migrate_bad_input(cluster):
+    create_loaded_tenant(cluster, "cli2", rows=200)
+    one_line_error(*slacker("migrate", "nope", "--to", "node-2")[::2], "tenant nope not found")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-9")[::2], "node-9", "not in the cluster file")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-1")[::2], "already on node-1")
+    one_line_error(*slacker("migrate", "cli2")[::2], "missing --to")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--rate", "20MBps")[::2], "invalid rate")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--max-freeze", "5 parsecs")[::2],
+                   "invalid duration")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--max-freeze", "2m")[::2], "out of range")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--rate", "1MB/s", "--unthrottled")[::2],
+                   "exclude each other")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--mode", "teleport")[::2], "teleport")
+    one_line_error(*slacker("migrate", "BAD", "--to", "node-2")[::2], "invalid tenant id")
+    one_line_error(*slacker("migrate", "--abort", "cli2")[::2], "no migration")
+    # a tenant already migrating
+    doc = start_migration(cluster, "cli2", target="node-2", hold_s={"delta": 20})
+    wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=60)
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-2")[::2], "already migrating")
+    rc, out, err = slacker("status")
+    assert f"migration {doc['id']}" in out and "phase delta" in out
+    rc, out, err = slacker("migrate", "--abort", "cli2")
+    assert rc == 0 and "aborting" in out
+
+
+def test_ctrl_c_aborts(cluster):
+    create_loaded_tenant(cluster, "cli3", rows=2000)
+    p = subprocess.Popen([sys.executable, "-m", "slacker", "migrate", "cli3", "--to", "node-2", "--rate", "500kB/s"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    p.send_signal(2)  # SIGINT, as Ctrl-C
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    assert "aborting the migration" in err and "ABORTED" in out
+    assert slacker("locate", "cli3")[1].strip().startswith(cluster.node("node-1").tenant_host)

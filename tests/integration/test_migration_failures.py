@@ -1,0 +1,141 @@
+"""Failures injected in each phase: the source keeps serving with every acknowledged write,
+and nothing of the migration is left behind on either node."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from slacker.agent.client import cluster_clients
+from slacker.procs import alive, read_pid, wait_gone
+
+from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
+                                start_migration, wait_migration, wait_phase)
+from .writer import AckedWriter
+
+
+@pytest.fixture
+def loaded(cluster):
+    create_loaded_tenant(cluster, "mig", rows=4000)
+    writer = AckedWriter(follow(cluster, "mig"), rate_per_s=100).start()
+    src_pid = read_pid(node_dir(cluster, "node-1") / "tenants/mig/run/mariadbd.pid")
+    yield cluster, writer, src_pid
+    writer.stop()
+
+
+def assert_source_untouched(cluster, writer, src_pid, doc, phase):
+    assert doc["result"] in ("failed", "aborted"), doc
+    assert doc["error"]["phase"] == phase, doc["error"]
+    time.sleep(0.5)
+    writer.stop()
+    _, directory = cluster_clients(cluster)
+    own = directory.lookup("mig")
+    assert (own.node, own.epoch) == ("node-1", 1)
+    assert alive(src_pid), "the source process must be the same, never restarted"
+    assert acked_ids_present(cluster, "mig", writer.acked) == set()
+    assert len(writer.acked) > 50
+    # the source still takes writes
+    conn = follow(cluster, "mig").connection()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO shop.orders (item, qty) VALUES (1, 1)")
+    deadline = time.monotonic() + 15
+    while processes_mentioning(doc["id"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning(doc["id"]) == []
+    assert processes_mentioning(str(node_dir(cluster, "node-2") / "tenants" / "mig")) == []
+    assert not (node_dir(cluster, "node-2") / "tenants" / "mig").exists()
+    agents, _ = cluster_clients(cluster)
+    assert [t["id"] for t in agents["node-1"].request("GET", "/v1/tenants")["tenants"]] == ["mig"]
+
+
+def test_backup_tool_killed(loaded):
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=1_000_000)
+    wait_phase(cluster, "node-1", doc["id"], "snapshot", min_bytes=200_000)
+    procs = [p for p, cmd in processes_mentioning(doc["id"]) if "mariabackup" in cmd]
+    assert procs
+    for p in procs:
+        os.kill(p, signal.SIGKILL)
+    doc = wait_migration(cluster, "node-1", doc["id"])
+    assert "producer" in (doc["error"]["why"] + doc["error"]["what"]) or "mariabackup" in doc["error"]["why"]
+    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
+
+
+def test_transport_killed(loaded):
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=1_000_000, pipe="pv")
+    wait_phase(cluster, "node-1", doc["id"], "snapshot", min_bytes=200_000)
+    agents, _ = cluster_clients(cluster)
+    incoming = [m for m in agents["node-2"].request("GET", "/v1/status")["migrations"] if m["id"] == doc["id"]]
+    port = str(incoming[0]["receiver_port"])
+    ncs = [p for p, cmd in processes_mentioning(port) if cmd.split()[0].endswith("nc")]
+    assert ncs, "no nc process found"
+    for p in ncs:
+        os.kill(p, signal.SIGKILL)
+    doc = wait_migration(cluster, "node-1", doc["id"])
+    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
+
+
+def test_extractor_killed_on_target(loaded):
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=1_000_000)
+    wait_phase(cluster, "node-1", doc["id"], "snapshot", min_bytes=200_000)
+    target_dir = str(node_dir(cluster, "node-2") / "tenants" / "mig")
+    ext = [p for p, cmd in processes_mentioning(target_dir) if "mbstream" in cmd]
+    assert ext
+    os.kill(ext[0], signal.SIGKILL)
+    doc = wait_migration(cluster, "node-1", doc["id"])
+    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
+
+
+def test_target_tenant_killed_during_delta(loaded):
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", hold_s={"delta": 4})
+    wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=90)
+    target_dir = node_dir(cluster, "node-2") / "tenants" / "mig"
+    tpid = read_pid(target_dir / "run" / "mariadbd.pid")
+    assert tpid and alive(tpid)
+    os.kill(tpid, signal.SIGKILL)
+    doc = wait_migration(cluster, "node-1", doc["id"])
+    assert_source_untouched(cluster, writer, src_pid, doc, "delta")
+
+
+def test_target_agent_stopped(loaded):
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=1_000_000)
+    wait_phase(cluster, "node-1", doc["id"], "snapshot", min_bytes=200_000)
+    agent_pid = read_pid(node_dir(cluster, "node-2") / "agent.pid")
+    os.kill(agent_pid, signal.SIGTERM)
+    assert wait_gone(agent_pid, 30)
+    doc = wait_migration(cluster, "node-1", doc["id"])
+    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
+
+
+def test_abort_during_delta_and_second_migration_refused(loaded):
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", hold_s={"delta": 30})
+    wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=90)
+    from slacker.errors import Conflict
+    with pytest.raises(Conflict, match="already migrating"):
+        start_migration(cluster, "mig", target="node-2")
+    agents, _ = cluster_clients(cluster)
+    agents["node-1"].request("POST", f"/v1/migrations/{doc['id']}/abort", {})
+    doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=60)
+    assert doc["result"] == "aborted"
+    assert_source_untouched(cluster, writer, src_pid, doc, "delta")
+
+
+def test_target_tenant_killed_while_source_frozen(loaded):
+    """The target dies during the freeze: the source is unfrozen and blocked writes commit there."""
+    cluster, writer, src_pid = loaded
+    doc = start_migration(cluster, "mig", target="node-2", hold_s={"frozen": 3})
+    wait_phase(cluster, "node-1", doc["id"], "handover", timeout_s=90)
+    time.sleep(0.5)  # inside the freeze now
+    acked_before = len(writer.acked)
+    time.sleep(1.0)
+    assert len(writer.acked) <= acked_before + 1, "writes went through while frozen"
+    tpid = read_pid(node_dir(cluster, "node-2") / "tenants" / "mig" / "run" / "mariadbd.pid")
+    os.kill(tpid, signal.SIGKILL)
+    doc = wait_migration(cluster, "node-1", doc["id"])
+    assert_source_untouched(cluster, writer, src_pid, doc, "handover")

@@ -1,0 +1,23 @@
+"""Controllers that set the copy rate: the PID throttle and its baselines.
+
+The migration loop reads a latency sample once per step, calls `step()` and
+applies `rate_bytes_per_s`. Prometheus gauges live in `slacker.controller.metrics`.
+"""
+
+from .base import ControllerStep, RateController
+from .baselines import FixedRate, ThresholdThrottle
+from .loop import RatePolicy
+from .pid import DEFAULT_GAINS, Gains, ThrottleConfig, ThrottleController, parse_gains
+
+__all__ = [
+    "DEFAULT_GAINS",
+    "ControllerStep",
+    "FixedRate",
+    "Gains",
+    "RateController",
+    "RatePolicy",
+    "ThresholdThrottle",
+    "ThrottleConfig",
+    "ThrottleController",
+    "parse_gains",
+]

@@ -1,0 +1,58 @@
+"""The glue the migration's tick calls: read latency, step the controller, report.
+
+`RatePolicy.step(now, bytes_done)` returns the rate to apply and the step as a
+dict for the run's time series; it never raises, whatever the source does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..latency import LatencySample, LatencySource
+from .base import ControllerStep, RateController
+from .metrics import ControllerMetrics
+
+log = logging.getLogger(__name__)
+
+
+class RatePolicy:
+    def __init__(
+        self,
+        source: LatencySource,
+        controller: RateController,
+        *,
+        metrics: ControllerMetrics | None = None,
+        migration: str = "",
+        tenant: str = "",
+    ) -> None:
+        self.source = source
+        self.controller = controller
+        self.metrics = metrics
+        self.migration = migration
+        self.tenant = tenant
+        self.last: ControllerStep | None = None
+
+    def initial_rate(self) -> int:
+        """The rate to start the copy at, before the first step."""
+        return self.controller.rate_bytes_per_s
+
+    def step(self, now: float, bytes_done: int) -> tuple[int, dict[str, Any]]:
+        try:
+            sample = self.source.read()
+        except Exception as exc:  # noqa: BLE001 - a source that breaks its promise still must not stop the copy loop
+            log.exception("latency source %s raised", getattr(self.source, "name", "?"))
+            sample = LatencySample.failed(getattr(self.source, "name", "?"), now, f"source raised: {exc}")
+        out = self.controller.step(sample, now, bytes_done)
+        self.last = out
+        if self.metrics is not None:
+            self.metrics.update(out, self.migration, self.tenant)
+        state = out.to_dict()
+        state["source"] = sample.source
+        state["window_count"] = sample.count
+        return out.rate_bytes_per_s, state
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.remove(self.migration, self.tenant)
+        self.source.close()

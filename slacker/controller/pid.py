@@ -1,0 +1,313 @@
+"""The PID throttle controller: copy rate from windowed transaction latency.
+
+Velocity (incremental) form, as in the Slacker paper: each step computes a change
+of the output, not the output, so there is no error sum to wind up while latency
+sits far below the setpoint with the copy already at full speed.
+
+    e_k  = (setpoint - y_k) / setpoint                      (normalised error)
+    Δu_k = Kp·(e_k − e_{k−1}) + Ki·e_k·dt − Kd·(y_k − 2y_{k−1} + y_{k−2}) / (setpoint·dt)
+    u_k  = clamp(u_{k−1} + Δu_k, 0, 1)                      (fraction of max rate)
+
+Built beside simple-pid rather than on it: simple-pid computes the positional form
+(it clamps its integral to avoid windup, but its output is an absolute value), and
+we need the increment itself, derivative on measurement with a second difference,
+and safety rules for failed or empty latency windows that it has no notion of.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from ..errors import InvalidInput
+from ..latency import DEFAULT_STEP_S, DEFAULT_WINDOW_S, LatencySample, validate_window
+from ..units import parse_duration, parse_rate
+from .base import ControllerStep, RateController, check_max_rate, check_positive, check_setpoint, is_stale
+
+
+@dataclass(frozen=True)
+class Gains:
+    """PID gains on the normalised error; output is a fraction of the max rate per step."""
+
+    kp: float
+    ki: float
+    kd: float
+
+    def __post_init__(self) -> None:
+        for name in ("kp", "ki", "kd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidInput(f"invalid gain {name}={value!r}", "gains must be finite numbers", _GAINS_HINT)
+            if value < 0:
+                raise InvalidInput(
+                    f"invalid gain {name}={value!r}",
+                    "gains must not be negative (the error's sign already slows the copy when latency is high)",
+                    _GAINS_HINT,
+                )
+        if self.kp == 0 and self.ki == 0 and self.kd == 0:
+            raise InvalidInput("invalid gains 0,0,0", "at least one gain must be positive", _GAINS_HINT)
+
+    def __str__(self) -> str:
+        return f"{self.kp:g},{self.ki:g},{self.kd:g}"
+
+
+_GAINS_HINT = "give Kp,Ki,Kd, for example --gains 0.2,0.05,0.1"
+
+# Tuned on the simulated plant in tests/unit/plant.py (a disk-bound queue that
+# saturates, 1-step actuation delay, 3 s window); see docs/controller.md. They are
+# a starting point until tuned on real runs.
+DEFAULT_GAINS = Gains(kp=0.2, ki=0.05, kd=0.1)
+
+
+def parse_gains(text: str) -> Gains:
+    """Parse `Kp,Ki,Kd`, for example `0.2,0.05,0.1`."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != 3 or not all(parts):
+        raise InvalidInput(f"invalid gains {text!r}", "expected three numbers Kp,Ki,Kd", _GAINS_HINT)
+    try:
+        kp, ki, kd = (float(p) for p in parts)
+    except ValueError:
+        raise InvalidInput(f"invalid gains {text!r}", "expected three numbers Kp,Ki,Kd", _GAINS_HINT) from None
+    return Gains(kp, ki, kd)
+
+
+class ThrottleController(RateController):
+    """Sets the copy rate each step so windowed latency settles at the setpoint.
+
+    Safety rules, in order:
+    - paused: rate 0, state frozen (no error is integrated while the copy is stopped);
+    - failed or stale sample: hold the rate for `grace_steps`, then multiply it by
+      `cut_factor` each step (to 0 once below 1% of max). Never an increase;
+    - empty window (no transaction completed): no evidence, hold the rate;
+    - otherwise the PID step, with increases limited to `max_increase_per_step`
+      (decreases are not limited: slowing down is always safe).
+    """
+
+    def __init__(
+        self,
+        setpoint_s: float,
+        max_rate_bytes_per_s: float,
+        gains: Gains = DEFAULT_GAINS,
+        *,
+        step_s: float = DEFAULT_STEP_S,
+        initial_fraction: float = 0.1,
+        max_increase_per_step: float = 0.2,
+        grace_steps: int = 2,
+        cut_factor: float = 0.5,
+        stale_after_s: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.setpoint_s = check_setpoint(setpoint_s)
+        self.max_rate_bytes_per_s = check_max_rate(max_rate_bytes_per_s)
+        if not isinstance(gains, Gains):
+            raise InvalidInput(f"invalid gains {gains!r}", "expected Gains(kp, ki, kd)", _GAINS_HINT)
+        self.gains = gains
+        self.step_s = check_positive("step", step_s, "for example --step 1s")
+        for label, value, lo, hi in (
+            ("initial fraction", initial_fraction, 0.0, 1.0),
+            ("max increase per step", max_increase_per_step, 0.0, 1.0),
+            ("cut factor", cut_factor, 0.0, 1.0),
+        ):
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or not lo <= value <= hi:
+                raise InvalidInput(f"invalid {label} {value!r}", f"it must be between {lo:g} and {hi:g}")
+        if max_increase_per_step <= 0:
+            raise InvalidInput("invalid max increase per step 0", "the rate could never rise")
+        if not isinstance(grace_steps, int) or grace_steps < 0:
+            raise InvalidInput(f"invalid grace steps {grace_steps!r}", "expected a whole number >= 0")
+        self.max_increase_per_step = float(max_increase_per_step)
+        self.grace_steps = grace_steps
+        self.cut_factor = float(cut_factor)
+        self.stale_after_s = (
+            check_positive("staleness limit", stale_after_s) if stale_after_s is not None else 2.0 * self.step_s
+        )
+        self._fraction = float(initial_fraction)
+        # Setters may come from the agent's API thread while the tick thread steps.
+        self._lock = threading.RLock()
+        self._last_now: float | None = None
+        self._bad_steps = 0
+        self._forget()
+
+    # --- live changes -----------------------------------------------------------
+
+    def set_setpoint(self, setpoint_s: float) -> None:
+        # Past latencies are kept in seconds and normalised at use, so a new
+        # setpoint changes the integral drive without a proportional kick.
+        value = check_setpoint(setpoint_s)
+        with self._lock:
+            self.setpoint_s = value
+
+    def set_max_rate(self, max_rate_bytes_per_s: float) -> None:
+        """Keep the current absolute rate (capped by the new max) so a change never jumps the load up."""
+        new = check_max_rate(max_rate_bytes_per_s)
+        with self._lock:
+            self._fraction = min(1.0, self._fraction * self.max_rate_bytes_per_s / new)
+            self.max_rate_bytes_per_s = new
+
+    def pause(self) -> None:
+        with self._lock:
+            super().pause()
+            self._forget()
+
+    def resume(self) -> None:
+        with self._lock:
+            super().resume()
+            self._forget()
+
+    @property
+    def fraction(self) -> float:
+        return 0.0 if self._paused else self._fraction
+
+    @property
+    def rate_bytes_per_s(self) -> int:
+        # Rounded, but never above a max that is not a whole number of bytes.
+        return min(int(round(self.fraction * self.max_rate_bytes_per_s)), int(self.max_rate_bytes_per_s))
+
+    # --- the step ------------------------------------------------------------------
+
+    def _forget(self) -> None:
+        # Drop the measurement history so the first step after a gap has no P or D kick.
+        self._y1: float | None = None  # y_{k-1}, seconds
+        self._slope1: float | None = None  # normalised dy/dt at k-1
+
+    def _dt(self, now: float) -> float:
+        # A late or doubled call must not scale the integral or derivative wildly.
+        if self._last_now is None:
+            return self.step_s
+        return min(2.0 * self.step_s, max(0.5 * self.step_s, now - self._last_now))
+
+    def step(self, sample: LatencySample, now: float, bytes_done: int = 0) -> ControllerStep:
+        with self._lock:
+            return self._step(sample, now, bytes_done)
+
+    def _step(self, sample: LatencySample, now: float, bytes_done: int) -> ControllerStep:
+        dt = self._dt(now)
+        self._last_now = now
+        latency_s = sample.latency_s
+        if self._paused:
+            return self._record(now, latency_s, sample.ok, bytes_done, "paused")
+
+        stale = sample.ok and is_stale(sample, now, self.stale_after_s)
+        if not sample.ok or stale:
+            self._forget()
+            self._bad_steps += 1
+            if sample.ok:
+                what, reason = "latency sample stale", f"read {now - sample.t:.1f}s ago"
+            else:
+                what, reason = "latency source failed", sample.error or "no reason given"
+            if self._bad_steps <= self.grace_steps:
+                note = f"{what} ({reason}); holding rate ({self._bad_steps}/{self.grace_steps})"
+            else:
+                self._fraction *= self.cut_factor
+                if self._fraction < 0.01:
+                    self._fraction = 0.0
+                note = f"{what} ({reason}) for {self._bad_steps} steps; cutting rate"
+            return self._record(now, None, False, bytes_done, note)
+        self._bad_steps = 0
+
+        if latency_s is None:
+            self._forget()
+            return self._record(now, None, True, bytes_done, "no transactions in window; holding rate")
+
+        sp = self.setpoint_s
+        g = self.gains
+        e = (sp - latency_s) / sp
+        p = i = d = 0.0
+        if self._y1 is not None:
+            p = g.kp * (e - (sp - self._y1) / sp)
+        i = g.ki * e * dt
+        slope = None if self._y1 is None else (latency_s - self._y1) / sp / dt
+        if slope is not None and self._slope1 is not None:
+            d = -g.kd * (slope - self._slope1)
+        self._y1, self._slope1 = latency_s, slope
+
+        delta = p + i + d
+        note = ""
+        if delta > self.max_increase_per_step:
+            delta = self.max_increase_per_step
+            note = "increase limited"
+        new = self._fraction + delta
+        if new >= 1.0:
+            new, note = 1.0, "at max rate"
+        elif new <= 0.0:
+            new, note = 0.0, "stopped: latency above setpoint"
+        self._fraction = new
+        return self._record(now, latency_s, True, bytes_done, note, p, i, d)
+
+    def _record(
+        self,
+        now: float,
+        latency_s: float | None,
+        ok: bool,
+        bytes_done: int,
+        note: str,
+        p: float = 0.0,
+        i: float = 0.0,
+        d: float = 0.0,
+    ) -> ControllerStep:
+        return ControllerStep(
+            t=now,
+            latency_s=latency_s,
+            setpoint_s=self.setpoint_s,
+            p=p,
+            i=i,
+            d=d,
+            fraction=self.fraction,
+            rate_bytes_per_s=self.rate_bytes_per_s,
+            bytes_done=int(bytes_done),
+            note=note,
+            source_ok=ok,
+        )
+
+
+
+@dataclass(frozen=True)
+class ThrottleConfig:
+    """The controller options as a user gives them, validated once at the edge.
+
+    `from_options` takes the CLI strings (`1500ms`, `50MB/s`, `0.2,0.05,0.1`, `3s`,
+    `1s`); the window is here because it must be at least one step, and the
+    latency sources are built with the same window and step.
+    """
+
+    setpoint_s: float
+    max_rate_bytes_per_s: float
+    gains: Gains = DEFAULT_GAINS
+    window_s: float = DEFAULT_WINDOW_S
+    step_s: float = DEFAULT_STEP_S
+
+    def __post_init__(self) -> None:
+        check_setpoint(self.setpoint_s)
+        check_max_rate(self.max_rate_bytes_per_s)
+        if not isinstance(self.gains, Gains):
+            raise InvalidInput(f"invalid gains {self.gains!r}", "expected Gains(kp, ki, kd)", _GAINS_HINT)
+        validate_window(self.window_s, self.step_s)
+
+    @classmethod
+    def from_options(
+        cls,
+        setpoint: str | float,
+        max_rate: str | float,
+        gains: str | Gains | None = None,
+        window: str | float | None = None,
+        step: str | float | None = None,
+    ) -> "ThrottleConfig":
+        return cls(
+            setpoint_s=parse_duration(setpoint) if isinstance(setpoint, str) else setpoint,
+            max_rate_bytes_per_s=parse_rate(max_rate) if isinstance(max_rate, str) else max_rate,
+            gains=parse_gains(gains) if isinstance(gains, str) else (gains or DEFAULT_GAINS),
+            window_s=_duration_or(window, DEFAULT_WINDOW_S),
+            step_s=_duration_or(step, DEFAULT_STEP_S),
+        )
+
+    def controller(self, **options: float) -> ThrottleController:
+        """A ThrottleController with these settings; `options` pass through (initial_fraction, ...)."""
+        return ThrottleController(
+            self.setpoint_s, self.max_rate_bytes_per_s, self.gains, step_s=self.step_s, **options
+        )
+
+
+def _duration_or(value: str | float | None, default: float) -> float:
+    if value is None:
+        return default
+    return parse_duration(value) if isinstance(value, str) else value

@@ -1,0 +1,599 @@
+"""Latency sources for the throttle controller, and the sliding window they share.
+
+Every source turns a pair of ever-growing counters (total latency, transactions)
+into the average latency over the last few seconds. Samples carry the sum and the
+count, not just the average, so several sources combine exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import InvalidInput
+
+DEFAULT_METRIC = "slacker_ycsb_txn_latency_seconds"
+DEFAULT_WINDOW_S = 3.0
+DEFAULT_STEP_S = 1.0
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class LatencySample:
+    """The average latency over one window, as total latency and transaction count.
+
+    `ok` is False when the source could not be read; `error` then says why and the
+    numbers mean nothing. An ok sample with count 0 is an empty window: nothing
+    completed, so there is no evidence either way (latency_s is None, never 0).
+    """
+
+    source: str
+    t: float  # clock time the underlying data was read (time.monotonic by default)
+    sum_s: float = 0.0
+    count: float = 0.0
+    window_s: float = 0.0  # span the deltas actually cover
+    ok: bool = True
+    error: str = ""
+
+    @property
+    def latency_s(self) -> float | None:
+        if not self.ok or self.count <= 0:
+            return None
+        return self.sum_s / self.count
+
+    @property
+    def empty(self) -> bool:
+        return self.ok and self.count <= 0
+
+    @classmethod
+    def failed(cls, source: str, t: float, error: str) -> "LatencySample":
+        return cls(source=source, t=t, ok=False, error=error)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "t": self.t,
+            "latency_s": self.latency_s,
+            "sum_s": self.sum_s,
+            "count": self.count,
+            "window_s": self.window_s,
+            "ok": self.ok,
+            "error": self.error,
+        }
+
+
+class LatencySource(ABC):
+    """Something that can be asked, once a step, for the windowed average latency.
+
+    read() never raises: a source that cannot answer returns a failed sample, so a
+    broken endpoint slows the migration down instead of crashing it.
+    """
+
+    name: str = "latency"
+
+    @abstractmethod
+    def read(self) -> LatencySample: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the default has none."""
+
+
+def validate_window(window_s: float, step_s: float) -> None:
+    """Window and step must be positive and finite, with the window at least one step."""
+    for label, value in (("window", window_s), ("step", step_s)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise InvalidInput(
+                f"invalid {label} {value!r}",
+                f"the {label} must be a positive number of seconds",
+                "for example --window 3s --step 1s",
+            )
+    if window_s < step_s:
+        raise InvalidInput(
+            f"invalid window {window_s:g}s",
+            f"the window must be at least one step ({step_s:g}s)",
+            "for example --window 3s --step 1s",
+        )
+
+
+@dataclass
+class _Snapshot:
+    t: float
+    sum_s: float
+    count: float
+    epoch: object = None
+
+
+@dataclass
+class CounterWindow:
+    """A ring of (time, sum, count) snapshots; the window average comes from their deltas.
+
+    Counters only grow, so a count or sum that goes down means the exporter
+    restarted (or someone truncated the table): the old snapshots are useless and
+    the window starts again from the new reading. A restart followed by enough
+    traffic to pass the old totals is invisible in the counts, so a source may
+    also pass an `epoch` (e.g. Prometheus `_created` timestamps) that changes
+    when the counters were recreated. A frozenset epoch may grow (a new series
+    starts from zero inside the window, so its whole count belongs to it); any
+    other change is a restart.
+    """
+
+    window_s: float = DEFAULT_WINDOW_S
+    step_s: float = DEFAULT_STEP_S
+    _ring: deque[_Snapshot] = field(default_factory=deque, repr=False)
+    resets: int = 0
+
+    def __post_init__(self) -> None:
+        validate_window(self.window_s, self.step_s)
+
+    def add(self, t: float, sum_s: float, count: float, epoch: object = None) -> tuple[float, float, float]:
+        """Record a reading; return (sum delta, count delta, span) over the window."""
+        if self._ring:
+            last = self._ring[-1]
+            # A little slack on the sum: float sums of many observations are not exact.
+            if (
+                count < last.count
+                or sum_s < last.sum_s - 1e-9 * max(1.0, abs(last.sum_s))
+                or t < last.t
+                or _epoch_changed(last.epoch, epoch)
+            ):
+                self._ring.clear()
+                self.resets += 1
+        self._ring.append(_Snapshot(t, sum_s, count, epoch))
+        # Base the window on the oldest snapshot no older than the window, allowing
+        # half a step of jitter so a loop that runs a little late still spans 3 steps.
+        horizon = t - self.window_s - self.step_s / 2
+        while len(self._ring) > 1 and self._ring[0].t < horizon:
+            self._ring.popleft()
+        base = self._ring[0]
+        return sum_s - base.sum_s, count - base.count, t - base.t
+
+    def clear(self) -> None:
+        self._ring.clear()
+
+
+def _epoch_changed(old: object, new: object) -> bool:
+    if isinstance(old, frozenset) and isinstance(new, frozenset):
+        return not old <= new
+    return old != new
+
+
+class CounterSource(LatencySource):
+    """A source built on any pair of monotonically growing counters.
+
+    `snapshot()` returns (total latency in seconds, total transactions) since some
+    fixed origin, optionally with a third item, an epoch that changes when the
+    counters are recreated; this class keeps the window and turns failures into
+    failed samples. The Prometheus and performance_schema sources are two such
+    snapshots.
+    """
+
+    def __init__(
+        self,
+        snapshot: Callable[[], tuple[float, float]] | None = None,
+        *,
+        name: str = "counters",
+        window_s: float = DEFAULT_WINDOW_S,
+        step_s: float = DEFAULT_STEP_S,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._snapshot_fn: Callable[[], tuple] | None = snapshot
+        self.name = name
+        self.window = CounterWindow(window_s, step_s)
+        self._clock = clock
+
+    def _snapshot(self) -> tuple:
+        # Subclasses override this; plain CounterSources call the function given.
+        if self._snapshot_fn is None:
+            raise NotImplementedError("no snapshot function")
+        return self._snapshot_fn()
+
+    def read(self) -> LatencySample:
+        t = self._clock()
+        try:
+            reading = tuple(self._snapshot())
+            if len(reading) not in (2, 3):
+                raise ValueError(f"snapshot must be (sum, count[, epoch]), got {len(reading)} items")
+            sum_s, count = float(reading[0]), float(reading[1])
+            epoch = reading[2] if len(reading) == 3 else None
+            if not (math.isfinite(sum_s) and math.isfinite(count)) or count < 0:
+                raise ValueError(f"counters out of range (sum={sum_s!r}, count={count!r})")
+        except Exception as exc:  # noqa: BLE001 - any failure must become a sample, not a crash
+            # A failed read leaves a gap; deltas across it would still be right, so the
+            # ring is kept and the next good read spans the gap only within the window.
+            return LatencySample.failed(self.name, t, _describe(exc))
+        d_sum, d_count, span = self.window.add(t, sum_s, count, epoch)
+        return LatencySample(self.name, t, sum_s=d_sum, count=d_count, window_s=span)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
+        text = f"cannot reach endpoint: {exc.reason}"
+    elif isinstance(exc, TimeoutError):
+        text = f"timed out: {text}"
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password, for names and error messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+class PrometheusHistogramSource(CounterSource):
+    """Average latency from a Prometheus histogram (or summary) endpoint.
+
+    Scrapes `url`, sums `<metric>_sum` and `<metric>_count` over every series whose
+    labels include `labels` (all series when empty), and averages over the window.
+    """
+
+    MAX_BODY_BYTES = 32 * 1024 * 1024
+
+    def __init__(
+        self,
+        url: str,
+        metric_name: str = DEFAULT_METRIC,
+        labels: Mapping[str, str] | None = None,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        step_s: float = DEFAULT_STEP_S,
+        timeout_s: float = 2.0,
+        name: str | None = None,
+        clock: Clock = time.monotonic,
+        fetch: Callable[[], str] | None = None,
+    ) -> None:
+        if not metric_name or not metric_name.replace("_", "a").replace(":", "a").isalnum():
+            raise InvalidInput(f"invalid metric name {metric_name!r}", "expected a Prometheus metric name")
+        scheme = urllib.parse.urlsplit(url).scheme
+        if fetch is None and scheme not in ("http", "https"):
+            raise InvalidInput(f"invalid latency endpoint {redact_url(url)!r}", "expected an http:// or https:// URL")
+        self.url = url
+        self.metric_name = metric_name
+        self.labels = dict(labels or {})
+        self.timeout_s = timeout_s
+        self._fetch = fetch or self._http_get
+        label_text = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        default_name = f"prometheus:{redact_url(url)}" + (f"{{{label_text}}}" if label_text else "")
+        super().__init__(name=name or default_name, window_s=window_s, step_s=step_s, clock=clock)
+
+    def _http_get(self) -> str:
+        req = urllib.request.Request(self.url, headers={"Accept": "text/plain;version=0.0.4"})
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - scheme checked
+            body = resp.read(self.MAX_BODY_BYTES + 1)
+        if len(body) > self.MAX_BODY_BYTES:
+            raise ValueError("metrics page larger than 32 MiB")
+        return body.decode("utf-8")
+
+    def _snapshot(self) -> tuple:
+        return parse_histogram_totals(self._fetch(), self.metric_name, self.labels, with_epoch=True)
+
+
+def parse_histogram_totals(
+    text: str, metric_name: str, labels: Mapping[str, str] | None = None, with_epoch: bool = False
+) -> tuple:
+    """(sum, count) of a histogram or summary in Prometheus text, over matching series.
+
+    A metric that is absent raises LookupError (usually a wrong name or URL); a
+    metric with no matching series yet is (0, 0): the workload has not started.
+    With `with_epoch`, a third item identifies the counters' incarnation: a
+    frozenset of (labels, `<metric>_created`) of the matching series (empty when
+    the exporter does not publish them).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    want = dict(labels or {})
+    sum_name, count_name, created_name = f"{metric_name}_sum", f"{metric_name}_count", f"{metric_name}_created"
+    seen = False
+    total_sum = total_count = 0.0
+    created: set[tuple[tuple[tuple[str, str], ...], float]] = set()
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:  # noqa: BLE001 - the parser raises assorted types on junk
+        raise ValueError(f"not a Prometheus text page ({exc})") from exc
+    for family in families:
+        if family.name == metric_name:
+            seen = True
+        for s in family.samples:
+            if s.name not in (sum_name, count_name, created_name):
+                continue
+            if any(s.labels.get(k) != v for k, v in want.items()):
+                seen = seen or s.name != created_name
+                continue
+            if s.name == sum_name:
+                total_sum += s.value
+                seen = True
+            elif s.name == count_name:
+                total_count += s.value
+                seen = True
+            else:
+                created.add((tuple(sorted(s.labels.items())), s.value))
+    if not seen:
+        raise LookupError(f"metric {metric_name} not found on the page")
+    if with_epoch:
+        return total_sum, total_count, frozenset(created)
+    return total_sum, total_count
+
+
+# performance_schema keeps the SQL here, in one place. Timers are picoseconds.
+_PFS_TABLES = {
+    # kind: (global table, per-user table, event filter)
+    "statements": (
+        "events_statements_summary_global_by_event_name",
+        "events_statements_summary_by_user_by_event_name",
+        "EVENT_NAME LIKE 'statement/sql/%%'",
+    ),
+    "transactions": (
+        "events_transactions_summary_global_by_event_name",
+        "events_transactions_summary_by_user_by_event_name",
+        "EVENT_NAME = 'transaction'",
+    ),
+}
+_PS_PER_SECOND = 1e12
+
+
+def performance_schema_sql(kind: str = "statements", users: Sequence[str] = (), exclude_users: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """The snapshot query and its parameters (pymysql %s style)."""
+    if kind not in _PFS_TABLES:
+        raise InvalidInput(f"invalid performance_schema kind {kind!r}", "expected statements or transactions")
+    global_table, user_table, event_filter = _PFS_TABLES[kind]
+    select = "SELECT COALESCE(SUM(SUM_TIMER_WAIT), 0), COALESCE(SUM(COUNT_STAR), 0)"
+    if not users and not exclude_users:
+        return f"{select} FROM performance_schema.{global_table} WHERE {event_filter}", []
+    # Per-user rows let us leave out Slacker's own connections (backup, delta apply),
+    # whose long statements are not tenant latency. Background threads have no user.
+    where = [event_filter, "USER IS NOT NULL"]
+    params: list[str] = []
+    if users:
+        where.append("USER IN (" + ", ".join(["%s"] * len(users)) + ")")
+        params.extend(users)
+    if exclude_users:
+        where.append("USER NOT IN (" + ", ".join(["%s"] * len(exclude_users)) + ")")
+        params.extend(exclude_users)
+    return f"{select} FROM performance_schema.{user_table} WHERE " + " AND ".join(where), params
+
+
+class PerformanceSchemaSource(CounterSource):
+    """Average server-side latency from performance_schema summary tables.
+
+    `kind="statements"` (default) averages per statement, which works on a stock
+    MariaDB 10.11 with performance_schema=ON; `kind="transactions"` needs the
+    transaction instrument enabled. Per-statement latency is smaller than
+    per-transaction latency, so the setpoint must be chosen in the same terms.
+    `connect` must return a pymysql connection with connect/read timeouts set.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        *,
+        kind: str = "statements",
+        users: Sequence[str] = (),
+        exclude_users: Sequence[str] = (),
+        window_s: float = DEFAULT_WINDOW_S,
+        step_s: float = DEFAULT_STEP_S,
+        name: str = "performance_schema",
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._sql, self._params = performance_schema_sql(kind, users, exclude_users)
+        self._connect = connect
+        self._conn: Any = None
+        super().__init__(name=name, window_s=window_s, step_s=step_s, clock=clock)
+
+    def _snapshot(self) -> tuple[float, float]:
+        try:
+            if self._conn is None:
+                conn = self._connect()
+                self._check_enabled(conn)
+                self._conn = conn
+            with self._conn.cursor() as cur:
+                # Always pass a tuple so pymysql applies %-formatting ('%%' in LIKE).
+                cur.execute(self._sql, tuple(self._params))
+                row = cur.fetchone()
+        except Exception:
+            self.close()  # reconnect next step rather than reuse a broken session
+            raise
+        if not row:
+            return 0.0, 0.0
+        return float(row[0] or 0) / _PS_PER_SECOND, float(row[1] or 0)
+
+    @staticmethod
+    def _check_enabled(conn: Any) -> None:
+        # With performance_schema off (MariaDB's default) the tables exist but stay
+        # empty, which would look like an idle tenant forever.
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.performance_schema")
+            row = cur.fetchone()
+        if not row or not int(row[0] or 0):
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - the error below is the one that matters
+                pass
+            raise RuntimeError("performance_schema is OFF on this server (start it with performance_schema=ON)")
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken; nothing more to do
+                pass
+
+
+def _combine_failures(samples: Sequence[LatencySample]) -> str:
+    return "; ".join(f"{s.source}: {s.error}" for s in samples if not s.ok)
+
+
+class MaxOf(LatencySource):
+    """The worst of several sources (e.g. source and target node): least slack rules.
+
+    If any source fails the result fails: the one we cannot see might be the one
+    with no slack left. Sources with an empty window give no evidence and are
+    skipped; if all are empty the result is empty.
+    """
+
+    def __init__(self, sources: Iterable[LatencySource], name: str | None = None) -> None:
+        self.sources = list(sources)
+        if not self.sources:
+            raise InvalidInput("no latency sources given", "at least one is needed")
+        self.name = name or "max(" + ", ".join(s.name for s in self.sources) + ")"
+
+    def read(self) -> LatencySample:
+        return max_of(self.name, [_safe_read(s) for s in self.sources])
+
+    def close(self) -> None:
+        for s in self.sources:
+            s.close()
+
+
+class AggregateOf(LatencySource):
+    """All transactions of several sources as one population (every tenant of a node).
+
+    The average is weighted by transaction count: sum of sums over sum of counts,
+    over the same window, which is exact because samples carry both.
+    """
+
+    def __init__(self, sources: Iterable[LatencySource], name: str | None = None) -> None:
+        self.sources = list(sources)
+        if not self.sources:
+            raise InvalidInput("no latency sources given", "at least one is needed")
+        self.name = name or "all(" + ", ".join(s.name for s in self.sources) + ")"
+
+    def read(self) -> LatencySample:
+        return aggregate_of(self.name, [_safe_read(s) for s in self.sources])
+
+    def close(self) -> None:
+        for s in self.sources:
+            s.close()
+
+
+MeanOf = AggregateOf  # the name used in the design notes
+
+
+def _safe_read(source: LatencySource) -> LatencySample:
+    # Third-party sources may not keep the never-raise promise; the combinators do.
+    try:
+        return source.read()
+    except Exception as exc:  # noqa: BLE001
+        return LatencySample.failed(getattr(source, "name", type(source).__name__), time.monotonic(), _describe(exc))
+
+
+def _combined_times(samples: Sequence[LatencySample]) -> tuple[float, float]:
+    # The oldest reading and the narrowest window: conservative for staleness checks.
+    return min(s.t for s in samples), min(s.window_s for s in samples)
+
+
+def max_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
+    """Combine samples by taking the one with the highest latency."""
+    t, window_s = _combined_times(samples)
+    if any(not s.ok for s in samples):
+        return LatencySample.failed(name, t, _combine_failures(samples))
+    with_data = [s for s in samples if s.count > 0]
+    if not with_data:
+        return LatencySample(name, t, window_s=window_s)
+    worst = max(with_data, key=lambda s: s.sum_s / s.count)
+    return LatencySample(name, t, sum_s=worst.sum_s, count=worst.count, window_s=window_s)
+
+
+def aggregate_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
+    """Combine samples as one population: sum of sums over sum of counts."""
+    t, window_s = _combined_times(samples)
+    if any(not s.ok for s in samples):
+        return LatencySample.failed(name, t, _combine_failures(samples))
+    return LatencySample(
+        name,
+        t,
+        sum_s=sum(s.sum_s for s in samples),
+        count=sum(s.count for s in samples),
+        window_s=window_s,
+    )
+
+
+# --- parsing --latency-source -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencySourceSpec:
+    """A parsed --latency-source value; the migration code builds the source from it."""
+
+    kind: str  # "prometheus" or "performance-schema"
+    url: str = ""
+    metric_name: str = DEFAULT_METRIC
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pfs_kind: str = "statements"
+    users: tuple[str, ...] = ()
+    exclude_users: tuple[str, ...] = ()
+    node: str = "source"  # which side's server to read: source or target
+
+
+_SPEC_HINT = (
+    "for example prometheus,url=http://127.0.0.1:9464/metrics,tenant=t1 "
+    "or performance-schema,exclude-user=slacker"
+)
+
+
+def parse_latency_source_spec(text: str) -> LatencySourceSpec:
+    """Parse `KIND[,key=value...]`.
+
+    prometheus: url= (required), metric= (default slacker_ycsb_txn_latency_seconds),
+    node=source|target, any other key is a label filter.
+    performance-schema (or pfs): table=statements|transactions, user=, exclude-user=
+    (repeatable), node=source|target.
+    """
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise InvalidInput(f"invalid latency source {text!r}", "it is empty", _SPEC_HINT)
+    kind, pairs = parts[0].lower(), []
+    for p in parts[1:]:
+        key, sep, value = p.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InvalidInput(f"invalid latency source {text!r}", f"{p!r} is not key=value", _SPEC_HINT)
+        pairs.append((key.strip(), value.strip()))
+    node = "source"
+    for key, value in pairs:
+        if key == "node":
+            if value not in ("source", "target"):
+                raise InvalidInput(f"invalid latency source {text!r}", "node must be source or target", _SPEC_HINT)
+            node = value
+    pairs = [(k, v) for k, v in pairs if k != "node"]
+    if kind in ("prometheus", "prom"):
+        url, metric, labels = "", DEFAULT_METRIC, {}
+        for key, value in pairs:
+            if key == "url":
+                url = value
+            elif key == "metric":
+                metric = value
+            else:
+                labels[key] = value
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise InvalidInput(f"invalid latency source {text!r}", "prometheus needs url=http://...", _SPEC_HINT)
+        return LatencySourceSpec("prometheus", url=url, metric_name=metric, labels=labels, node=node)
+    if kind in ("performance-schema", "performance_schema", "pfs"):
+        pfs_kind, users, excluded = "statements", [], []
+        for key, value in pairs:
+            if key == "table":
+                pfs_kind = value
+            elif key == "user":
+                users.append(value)
+            elif key == "exclude-user":
+                excluded.append(value)
+            else:
+                raise InvalidInput(f"invalid latency source {text!r}", f"unknown key {key!r} for performance-schema", _SPEC_HINT)
+        if pfs_kind not in _PFS_TABLES:
+            raise InvalidInput(f"invalid latency source {text!r}", "table must be statements or transactions", _SPEC_HINT)
+        return LatencySourceSpec(
+            "performance-schema", pfs_kind=pfs_kind, users=tuple(users), exclude_users=tuple(excluded), node=node
+        )
+    raise InvalidInput(f"invalid latency source {text!r}", f"unknown kind {kind!r}", _SPEC_HINT)

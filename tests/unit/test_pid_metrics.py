@@ -1,0 +1,67 @@
+"""Controller gauges on a Prometheus registry."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from slacker.controller import ThrottleController
+from slacker.controller.metrics import ControllerMetrics
+from slacker.latency import LatencySample
+
+
+def test_gauges_follow_controller_steps() -> None:
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics.on(registry)
+    assert ControllerMetrics.on(registry) is metrics  # registering twice would raise
+    c = ThrottleController(1.0, 50_000_000)
+    labels = {"migration": "m1", "tenant": "t1"}
+
+    step = c.step(LatencySample("x", 0.0, sum_s=50.0, count=100), 0.0)
+    metrics.update(step, **labels)
+    value = lambda name: registry.get_sample_value(name, labels)  # noqa: E731
+    assert value("slacker_controller_latency_seconds") == 0.5
+    assert value("slacker_controller_setpoint_seconds") == 1.0
+    assert value("slacker_controller_rate_bytes_per_second") == step.rate_bytes_per_s
+    assert value("slacker_controller_i_term") == step.i
+    assert value("slacker_controller_latency_source_up") == 1
+
+    step = c.step(LatencySample.failed("x", 1.0, "down"), 1.0)
+    metrics.update(step, **labels)
+    assert math.isnan(value("slacker_controller_latency_seconds"))
+    assert value("slacker_controller_latency_source_up") == 0
+
+    metrics.remove(**labels)
+    metrics.remove(**labels)  # idempotent
+    assert b'migration="m1"' not in generate_latest(registry)
+
+
+def test_rate_policy_glue_never_raises_and_reports() -> None:
+    from slacker.controller.loop import RatePolicy
+    from slacker.latency import LatencySource
+
+    class Broken(LatencySource):
+        name = "broken"
+
+        def read(self) -> LatencySample:
+            raise RuntimeError("plugin bug")
+
+    registry = CollectorRegistry()
+    policy = RatePolicy(
+        Broken(),
+        ThrottleController(1.0, 1000, initial_fraction=0.5),
+        metrics=ControllerMetrics.on(registry),
+        migration="m2",
+        tenant="t2",
+    )
+    assert policy.initial_rate() == 500
+    rates = []
+    for k in range(6):
+        rate, state = policy.step(float(k), k * 100)
+        rates.append(rate)
+    assert rates == [500, 500, 250, 125, 62, 31]
+    assert state["source_ok"] is False and "plugin bug" in state["note"] and state["bytes_done"] == 500
+    assert registry.get_sample_value("slacker_controller_rate_bytes_per_second", {"migration": "m2", "tenant": "t2"}) == 31
+    policy.close()
+    assert registry.get_sample_value("slacker_controller_rate_bytes_per_second", {"migration": "m2", "tenant": "t2"}) is None

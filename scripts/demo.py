@@ -97,7 +97,7 @@ def main() -> int:
         if harness is not None and have("slacker.throttle"):
             setpoint = args.setpoint or _setpoint_from_baseline(series)
             mig += ["--setpoint", setpoint, "--max-rate", "100MB/s",
-                    "--latency-source", "prom:http://127.0.0.1:9464/metrics"]
+                    "--latency-source", "prometheus,url=http://127.0.0.1:9464/metrics,tenant=demo"]
         else:
             mig += ["--rate", "20MB/s"]
         p = sh(*mig, "--json", capture=True, check=False)

@@ -32,7 +32,7 @@ class Endpoint:
     def connect(self, database: str | None = None, timeout_s: float = 5.0, autocommit: bool = True, **kwargs):
         return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
                                database=database, connect_timeout=timeout_s, autocommit=autocommit,
-                               charset="utf8mb4", **kwargs)
+                               charset="utf8mb4", **{"ssl_disabled": True, **kwargs})
 
 
 def resolve(tenant_id: str, cluster=None, directory: DirectoryStore | None = None, agents: dict | None = None

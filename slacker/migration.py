@@ -111,6 +111,7 @@ class Migration:
         self.rounds: list[RoundReport] = []
         self.bytes_total = 0
         self.freeze_ms: float | None = None
+        self.handover_steps_ms: dict[str, float] = {}
         self.verified: bool | None = None
         self.result: str | None = None
         self.error: SlackerError | None = None
@@ -172,7 +173,8 @@ class Migration:
             "bytes_done": self.bytes_done(), "bytes_total": self.bytes_total,
             "rate_bytes_per_s": rate, "unthrottled": rate is None,
             "throughput_bytes_per_s": round(self._throughput, 1), "eta_s": self.eta_s(),
-            "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms, "verified": self.verified,
+            "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms,
+            "handover_steps_ms": self.handover_steps_ms, "verified": self.verified,
             "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
             "series_path": str(self.series_path), "pipe": self.opts.pipe,
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
@@ -466,10 +468,15 @@ class Migration:
                     raise MigrationFailed("ownership changed underneath", f"epoch is {own.epoch}", "",
                                           phase="handover") from None
 
+    def _mark(self, step: str, t0: float) -> None:
+        """Cumulative ms since the freeze began, per handover step: where a long freeze went."""
+        self.handover_steps_ms[step] = round((time.monotonic() - t0) * 1000, 1)
+
     def _handover(self) -> None:
         self._phase("handover")
         t0 = time.monotonic()
         frozen = self._freeze()
+        self._mark("locked", t0)
         with frozen.cursor() as cur:
             cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
             final = cur.fetchone()[0] or ""
@@ -477,10 +484,14 @@ class Migration:
         self._target("POST", f"/v1/incoming/{self.id}/wait",
                      {"gtid": final, "timeout_s": self.opts.handover_timeout_s},
                      timeout_s=self.opts.handover_timeout_s + 30)
+        self._mark("caught_up", t0)
         if self.opts.verify:
             self._verify(frozen)
+            self._mark("verified", t0)
         self._target("POST", f"/v1/incoming/{self.id}/promote", {"final_gtid": final}, timeout_s=60)
+        self._mark("promoted", t0)
         self._flip(frozen, final, t0)
+        self._mark("flipped", t0)
 
     def _stop_and_copy(self) -> None:
         self._phase("copy")

@@ -33,6 +33,8 @@ class MigrationService:
             from .throttle import build_rate_policy
             rate_policy = build_rate_policy(self.node, tenant_id, options)
         mig = Migration(self.node, tenant_id, options, rate_policy=rate_policy)
+        if rate_policy is not None:
+            rate_policy.migration = mig.id
         self.node._claim(tenant_id)
         with self._lock:
             self._outgoing[mig.id] = mig

@@ -12,7 +12,7 @@ from slacker.procs import alive
 
 from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
                                 start_migration, tenant_checksums, wait_migration)
-from .writer import AckedWriter
+from slacker.ackwriter import AckedWriter
 
 
 def run_migration_under_load(cluster, **options):

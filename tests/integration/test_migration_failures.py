@@ -12,7 +12,7 @@ from slacker.procs import alive, read_pid, wait_gone
 
 from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
                                 start_migration, wait_migration, wait_phase)
-from .writer import AckedWriter
+from slacker.ackwriter import AckedWriter
 
 
 @pytest.fixture

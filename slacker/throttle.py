@@ -1,0 +1,131 @@
+"""Wiring the latency-targeting controller into a migration (`slacker migrate --setpoint`).
+
+Builds the latency source(s) from --latency-source specs, checks up front that
+they answer and that the setpoint is above the latency measured before the copy
+(unless --force), and hands the migration a RatePolicy that its tick steps every
+`--step`. Runtime changes (`slacker migrate --set`) land in `apply_settings`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import mariadb
+from .controller.baselines import FixedRate, ThresholdThrottle
+from .controller.loop import RatePolicy
+from .controller.metrics import ControllerMetrics
+from .controller.pid import ThrottleConfig
+from .errors import InvalidInput
+from .latency import (AggregateOf, LatencySource, MaxOf, PerformanceSchemaSource, PrometheusHistogramSource,
+                      parse_latency_source_spec)
+
+DEFAULT_MAX_RATE = 200_000_000
+DEFAULT_SOURCES = ("performance-schema,exclude-user=slacker",)
+KINDS = ("pid", "threshold", "fixed")
+
+
+def build_source(node, spec_text: str, window_s: float, step_s: float) -> LatencySource:
+    spec = parse_latency_source_spec(spec_text)
+    if spec.kind == "prometheus":
+        return PrometheusHistogramSource(spec.url, spec.metric_name, dict(spec.labels) or None, window_s=window_s,
+                                         step_s=step_s, name=f"prometheus:{spec.url}")
+    if spec.node != "source":
+        raise InvalidInput(f"latency source {spec_text!r} is not supported",
+                           "performance_schema can only be read on the source node",
+                           "export the target's latency over Prometheus and use prometheus,url=...")
+    # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic.
+    parts = []
+    for t in node.tenants.list():
+        if t.info.desired_state != "running":
+            continue
+        parts.append(PerformanceSchemaSource(
+            (lambda tenant=t: tenant.admin_connect(timeout_s=2)), kind=spec.pfs_kind, users=spec.users,
+            exclude_users=spec.exclude_users or (mariadb.ADMIN_USER,), window_s=window_s, step_s=step_s,
+            name=f"performance_schema:{t.id}"))
+    if not parts:
+        raise InvalidInput("no tenant to read latency from", f"node {node.name} runs none", "")
+    return parts[0] if len(parts) == 1 else AggregateOf(parts)
+
+
+def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
+    """Validate the controller settings and measure the latency before any byte moves."""
+    c = dict(options.controller or {})
+    kind = c.get("kind") or "pid"
+    if kind not in KINDS:
+        raise InvalidInput(f"unknown controller {kind!r}", f"choose {', '.join(KINDS)}", "")
+    if c.get("setpoint_s") is None:
+        raise InvalidInput("a latency-targeting migration needs --setpoint", "", "for example --setpoint 1500ms")
+    cfg = ThrottleConfig.from_options(float(c["setpoint_s"]), float(c.get("max_rate_bytes_per_s") or DEFAULT_MAX_RATE),
+                                      c.get("gains"), c.get("window_s"), c.get("step_s"))
+    specs = list(c.get("latency_sources") or DEFAULT_SOURCES)
+    sources = [build_source(node, s, cfg.window_s, cfg.step_s) for s in specs]
+    source = sources[0] if len(sources) == 1 else MaxOf(sources)
+    baseline = measure(source, cfg.window_s)
+    if baseline.ok is False:
+        source.close()
+        raise InvalidInput("cannot read the latency source", baseline.error or "no answer",
+                           "check --latency-source; nothing was copied")
+    if (baseline.latency_s is not None and baseline.latency_s >= cfg.setpoint_s and not c.get("force")
+            and kind != "fixed"):
+        source.close()
+        raise InvalidInput(f"setpoint {cfg.setpoint_s * 1000:.0f}ms is below the latency measured now",
+                           f"{baseline.latency_s * 1000:.0f}ms before any copying",
+                           "the copy could never run: raise --setpoint, or pass --force")
+    if kind == "pid":
+        controller = cfg.controller()
+    elif kind == "threshold":
+        controller = ThresholdThrottle(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
+    else:
+        controller = FixedRate(float(c.get("rate_bytes_per_s") or options.rate_bytes_per_s or 0),
+                               setpoint_s=cfg.setpoint_s)
+    options.step_s = cfg.step_s
+    policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
+    policy.baseline_latency_s = baseline.latency_s
+    policy.kind = kind
+    return policy
+
+
+def measure(source: LatencySource, window_s: float):
+    """Two reads a window apart: the first sets the counters' baseline, the second is the average."""
+    first = source.read()
+    if not first.ok:
+        return first
+    time.sleep(window_s)
+    return source.read()
+
+
+def apply_settings(migration, body: dict) -> None:
+    """`slacker migrate --set`: setpoint, max rate, fixed rate, pause, resume — live."""
+    policy = migration.rate_policy
+    known = {"setpoint_s", "max_rate_bytes_per_s", "rate_bytes_per_s", "pause", "resume"}
+    unknown = set(body) - known
+    if unknown:
+        raise InvalidInput(f"unknown setting(s) {', '.join(sorted(unknown))}", f"known: {', '.join(sorted(known))}", "")
+    if policy is None:
+        if {"setpoint_s", "max_rate_bytes_per_s"} & set(body):
+            raise InvalidInput("this migration has no latency controller",
+                               "setpoint and max-rate need a migration started with --setpoint",
+                               "use rate=, pause or resume")
+        if "rate_bytes_per_s" in body:
+            migration.paused_rate = None
+            migration.set_rate(float(body["rate_bytes_per_s"]))
+        if body.get("pause"):
+            migration.paused_rate = migration.current_rate()
+            migration.set_rate(0)
+        if body.get("resume"):
+            migration.set_rate(getattr(migration, "paused_rate", None))
+        return
+    ctl = policy.controller
+    if "rate_bytes_per_s" in body:
+        raise InvalidInput("this migration is steered by its controller", "a fixed rate would fight it",
+                           "change setpoint= or max-rate= instead")
+    if "setpoint_s" in body:
+        ctl.set_setpoint(float(body["setpoint_s"]))
+    if "max_rate_bytes_per_s" in body:
+        ctl.set_max_rate(float(body["max_rate_bytes_per_s"]))
+    if body.get("pause"):
+        ctl.pause()
+        if migration.pipe is not None:
+            migration.pipe.set_rate(0)
+    if body.get("resume"):
+        ctl.resume()

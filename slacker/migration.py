@@ -418,8 +418,22 @@ class Migration:
     def _verify(self, frozen) -> None:
         from .agent.checksums import table_checksums
 
+        # Both sides at once: the freeze lasts as long as the slower of the two, not their sum.
+        box: dict = {}
+
+        def target_side():
+            try:
+                box["dst"] = self._target("POST", f"/v1/incoming/{self.id}/checksums", {}, timeout_s=600)["checksums"]
+            except BaseException as exc:  # re-raised in the migration's thread
+                box["err"] = exc
+
+        t = threading.Thread(target=target_side, daemon=True)
+        t.start()
         src = table_checksums(frozen)
-        dst = self._target("POST", f"/v1/incoming/{self.id}/checksums", {}, timeout_s=600)["checksums"]
+        t.join()
+        if "err" in box:
+            raise box["err"]
+        dst = box["dst"]
         if src != dst:
             diff = sorted(k for k in set(src) | set(dst) if src.get(k) != dst.get(k))
             raise MigrationFailed("verification failed", f"checksums differ for {', '.join(diff[:5])}",
@@ -566,10 +580,18 @@ class Migration:
             inst = max(0.0, (done - b_prev) / (now - t_prev))
             self._throughput = inst if self._throughput == 0 else 0.6 * self._throughput + 0.4 * inst
         self._last_bytes = (now, done)
-        if self.phase == "snapshot" and self.pipe is not None and self.rate_policy is not None:
-            rate, state = self.rate_policy.step(now, done)
-            self.pipe.set_rate(rate)
-            self.controller_state = state
+        if self.rate_policy is not None:
+            if self.phase == "snapshot" and self.pipe is not None and not self.pipe.done:
+                rate, state = self.rate_policy.step(now, done)
+                self.pipe.set_rate(rate)
+                self.controller_state = state
+            elif self.result is None and self.phase not in ("pending", "preflight"):
+                # Outside the copy the controller has nothing to steer, but the latency still tells
+                # what prepare, delta and the freeze cost the clients: keep recording it.
+                sample = self.rate_policy.source.read()
+                state = dict(self.controller_state or {})
+                state.update(latency_s=sample.latency_s, note="observing (no copy in this phase)")
+                self.controller_state = state
         self._record()
 
     def _record(self) -> None:

@@ -113,14 +113,15 @@ def arrival_offsets(kind: str, profile: RateProfile, rng: random.Random) -> Iter
 
     Poisson: exponential gaps at the rate in force; at a rate change the draw
     restarts at the boundary, which is exact because the process is memoryless.
-    Constant: gaps of exactly 1/rate.
+    Constant: gaps of exactly 1/rate, the first at the start of each rate segment.
     """
     if kind not in ARRIVALS:
         raise InvalidInput(f"invalid arrival process {kind!r}", "expected poisson or constant",
                            "for example --arrival poisson")
     t = 0.0
     if kind == "constant":
-        # The first arrival at 0: a constant process has no reason to wait a gap first.
+        # A lattice start + k/rate per segment (no float drift over long runs); each
+        # segment starts with an arrival at its first instant.
         while True:
             rate, end = profile.segment_at(t)
             if rate <= 0:
@@ -128,8 +129,14 @@ def arrival_offsets(kind: str, profile: RateProfile, rng: random.Random) -> Iter
                     return
                 t = end
                 continue
-            yield t
-            t += 1.0 / rate
+            start, k = t, 0
+            while True:
+                at = start + k / rate
+                if at >= end:
+                    break
+                yield at
+                k += 1
+            t = end
     expovariate = rng.expovariate
     while True:
         rate, end = profile.segment_at(t)

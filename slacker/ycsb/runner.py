@@ -323,7 +323,7 @@ class _TenantBench:
         try:
             nxt = next(offsets, math.inf)
             while True:
-                window_s = harness.window_end - t0
+                window_s = harness.window_s
                 now_s = clock() - t0
                 n = 0
                 while nxt <= now_s and nxt < window_s:
@@ -413,7 +413,7 @@ class Harness:
         self.benches = [_TenantBench(self, t, i) for i, t in enumerate(cfg.targets)]
         self.metrics: MetricsServer | None = None
         self.t0 = 0.0
-        self.window_end = math.inf
+        self.window_s = math.inf      # the arrival window, from t0; stop() shortens it
         self.stopping = False        # no new arrivals
         self.stopping_hard = False   # queued transactions are dropped, retries given up
         self.interrupted = False
@@ -426,6 +426,10 @@ class Harness:
         self._started_at = ""
         self._result: RunResult | None = None
         self._old_switch: float | None = None
+
+    @property
+    def window_end(self) -> float:
+        return self.t0 + self.window_s
 
     @property
     def metrics_url(self) -> str:
@@ -457,7 +461,7 @@ class Harness:
         self._started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._cpu0 = time.process_time()
         self.t0 = time.monotonic()
-        self.window_end = self.t0 + self.cfg.duration_s
+        self.window_s = self.cfg.duration_s
         for b in self.benches:
             b.start(self.t0)
         self._reporter = threading.Thread(target=self._report_loop, name="ycsb-report", daemon=True)
@@ -465,9 +469,9 @@ class Harness:
 
     def stop(self, drain: bool = False) -> None:
         """End the arrival window now; with drain=False queued transactions are dropped too."""
-        now = time.monotonic()
-        if now < self.window_end:
-            self.window_end = now
+        now_s = time.monotonic() - self.t0
+        if now_s < self.window_s:
+            self.window_s = now_s
         self.stopping = True
         self.interrupted = True
         if not drain:

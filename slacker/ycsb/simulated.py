@@ -35,6 +35,7 @@ class SimulatedServer:
     serial: bool = False
     down: bool = False
     read_only: bool = False
+    fail_with: tuple[int, str] | None = None  # every transaction fails with this (code, message)
     rows: int = 1000
     transactions: int = 0
     statements: int = 0
@@ -83,6 +84,8 @@ class SimulatedDriver(Driver):
             if conn.closed:
                 raise SimulatedError(2006, "Server has gone away")
             server.check()
+            if server.fail_with is not None:
+                raise SimulatedError(*server.fail_with)
             if server.read_only and any(not returns_rows for returns_rows, _ in statements):
                 raise SimulatedError(1290, "The MariaDB server is running with the --read-only option")
             wait_s = server.service_time_s + server.per_statement_s * len(statements)

@@ -1,0 +1,306 @@
+"""The open-loop harness against a simulated database: latency accounting, retries, following, metrics."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from slacker.client import Endpoint
+from slacker.errors import InvalidInput, TenantError
+from slacker.ycsb.metrics import LATENCY_METRIC, LatencySummary, LogHistogram, TenantStats, percentile_sorted
+from slacker.ycsb.properties import load_workload
+from slacker.ycsb.results import RunResult
+from slacker.ycsb.runner import Harness, RunConfig, run_benchmark
+from slacker.ycsb.simulated import SimulatedDriver, SimulatedServer
+from slacker.ycsb.targets import TenantTarget
+
+WL = load_workload([], {"recordcount": 1000, "operationspertransaction": 10, "readproportion": 0.85,
+                        "updateproportion": 0.15})
+EP = Endpoint("t1", "sim", 1, "app", "secret", node="n1", epoch=1)
+
+
+def _config(server, rate=50.0, duration=0.5, **kw) -> RunConfig:
+    servers = server if isinstance(server, dict) else {0: server}
+    kw.setdefault("targets", [TenantTarget.fixed(EP, rate)])
+    kw.setdefault("seed", 7)
+    kw.setdefault("drain_timeout_s", 10.0)
+    return RunConfig(workload=kw.pop("workload", WL), duration_s=duration,
+                     driver_factory=lambda: SimulatedDriver(servers), **kw)
+
+
+# --- latency accounting -----------------------------------------------------------------------
+
+
+def test_latency_includes_queue_time():
+    """A slow single worker: transaction k arrives at 0.02k, waits, runs 40 ms: latency 0.04 + 0.02k."""
+    server = SimulatedServer(service_time_s=0.04)
+    res = run_benchmark(_config(server, rate=50.0, duration=0.5, mpl=1, arrival="constant"))
+    t = res.tenants[0]
+    assert t.arrivals == 25 and t.completed == 25 and not t.abandoned
+    expected = [0.04 + 0.02 * k for k in range(25)]
+    lat = t.latency
+    # Sleeps only ever run late, so measured latencies sit at or above the model (more so on a busy machine).
+    assert expected[-1] <= lat.max_s <= expected[-1] + 0.1
+    assert sum(expected) / 25 <= lat.mean_s <= sum(expected) / 25 + 0.06
+    assert expected[12] * 0.99 <= lat.p50_s <= expected[12] + 0.06
+    # Without the queue the latency would be the 40 ms service time.
+    assert lat.mean_s > 5 * 0.04
+    # Commits before the window closed (done at 0.04(k+1) <= 0.5): the rate is not sustained.
+    assert 11 <= t.completed_in_window <= 12
+    assert not t.sustained and t.queue_max >= 10
+    assert res.elapsed_s >= 1.0  # the queue drained after the window
+
+
+def test_idle_workers_add_no_queue_time():
+    server = SimulatedServer(service_time_s=0.002)
+    res = run_benchmark(_config(server, rate=100.0, duration=0.5, mpl=10, arrival="constant"))
+    t = res.tenants[0]
+    assert t.completed == t.arrivals == 50
+    # Typical latency is the 2 ms service time; a busy test machine may delay a few threads.
+    assert t.latency.p50_s < 0.01
+    assert t.sustained and t.queue_max <= 3
+
+
+def test_latency_is_measured_from_the_scheduled_arrival():
+    # Record scheduled -> done directly: the latency is what was recorded, whatever the service took.
+    st = TenantStats("t1")
+    lat = st.record_commit(10.0, 10.25, [8, 2, 0, 0, 0])
+    assert lat == pytest.approx(0.25)
+    counts, total, n = st.histogram()
+    assert n == 1 and total == pytest.approx(0.25) and sum(counts) == 1
+
+
+# --- the open loop ------------------------------------------------------------------------------
+
+
+def test_arrivals_do_not_wait_for_completions():
+    """A stalled server does not slow the schedule: arrivals keep coming and queue up."""
+    server = SimulatedServer(service_time_s=0.3, serial=True)
+    res = run_benchmark(_config(server, rate=100.0, duration=0.6, mpl=2, arrival="constant", drain_timeout_s=0.2))
+    t = res.tenants[0]
+    assert t.arrivals == 60
+    assert t.completed < 10
+    assert t.queue_at_end >= 50
+    assert t.unfinished >= 45  # dropped when the drain timed out
+    assert not t.sustained
+
+
+def test_operation_mix_and_counts():
+    server = SimulatedServer()
+    res = run_benchmark(_config(server, rate=800.0, duration=0.5, mpl=4))
+    t = res.tenants[0]
+    ops = t.operations
+    assert t.completed == t.arrivals > 300
+    assert ops["read"] + ops["update"] == 10 * t.completed
+    assert ops["read"] / (10 * t.completed) == pytest.approx(0.85, abs=0.02)
+    assert server.transactions == t.completed
+    assert server.statements == 10 * t.completed
+    assert res.operations_total == 10 * t.completed
+    assert res.ops_per_cpu_s and res.ops_per_cpu_s > 0
+
+
+def test_intervals_and_json_lines(tmp_path):
+    server = SimulatedServer(service_time_s=0.001)
+    out = tmp_path / "series.jsonl"
+    seen = []
+    res = run_benchmark(_config(server, rate=400.0, duration=0.5, interval_s=0.125, out_path=str(out),
+                                on_interval=seen.append))
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == len(seen) == len(res.intervals)
+    run_lines = [x for x in lines if x["phase"] == "run"]
+    assert len(run_lines) == 4
+    assert run_lines[-1]["t_s"] == pytest.approx(0.5, abs=0.02)
+    assert sum(x["arrivals"] for x in lines) == res.tenants[0].arrivals
+    assert sum(x["completed"] for x in lines) == res.tenants[0].completed
+    for x in run_lines:
+        assert x["tenant"] == "t1" and x["target_tps"] == 400.0
+        assert {"offered_tps", "achieved_tps", "queue_length", "latency_p99_s", "latency_max_s"} <= set(x)
+
+
+def test_rate_steps_change_the_offered_rate():
+    server = SimulatedServer()
+    from slacker.ycsb.arrivals import parse_rate_step
+
+    res = run_benchmark(_config(server, rate=200.0, duration=0.5, arrival="constant", interval_s=0.25,
+                                rate_steps=[parse_rate_step("250ms:+40%")]))
+    runs = [r for r in res.intervals if r.phase == "run"]
+    # The reporter ticks a little after the boundary, so an arrival due exactly then may land either side.
+    assert runs[0].arrivals == pytest.approx(50, abs=1) and runs[1].arrivals == pytest.approx(70, abs=1)
+    assert res.tenants[0].arrivals == 120
+    assert runs[1].target_tps == pytest.approx(280)
+
+
+def test_several_tenants_run_independent_benchmarks():
+    servers = {1: SimulatedServer(service_time_s=0.001), 2: SimulatedServer(service_time_s=0.001)}
+    targets = [TenantTarget.fixed(Endpoint("t1", "sim", 1, "app", ""), 200.0),
+               TenantTarget.fixed(Endpoint("t2", "sim", 2, "app", ""), 100.0)]
+    res = run_benchmark(_config(servers, duration=0.5, targets=targets, arrival="constant"))
+    assert [t.tenant for t in res.tenants] == ["t1", "t2"]
+    assert res.tenant("t1").arrivals == 100 and res.tenant("t2").arrivals == 50
+    assert servers[1].transactions == 100 and servers[2].transactions == 50
+
+
+# --- failures, retries, following ------------------------------------------------------------------
+
+
+def test_retryable_failures_are_retried_until_they_commit():
+    server = SimulatedServer(service_time_s=0.001, read_only=True)
+    threading.Timer(0.3, lambda: setattr(server, "read_only", False)).start()
+    res = run_benchmark(_config(server, rate=100.0, duration=0.8, arrival="constant"))
+    t = res.tenants[0]
+    assert t.failures.get("read_only", 0) > 0
+    assert not t.abandoned
+    assert t.completed == t.arrivals == 80
+    assert t.latency.max_s >= 0.2  # the retried transactions waited out the freeze
+
+
+def test_final_failures_are_not_retried():
+    server = SimulatedServer(fail_with=(1062, "Duplicate entry"))
+    res = run_benchmark(_config(server, rate=50.0, duration=0.4, arrival="constant"))
+    t = res.tenants[0]
+    assert t.completed == 0
+    assert t.failures == {"duplicate_key": 20} and t.abandoned == {"duplicate_key": 20}
+
+
+def test_retry_gives_up_after_the_retry_timeout():
+    server = SimulatedServer(service_time_s=0.001)
+    threading.Timer(0.1, lambda: setattr(server, "down", True)).start()
+    res = run_benchmark(_config(server, rate=50.0, duration=0.4, retry_timeout_s=0.3, drain_timeout_s=2.0,
+                                arrival="constant"))
+    t = res.tenants[0]
+    assert t.abandoned.get("connection_lost", 0) >= 1
+    assert t.failures["connection_lost"] >= t.abandoned["connection_lost"]
+    assert res.elapsed_s < 5
+
+
+def test_follows_the_tenant_to_its_new_owner():
+    """The owner stops; after the directory flips, workers reconnect to the new one and the gap is recorded."""
+    old = SimulatedServer(service_time_s=0.002)
+    new = SimulatedServer(service_time_s=0.002)
+    owner = {"ep": Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)}
+
+    def handover():
+        old.down = True
+        time.sleep(0.2)
+        owner["ep"] = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
+
+    threading.Timer(0.4, handover).start()
+    targets = [TenantTarget("t1", 100.0, lambda: owner["ep"])]
+    res = run_benchmark(_config({1: old, 2: new}, duration=1.0, targets=targets, arrival="constant"))
+    t = res.tenants[0]
+    assert t.completed == t.arrivals == 100 and not t.abandoned
+    assert old.transactions > 20 and new.transactions > 20
+    assert (t.epoch_start, t.epoch_end, t.node_end) == (1, 2, "n2")
+    assert t.reconnects >= 1
+    assert len(t.gaps) == 1
+    gap = t.gaps[0]
+    assert (gap.epoch_before, gap.epoch_after, gap.node_before, gap.node_after) == (1, 2, "n1", "n2")
+    assert 0.15 <= gap.gap_s <= 0.8
+    assert gap.start_s == pytest.approx(0.4, abs=0.05)
+    assert t.failures.get("connection_lost", 0) >= 1
+
+
+def test_unreachable_tenant_fails_fast():
+    cfg = _config({5: SimulatedServer()}, targets=[TenantTarget.fixed(Endpoint("t9", "sim", 99, "app", ""), 10)])
+    t0 = time.monotonic()
+    with pytest.raises(TenantError, match="cannot reach tenant t9 at sim:99"):
+        run_benchmark(cfg)
+    assert time.monotonic() - t0 < 2
+
+
+def test_config_is_validated():
+    with pytest.raises(InvalidInput, match="MPL"):
+        Harness(_config(SimulatedServer(), mpl=0))
+    with pytest.raises(InvalidInput, match="listed twice"):
+        Harness(_config(SimulatedServer(), targets=[TenantTarget.fixed(EP, 1), TenantTarget.fixed(EP, 2)]))
+    with pytest.raises(InvalidInput, match="database"):
+        Harness(_config(SimulatedServer(), database="x;y"))
+
+
+def test_stop_ends_the_run_early():
+    server = SimulatedServer(service_time_s=0.001)
+    with Harness(_config(server, rate=100.0, duration=30.0)) as h:
+        h.start()
+        time.sleep(0.3)
+        h.stop()
+        res = h.wait(timeout_s=10)
+    assert res.interrupted and res.duration_s < 1.0
+    assert res.tenants[0].completed > 10
+
+
+# --- the Prometheus endpoint --------------------------------------------------------------------
+
+
+def test_metrics_endpoint_histogram_matches_the_run():
+    servers = {1: SimulatedServer(service_time_s=0.003), 2: SimulatedServer(service_time_s=0.001)}
+    targets = [TenantTarget.fixed(Endpoint("t1", "sim", 1, "app", ""), 150.0),
+               TenantTarget.fixed(Endpoint("t2", "sim", 2, "app", ""), 60.0)]
+    with Harness(_config(servers, duration=0.6, targets=targets, metrics_port=0)) as h:
+        h.start()
+        res = h.wait()
+        text = urllib.request.urlopen(h.metrics_url, timeout=5).read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    hist = families[LATENCY_METRIC]
+    assert hist.type == "histogram"
+    for t in res.tenants:
+        samples = [s for s in hist.samples if s.labels.get("tenant") == t.tenant]
+        count = next(s.value for s in samples if s.name == LATENCY_METRIC + "_count")
+        total = next(s.value for s in samples if s.name == LATENCY_METRIC + "_sum")
+        buckets = [s for s in samples if s.name == LATENCY_METRIC + "_bucket"]
+        assert count == t.completed
+        assert total == pytest.approx(t.latency.mean_s * t.completed, rel=1e-6)
+        les = [float(s.labels["le"]) for s in buckets]
+        assert les[0] <= 0.001 and 30.0 in les and les[-1] == float("inf")
+        assert [s.value for s in buckets] == sorted(s.value for s in buckets)  # cumulative
+        assert buckets[-1].value == count
+    for name in ("slacker_ycsb_offered_txn_per_second", "slacker_ycsb_achieved_txn_per_second",
+                 "slacker_ycsb_queue_length", "slacker_ycsb_target_txn_per_second"):
+        assert {s.labels["tenant"] for s in families[name].samples} == {"t1", "t2"}
+    ops = {(s.labels["tenant"], s.labels["op"]): s.value for s in families["slacker_ycsb_operations"].samples}
+    assert ops[("t1", "read")] == res.tenant("t1").operations["read"]
+
+
+def test_metrics_are_readable_by_the_controllers_source():
+    from slacker.latency import parse_histogram_totals
+
+    server = SimulatedServer(service_time_s=0.002)
+    with Harness(_config(server, rate=100.0, duration=0.5, metrics_port=0)) as h:
+        h.start()
+        res = h.wait()
+        text = urllib.request.urlopen(h.metrics_url, timeout=5).read().decode()
+    total, count = parse_histogram_totals(text, LATENCY_METRIC, {"tenant": "t1"})
+    assert count == res.tenants[0].completed
+
+
+# --- summaries and results ---------------------------------------------------------------------------
+
+
+def test_percentiles_and_log_histogram():
+    data = [i / 1000 for i in range(1, 1001)]
+    s = LatencySummary.of(data)
+    assert (s.p50_s, s.p95_s, s.p99_s, s.max_s) == (0.5, 0.95, 0.99, 1.0)
+    assert percentile_sorted([1.0], 99) == 1.0
+    h = LogHistogram()
+    h.add_many(data)
+    hs = h.summary()
+    assert hs.count == 1000 and hs.max_s == 1.0 and hs.mean_s == pytest.approx(s.mean_s)
+    for a, b in ((hs.p50_s, 0.5), (hs.p95_s, 0.95), (hs.p99_s, 0.99)):
+        assert a == pytest.approx(b, rel=0.01)
+    assert LogHistogram().summary().p50_s is None
+
+
+def test_result_round_trips_through_json():
+    server = SimulatedServer(service_time_s=0.001)
+    res = run_benchmark(_config(server, rate=100.0, duration=0.3))
+    doc = json.loads(json.dumps(res.to_dict(include_intervals=True)))
+    back = RunResult.from_dict(doc)
+    assert back.tenants[0].completed == res.tenants[0].completed
+    assert back.tenants[0].latency == res.tenants[0].latency
+    assert len(back.intervals) == len(res.intervals)
+    assert back.sustained == res.sustained
+    assert "secret" not in json.dumps(doc)

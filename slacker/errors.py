@@ -24,7 +24,8 @@ class SlackerError(Exception):
             text += f": {self.why}"
         if self.hint:
             text += f" ({self.hint})"
-        return text
+        # One line, always: tool output quoted in `why` must not break it.
+        return " | ".join(part.strip() for part in text.splitlines() if part.strip())
 
     def to_dict(self) -> dict:
         return {"error": type(self).__name__, "what": self.what, "why": self.why, "hint": self.hint}

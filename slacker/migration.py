@@ -200,6 +200,10 @@ class Migration:
             self._cleanup_success()
             self.result = "succeeded"
         except BaseException as exc:  # every failure path ends in a rollback
+            if self._abort.is_set() and not isinstance(exc, MigrationAborted):
+                # An abort tears the pipeline down; what broke as a consequence is not the story.
+                exc = MigrationAborted(f"migration {self.id} aborted", self._abort_reason,
+                                       "the source keeps serving", phase=self.phase)
             err = exc if isinstance(exc, SlackerError) else MigrationFailed(
                 "migration failed", f"{type(exc).__name__}: {exc}", "see the source agent's log", phase=self.phase)
             if not isinstance(err, MigrationFailed):

@@ -155,6 +155,7 @@ class TenantStats:
         self.in_flight = 0
         # Following the tenant.
         self.last_commit_t: float | None = None
+        self.recovered_t = float("-inf")   # end of the last recorded gap
         self.disrupted_since: float | None = None
         self._disruption_reason = ""
         self._epoch_before = 0
@@ -209,6 +210,7 @@ class TenantStats:
             if since is None:
                 return  # another worker's commit ended it
             self.disrupted_since = None
+            self.recovered_t = done_t
             # The gap runs from the last commit before the disruption (or its start, if none yet).
             last_ok = self.last_commit_t if self.last_commit_t is not None and self.last_commit_t <= since else since
             self.gaps.append(Gap(start_s=last_ok - self.t0, gap_s=done_t - last_ok, reason=self._disruption_reason,
@@ -226,6 +228,11 @@ class TenantStats:
             for i, c in enumerate(snap.ops):
                 self.ops[i] += c
         return snap
+
+    def has_pending(self) -> bool:
+        """Anything recorded since the last take_interval()?"""
+        with self.lock:
+            return bool(self._cur_latencies or self._cur_failures or self._cur_abandoned)
 
     def histogram(self) -> tuple[list[int], float, int]:
         """(bucket counts incl. +Inf, sum, count) read consistently."""

@@ -96,12 +96,14 @@ class _Worker:
         self.endpoint: Endpoint | None = None
         self.run_txn: Callable[[Sequence[tuple[bool, str]]], None] | None = None
         self.busy = False
+        self.connected_t = 0.0
         self.thread: threading.Thread | None = None
 
     def connect(self, ep: Endpoint) -> None:
         b = self.bench
         conn = b.driver.connect(ep, b.database, b.cfg.connect_timeout_s, b.cfg.query_timeout_s)
         self.conn, self.endpoint, self.run_txn = conn, ep, b.driver.transaction_runner(conn)
+        self.connected_t = time.monotonic()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -157,7 +159,9 @@ class _Worker:
             if failure is None:
                 raise exc
             b.stats.record_failure(failure.reason)
-            if failure.connection_lost or failure.reason == "read_only":
+            # A connection opened before the last recovery is a leftover of that outage (an idle
+            # worker finding its socket dead later), not a new one.
+            if (failure.connection_lost and self.connected_t >= b.stats.recovered_t) or failure.reason == "read_only":
                 b.stats.note_disruption(time.monotonic(), failure.reason)
             if not failure.retryable or time.monotonic() >= deadline or b.stopping_hard:
                 if not failure.connection_lost and self.conn is not None:
@@ -171,7 +175,9 @@ class _Worker:
             else:
                 b.driver.rollback_quietly(self.conn)
                 time.sleep(delay * (0.5 + self.rng.random()))
-                delay = min(delay * 2, 0.5)
+                # Lock conflicts back off further; a frozen owner is polled briskly so the
+                # handover gap measures the handover, not our backoff.
+                delay = min(delay * 2, 0.1 if failure.reason == "read_only" else 0.5)
                 if failure.reason == "read_only":
                     # A frozen owner during a handover: the directory may already name the new one.
                     ep = b.tracker.refresh(self.endpoint)
@@ -188,7 +194,7 @@ class _Worker:
         """Reconnect to whoever owns the tenant now; False when the deadline passes first."""
         b = self.bench
         self.close()
-        delay = 0.02
+        delay = 0.01
         stale = self.endpoint
         while True:
             if ep is None:
@@ -208,7 +214,7 @@ class _Worker:
             if time.monotonic() + delay >= deadline or b.stopping_hard:
                 return False
             time.sleep(delay * (0.5 + self.rng.random()))
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, 0.1)  # connect attempts are cheap; lookups are rate-limited by the tracker
 
 
 class _TenantBench:
@@ -278,6 +284,7 @@ class _TenantBench:
         for w in self.workers:
             w.conn, w.endpoint = self._connect_or_fail(ep), ep
             w.run_txn = self.driver.transaction_runner(w.conn)
+            w.connected_t = time.monotonic()
 
     def _connect_or_fail(self, ep: Endpoint):
         try:
@@ -573,8 +580,8 @@ class Harness:
 
     def _emit(self, last: float, now: float, phase: str) -> None:
         dt = now - last
-        if dt <= 1e-6 and phase == "drain":
-            return
+        if phase == "drain" and dt < 0.05 and not any(b.stats.has_pending() for b in self.benches):
+            return  # a sliver of an interval with nothing in it is noise in the series
         for b in self.benches:
             rec = b.interval_record(now - self.t0, dt, phase, self._states[b.index])
             self._intervals.append(rec)

@@ -62,7 +62,7 @@ def cluster_resolver(tenant_id: str, cluster) -> Resolver:
 class EndpointTracker:
     """The current endpoint of one tenant, refreshed on demand and rate-limited."""
 
-    def __init__(self, tenant: str, resolver: Resolver, min_refresh_s: float = 0.2) -> None:
+    def __init__(self, tenant: str, resolver: Resolver, min_refresh_s: float = 0.1) -> None:
         self.tenant = tenant
         self._resolver = resolver
         self.min_refresh_s = min_refresh_s

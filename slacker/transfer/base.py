@@ -1,0 +1,204 @@
+"""The throttled-pipe interface every sender implementation provides.
+
+A pipe runs a producer (the backup tool), limits its stream to a rate that can
+change every second, and delivers it to one Receiver. The migration phase
+machine and the PID controller talk only to this interface.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import InvalidInput, MigrationFailed
+from ..units import format_rate
+from . import protocol
+from ._proc import StreamTail, check_argv
+
+log = logging.getLogger("slacker.transfer")
+
+STAGE_HINTS = {
+    "producer": "check the backup tool's output above; the source tenant keeps serving",
+    "throttle": "pv failed; check that pv is installed and that /tmp is usable by this user",
+    "transport": "check that the target agent is up and reachable from this node",
+    "receiver": "see the target agent's log for why it refused or failed the stream",
+    "timeout": "the copy did not finish in time; check for a stalled producer or a pause never lifted",
+    "aborted": "the transfer was aborted on request",
+}
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """What a finished sender reports; the receiver's acknowledged count is checked equal."""
+
+    implementation: str
+    migration_id: str
+    bytes_sent: int
+    duration_s: float
+    producer_returncode: int
+    acknowledged_bytes: int
+
+
+def normalize_rate(bytes_per_s: float | None) -> float | None:
+    """None or +inf means unlimited; 0 means paused (never unlimited); negatives are refused."""
+    if bytes_per_s is None:
+        return None
+    try:
+        rate = float(bytes_per_s)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"invalid rate {bytes_per_s!r}", "a rate is a number of bytes per second",
+                           "use None for unlimited and 0 to pause") from None
+    if math.isnan(rate) or rate < 0:
+        raise InvalidInput(f"invalid rate {bytes_per_s!r}", "a rate must be zero or positive",
+                           "use None for unlimited and 0 to pause")
+    return None if math.isinf(rate) else rate
+
+
+def stage_error(stage: str, what: str, why: str, producer_tail: str = "") -> MigrationFailed:
+    """A MigrationFailed naming the failed stage, with the producer's last words attached."""
+    if producer_tail:
+        why = f"{why}; producer stderr: {producer_tail}"
+    err = MigrationFailed(what, why, STAGE_HINTS.get(stage, ""), phase="snapshot")
+    err.stage = stage  # type: ignore[attr-defined]  # lets callers and tests branch on it
+    return err
+
+
+class ThrottledPipe(ABC):
+    """producer -> rate limiter -> TCP -> Receiver, with a rate settable at any time.
+
+    `set_rate(None)` is unlimited, `set_rate(0)` pauses; `wait(timeout)` returns a
+    TransferResult or raises MigrationFailed(phase="snapshot") naming the stage;
+    on timeout it aborts first, so nothing is left running.
+    """
+
+    kind: ClassVar[str] = "?"
+
+    def __init__(
+        self,
+        producer_argv: Sequence[str],
+        host: str,
+        port: int,
+        migration_id: str,
+        token: str | bytes,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        rate_bytes_per_s: float | None = None,
+        connect_timeout_s: float = 10.0,
+        finish_timeout_s: float = 600.0,
+    ) -> None:
+        self.producer_argv = check_argv(producer_argv, "producer")
+        self.host = host
+        self.port = int(port)
+        self.migration_id = migration_id
+        try:
+            self._header = protocol.encode_header(migration_id, token)
+        except ValueError as exc:
+            raise InvalidInput("invalid transfer credentials", str(exc),
+                               "use protocol.new_token() for the token") from None
+        self.env = env
+        self.cwd = cwd
+        self.connect_timeout_s = connect_timeout_s
+        self.finish_timeout_s = finish_timeout_s
+        self._rate = normalize_rate(rate_bytes_per_s)
+        self._lock = threading.Lock()
+        self._started = False
+        self._aborted = threading.Event()
+        self._finished = threading.Event()
+        self._error: MigrationFailed | None = None
+        self._result: TransferResult | None = None
+        self._t_start = 0.0
+        self._producer_tail: StreamTail | None = None
+
+    # -- public interface ---------------------------------------------------
+
+    @abstractmethod
+    def start(self) -> None:
+        """Spawn the producer and connect; returns at once, the copy runs in the background."""
+
+    def set_rate(self, bytes_per_s: float | None) -> None:
+        """Change the limit; takes effect within a fraction of a second (see docs/transfer.md)."""
+        rate = normalize_rate(bytes_per_s)
+        with self._lock:
+            old, self._rate = self._rate, rate
+        if old != rate:
+            log.debug("%s %s: rate %s -> %s", self.kind, self.migration_id, _fmt(old), _fmt(rate))
+        self._rate_changed()
+
+    @property
+    def rate(self) -> float | None:
+        """The rate last asked for (None = unlimited, 0 = paused)."""
+        return self._rate
+
+    @property
+    @abstractmethod
+    def bytes_sent(self) -> int:
+        """Bytes of the producer's stream handed to the transport so far."""
+
+    @property
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def wait(self, timeout: float) -> TransferResult:
+        """Block until the receiver acknowledged the stream; abort and raise on failure or timeout."""
+        if not self._started:
+            raise RuntimeError("wait() before start()")
+        if not self._finished.wait(timeout):
+            self._fail("timeout", f"not finished after {timeout:.0f}s ({self.bytes_sent} bytes sent)")
+            self.abort()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Kill the whole pipeline (process group, sockets, threads); idempotent."""
+
+    def __enter__(self) -> "ThrottledPipe":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.done or self._error is not None:
+            self.abort()
+
+    # -- for implementations ------------------------------------------------
+
+    def _rate_changed(self) -> None:
+        """Hook: the requested rate changed."""
+
+    def _what(self) -> str:
+        return f"snapshot transfer {self.migration_id} to {self.host}:{self.port} failed"
+
+    def _fail(self, stage: str, why: str) -> None:
+        """Record the first failure only: later ones are consequences of it."""
+        with self._lock:
+            if self._error is not None or self._result is not None:
+                return
+            tail = self._producer_tail.text() if self._producer_tail is not None else ""
+            self._error = stage_error(stage, self._what(), why, tail)
+        log.warning("%s", self._error)
+
+    def _succeed(self, producer_rc: int, acked: int) -> None:
+        with self._lock:
+            if self._error is not None:
+                return
+            self._result = TransferResult(
+                implementation=self.kind,
+                migration_id=self.migration_id,
+                bytes_sent=self.bytes_sent,
+                duration_s=time.monotonic() - self._t_start,
+                producer_returncode=producer_rc,
+                acknowledged_bytes=acked,
+            )
+
+
+def _fmt(rate: float | None) -> str:
+    return "unlimited" if rate is None else ("paused" if rate == 0 else format_rate(rate))

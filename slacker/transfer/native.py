@@ -1,0 +1,217 @@
+"""NativePipe: the agent itself reads the producer and writes the socket.
+
+One thread does `read(1 MiB) -> token bucket -> sendall`. The bucket is asked
+before every slice, so a rate cut or a pause applies to the very next slice
+(no credit carried over, see bucket.py), and bytes_sent is exact.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+from . import protocol
+from ._proc import StreamTail, env_or_none, kill_group, spawn
+from .base import ThrottledPipe, stage_error
+from .bucket import DEFAULT_BURST_S, DEFAULT_MIN_BURST_BYTES, Aborted, TokenBucket
+
+F_SETPIPE_SZ = 1031
+CHUNK_BYTES = 1 << 20
+PRODUCER_EXIT_GRACE_S = 30.0
+
+
+class NativePipe(ThrottledPipe):
+    """In-process throttle: token bucket with a burst bounded to `burst_s` of the current rate."""
+
+    kind = "native"
+
+    def __init__(self, *args, chunk_bytes: int = CHUNK_BYTES, burst_s: float = DEFAULT_BURST_S,
+                 min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.chunk_bytes = int(chunk_bytes)
+        self.use_splice = use_splice
+        self._bucket = TokenBucket(self._rate, burst_s=burst_s, min_burst_bytes=min_burst_bytes)
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen | None = None
+        self._thread: threading.Thread | None = None
+        self._sent = 0
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._sent
+
+    @property
+    def pids(self) -> list[int]:
+        """Processes this pipe started (for tests and diagnostics)."""
+        return [self._proc.pid] if self._proc is not None else []
+
+    def _rate_changed(self) -> None:
+        self._bucket.set_rate(self._rate)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                raise RuntimeError("pipe already started")
+            self._started = True
+        self._t_start = time.monotonic()
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+        except OSError as exc:
+            self._finished.set()
+            self._error = stage_error("transport", self._what(), f"cannot connect: {exc}")
+            raise self._error from None
+        try:
+            sock.settimeout(None)
+            sock.sendall(self._header)
+            self._sock = sock
+            self._proc = spawn(self.producer_argv, "producer", stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=env_or_none(self.env), cwd=self.cwd, start_new_session=True)
+        except BaseException:
+            sock.close()
+            self._finished.set()
+            raise
+        try:  # fewer, larger reads; harmless if the system caps pipe size lower
+            fcntl.fcntl(self._proc.stdout.fileno(), F_SETPIPE_SZ, self.chunk_bytes)
+        except OSError:
+            pass
+        self._producer_tail = StreamTail(self._proc.stderr, "producer")
+        self._producer_tail.start()
+        self._thread = threading.Thread(target=self._run, name=f"native-pipe-{self.migration_id}", daemon=True)
+        self._thread.start()
+
+    # -- the pump -----------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._proc is not None and self._sock is not None
+        try:
+            self._pump()
+            if self._aborted.is_set():
+                return
+            rc = self._producer_exit()
+            if rc != 0:
+                self._fail("producer", f"{self.producer_argv[0]} exited with code {rc} after "
+                                       f"{self._sent} bytes")
+                return
+            self._finish(rc)
+        except Aborted:
+            pass
+        except OSError as exc:
+            if not self._aborted.is_set():
+                self._transport_failed(exc)
+        finally:
+            failed = self._error is not None
+            if failed and self._sock is not None:
+                _hard_close(self._sock)  # RST: the receiver must see a cut, not an end
+            elif self._sock is not None:
+                self._sock.close()
+            if failed:
+                kill_group(self._proc.pid, [self._proc])
+            self._finished.set()
+
+    def _pump(self) -> None:
+        fd = self._proc.stdout.fileno()
+        sock = self._sock
+        if self.use_splice:
+            sfd = sock.fileno()
+            while not self._aborted.is_set():
+                grant = self._bucket.take(self.chunk_bytes)
+                n = os.splice(fd, sfd, grant)
+                if n < grant:
+                    self._bucket.refund(grant - n)
+                if n == 0:
+                    return
+                self._sent += n
+            return
+        buf = bytearray(self.chunk_bytes)
+        view = memoryview(buf)
+        while not self._aborted.is_set():
+            n = os.readv(fd, [buf])
+            if n == 0:
+                return
+            off = 0
+            while off < n:
+                k = self._bucket.take(n - off)
+                sock.sendall(view[off:off + k])
+                off += k
+                self._sent += k
+
+    def _producer_exit(self) -> int:
+        try:
+            return self._proc.wait(timeout=PRODUCER_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._fail("producer", f"{self.producer_argv[0]} closed its output but did not exit")
+            return -1
+
+    def _finish(self, rc: int) -> None:
+        sock = self._sock
+        sock.sendall(protocol.encode_trailer(self._sent))
+        sock.shutdown(socket.SHUT_WR)
+        verdict = _read_verdict(sock, self.finish_timeout_s)
+        if verdict is None:
+            self._fail("transport", "the receiver closed the connection without a verdict")
+        elif not verdict.ok:
+            self._fail("receiver", f"the receiver refused the stream: {verdict.reason}")
+        elif verdict.payload_bytes != self._sent:
+            self._fail("receiver", f"the receiver acknowledged {verdict.payload_bytes} bytes, "
+                                   f"{self._sent} were sent")
+        else:
+            self._succeed(rc, verdict.payload_bytes)
+
+    def _transport_failed(self, exc: OSError) -> None:
+        verdict = _read_verdict(self._sock, 0.5) if self._sock is not None else None
+        if verdict is not None and not verdict.ok:
+            self._fail("receiver", f"the receiver refused the stream: {verdict.reason}")
+        else:
+            self._fail("transport", f"connection to the receiver broke after {self._sent} bytes: {exc}")
+
+    def abort(self) -> None:
+        self._aborted.set()
+        if not self._started:
+            return
+        self._fail("aborted", f"aborted after {self._sent} bytes")
+        self._bucket.close()
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._proc is not None:
+            kill_group(self._proc.pid, [self._proc])
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._finished.set()
+
+
+def _read_verdict(sock: socket.socket, timeout_s: float) -> protocol.Verdict | None:
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    try:
+        while b"\n" not in data and len(data) < protocol.MAX_VERDICT_BYTES:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            sock.settimeout(remaining)
+            chunk = sock.recv(protocol.MAX_VERDICT_BYTES)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return protocol.parse_verdict(data)
+
+
+def _hard_close(sock: socket.socket) -> None:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass

@@ -1,0 +1,502 @@
+"""PvNcPipe: the paper's pipeline, `producer | pv -L RATE | nc -N host port`.
+
+pv 1.6.x keeps an unbounded rate credit: every 100 ms it adds RATE/10 to a
+budget and subtracts what it wrote, and nothing caps the budget. While the
+producer is slower than the limit the credit grows, and a later cut is ignored
+until the credit is spent (measured: a cut from 200MB/s to 1MB/s with a 10MB/s
+producer was not honoured for >5 s). pv offers no way to reset it, and `pv -R
+PID -L 0` is ignored, so "unlimited" can only be a limit.
+
+The CreditGovernor below works around that without restarting pv: it models
+pv's credit from pv's own byte counter and never hands pv a limit much above
+what the producer achieves, so the credit stays within ~100 ms of the actual
+flow; when pv is visibly the bottleneck (its input pipe full, its output pipe
+not) the credit is known to be zero and the limit may climb again. A pause is
+`-L 1` plus SIGSTOP of nc: pv keeps ticking (so no catch-up burst on resume,
+which SIGSTOP of pv itself would cause) and nothing reaches the receiver.
+
+The header is written into the pv->nc pipe before nc starts; the trailer is
+written into the same pipe by us after pv exits 0 (we keep the write end), so
+nc sees EOF only after it, then half-closes (-N) and relays the receiver's
+verdict to its stdout, where we read it.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+from ..errors import InvalidInput
+from . import protocol
+from ._proc import (StreamTail, env_or_none, kill_group, pipe_backlog, pipe_capacity,
+                    require_program, spawn)
+from .base import ThrottledPipe, log, stage_error
+
+POLL_S = 0.02
+GOVERNOR_TICK_S = 0.1
+PV_INTERVAL_S = "0.1"
+PV_REMOTE_TIMEOUT_S = 3.0
+PV_REMOTE_TRIES = 3
+PRODUCER_EXIT_GRACE_S = 30.0
+START_LIMIT = 32_000_000       # bytes/s handed to pv at spawn, whatever was asked
+MAX_PV_LIMIT = 1 << 40         # "unlimited" once pv has been limited (-L 0 is ignored by -R)
+
+
+@dataclass
+class CreditGovernor:
+    """Model of pv 1.6's rate credit and the limit that keeps it bounded.
+
+    Pure bookkeeping (no processes), so it can be tested against a simulated pv.
+    Time advances only with pv's own byte-count samples (every 0.1 s), so a
+    rate is never computed over a sliver of time. `applied` is the limit pv
+    has now; `set_applied` records when a new one took effect.
+    """
+
+    burst_s: float = 0.1          # allowed credit, in seconds of the flow actually achieved
+    min_credit_bytes: int = 64 * 1024
+    horizon_s: float = 0.2        # how long a decision stays in force (tick + pv -R latency)
+    peak_samples: int = 20
+    hysteresis: float = 0.1
+    min_sample_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        self.applied = 0
+        self.credit = 0.0
+        self.last_rate = 0.0
+        self._t: float | None = None   # time of the last sample
+        self._prev_t: float | None = None
+        self._applied_at = 0.0
+        self._bytes = 0
+        self._mark = 0.0               # budget integrated up to here
+        self._budget = 0.0             # limit x time since the last sample
+        self._history: collections.deque[float] = collections.deque(maxlen=self.peak_samples)
+
+    def start(self, now: float, limit: int) -> None:
+        """pv started with -L limit: its first tick grants limit/10 at once."""
+        self.applied = limit
+        self.credit = limit / 10.0
+        self._t = self._mark = self._applied_at = now
+        self._bytes = 0
+        self._budget = 0.0
+
+    def set_applied(self, limit: int, now: float) -> None:
+        if self._t is not None:
+            self._budget += self.applied * max(0.0, now - self._mark)
+            self._mark = max(self._mark, now)
+        self.applied = limit
+        self._applied_at = now
+
+    def observe(self, t: float, pv_bytes: int, pv_limited: bool = False, paused: bool = False) -> bool:
+        """Advance to pv's sample (t, bytes); False if too soon after the previous one."""
+        if self._t is None:
+            self.start(t, self.applied)
+        if t - self._t < self.min_sample_s:
+            if pv_limited:
+                self.credit = 0.0
+            return False
+        budget = self._budget + self.applied * max(0.0, t - self._mark)
+        delta = max(0, pv_bytes - self._bytes)
+        self.credit = max(0.0, self.credit + budget - delta)
+        if pv_limited:
+            self.credit = 0.0  # pv is withholding data, so its budget is empty
+        self.last_rate = delta / (t - self._t)
+        if not paused:
+            self._history.append(self.last_rate)
+        self._prev_t = self._t
+        self._t, self._bytes, self._mark, self._budget = t, pv_bytes, t, 0.0
+        return True
+
+    def typical_rate(self) -> float:
+        """Mean flow over the last unpaused samples (~2 s): robust to one bursty sample."""
+        return sum(self._history) / len(self._history) if self._history else 0.0
+
+    def max_credit(self, cap: float) -> float:
+        return max(float(self.min_credit_bytes), self.burst_s * min(cap, self.typical_rate()))
+
+    def decide(self, requested: float | None, pv_limited: bool) -> int:
+        """The limit pv should have now."""
+        if requested == 0:
+            return 1
+        cap = float("inf") if requested is None else float(requested)
+        if pv_limited:
+            # The producer could go faster: climb, at most 2x per step, so an
+            # overshoot adds at most one step's worth of credit.
+            limit = 2.0 * max(float(self.applied), self.typical_rate(), self.min_credit_bytes / self.horizon_s)
+        else:
+            limit = self.last_rate + (self.max_credit(cap) - self.credit) / self.horizon_s
+            if not self.fresh() and self.credit <= self.max_credit(cap):
+                # last_rate was measured under the previous limit: only act on excess credit
+                limit = max(limit, float(self.applied))
+        return int(max(1.0, min(cap, limit, MAX_PV_LIMIT)))
+
+    def fresh(self) -> bool:
+        """Was the last measured interval entirely under the current limit?"""
+        return self._prev_t is not None and self._prev_t >= self._applied_at
+
+    def should_send(self, limit: int, requested: float | None) -> bool:
+        if limit == self.applied:
+            return False
+        if requested is not None and limit == int(requested):
+            return True  # reaching the exact requested rate is always worth a message
+        return abs(limit - self.applied) > self.hysteresis * self.applied or limit <= 1
+
+
+def initial_limit(requested: float | None) -> int:
+    """pv grants a tenth of its first limit at once, so it starts modest and climbs."""
+    if requested == 0:
+        return 1
+    cap = float("inf") if requested is None else requested
+    return int(max(1.0, min(cap, START_LIMIT)))
+
+
+class PvNcPipe(ThrottledPipe):
+    """`producer | pv | nc -N`, all in one process group; rate changes via `pv -R`."""
+
+    kind = "pv"
+
+    def __init__(self, *args, governor: CreditGovernor | None = None, rate_control: bool = True,
+                 **kwargs) -> None:
+        """rate_control=False runs plain `pv -q [-L RATE]` with no governor and a fixed rate
+        (the paper's pipe without a controller; the bench uses it as a reference)."""
+        super().__init__(*args, **kwargs)
+        self._gov = governor or CreditGovernor()
+        self.rate_control = rate_control
+        self._nc: subprocess.Popen | None = None
+        self._pv: subprocess.Popen | None = None
+        self._producer: subprocess.Popen | None = None
+        self._pgid: int | None = None
+        self._in_r: int | None = None   # our copy of pv's stdin (producer -> pv), for FIONREAD
+        self._out_w: int | None = None  # our copy of pv's stdout (pv -> nc): header, trailer, FIONREAD
+        self._pipe_cap = 65536
+        self._pv_bytes = 0
+        self._pv_sample: tuple[float, int] | None = None
+        self._pv_tail: StreamTail | None = None
+        self._nc_tail: StreamTail | None = None
+        self._verdict = b""
+        self._verdict_done = threading.Event()
+        self._wake = threading.Condition()
+        self._nc_stopped = False
+        self._supervisor: threading.Thread | None = None
+        self._governor: threading.Thread | None = None
+        self.rate_messages = 0  # pv -R calls made (diagnostics)
+        self._pv_path = "pv"
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._pv_bytes
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in (self._producer, self._pv, self._nc) if p is not None]
+
+    @property
+    def stage_pids(self) -> dict[str, int]:
+        """{'producer': pid, 'throttle': pid, 'transport': pid} (tests kill one stage)."""
+        out = {}
+        for name, p in (("producer", self._producer), ("throttle", self._pv), ("transport", self._nc)):
+            if p is not None:
+                out[name] = p.pid
+        return out
+
+    def set_rate(self, bytes_per_s: float | None) -> None:
+        if not self.rate_control:
+            raise InvalidInput("this pv pipe has a fixed rate", "it was built with rate_control=False",
+                               "build it with rate_control=True to change its rate")
+        super().set_rate(bytes_per_s)
+
+    def _rate_changed(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
+
+    # -- start --------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                raise RuntimeError("pipe already started")
+            self._started = True
+        pv_path = self._pv_path = require_program("pv", "pv")
+        nc_path = require_program("nc", "netcat-openbsd")
+        self._t_start = time.monotonic()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        self._in_r, self._out_w = in_r, out_w
+        self._pipe_cap = pipe_capacity(in_r)
+        os.write(out_w, self._header)  # nc sends it first, before any payload
+        # Always start limited: a pv started unlimited and limited later "catches
+        # up" on every 100 ms tick since its start, i.e. bursts (docs/transfer.md).
+        limit = initial_limit(self._rate)
+        pv_argv = [pv_path, "-n", "-b", "-f", "-i", PV_INTERVAL_S, "-L", str(limit)]
+        if not self.rate_control:
+            pv_argv = pv_argv[:-2] if self._rate is None else pv_argv[:-1] + [str(max(1, int(self._rate)))]
+        try:
+            self._nc = spawn([nc_path, "-N", self.host, str(self.port)], "nc", stdin=out_r,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
+            self._pgid = self._nc.pid
+            os.close(out_r)
+            self._pv = spawn(pv_argv, "pv", stdin=in_r, stdout=out_w, stderr=subprocess.PIPE,
+                             process_group=self._pgid)
+            self._producer = spawn(self.producer_argv, "producer", stdin=subprocess.DEVNULL, stdout=in_w,
+                                   stderr=subprocess.PIPE, env=env_or_none(self.env), cwd=self.cwd,
+                                   process_group=self._pgid)
+            os.close(in_w)
+            self._gov.start(time.monotonic(), limit)
+        except BaseException as exc:
+            for fd in (in_w, out_r):
+                _close_quiet(fd)
+            kill_group(self._pgid, [p for p in (self._nc, self._pv, self._producer) if p is not None])
+            self._close_fds()
+            self._finished.set()
+            if self._nc is not None and self._nc.returncode not in (None, 0) and isinstance(exc, OSError):
+                self._error = stage_error("transport", self._what(), f"nc exited at once: {exc}")
+                raise self._error from None
+            raise
+        self._producer_tail = StreamTail(self._producer.stderr, "producer")
+        self._pv_tail = StreamTail(self._pv.stderr, "pv", on_line=self._pv_line)
+        self._nc_tail = StreamTail(self._nc.stderr, "nc")
+        for t in (self._producer_tail, self._pv_tail, self._nc_tail):
+            t.start()
+        threading.Thread(target=self._read_verdict, name="nc-verdict", daemon=True).start()
+        self._supervisor = threading.Thread(target=self._supervise, name=f"pv-pipe-{self.migration_id}",
+                                            daemon=True)
+        self._governor = threading.Thread(target=self._govern, name=f"pv-governor-{self.migration_id}",
+                                          daemon=True)
+        self._supervisor.start()
+        if self.rate_control:
+            self._governor.start()
+
+    def _pv_line(self, line: bytes) -> bool:
+        text = line.strip()
+        if text.isdigit():
+            self._pv_sample = (time.monotonic(), int(text))
+            self._pv_bytes = int(text)
+            return True
+        return False
+
+    def _read_verdict(self) -> None:
+        try:
+            stream = self._nc.stdout
+            while len(self._verdict) < protocol.MAX_VERDICT_BYTES:
+                chunk = stream.read1(protocol.MAX_VERDICT_BYTES)
+                if not chunk:
+                    break
+                self._verdict += chunk
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._verdict_done.set()
+
+    # -- supervision --------------------------------------------------------
+
+    def _supervise(self) -> None:
+        try:
+            if self._stream():
+                self._finish()
+        except Exception as exc:  # a bug here must still end the transfer
+            self._fail("transport", f"pipe supervisor error: {exc!r}")
+        finally:
+            if self._error is not None:
+                kill_group(self._pgid, [p for p in (self._nc, self._pv, self._producer) if p is not None])
+            self._close_fds()
+            with self._wake:
+                self._wake.notify_all()
+            self._finished.set()
+
+    def _stream(self) -> bool:
+        """Watch the three stages until pv has passed the producer's EOF; False on failure."""
+        while not self._aborted.is_set():
+            nc_rc, pv_rc, prod_rc = self._nc.poll(), self._pv.poll(), self._producer.poll()
+            if nc_rc is not None:
+                self._transport_ended(nc_rc)
+                return False
+            if pv_rc not in (None, 0):
+                self._fail("throttle", f"pv exited with code {pv_rc}: {self._pv_tail.text()}")
+                return False
+            if prod_rc not in (None, 0):
+                self._fail("producer", f"{self.producer_argv[0]} exited with code {prod_rc} "
+                                       f"after {self._pv_bytes} bytes")
+                return False
+            if pv_rc == 0:
+                try:
+                    prod_rc = self._producer.wait(timeout=PRODUCER_EXIT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    self._fail("producer", f"{self.producer_argv[0]} closed its output but did not exit")
+                    return False
+                if prod_rc != 0:
+                    self._fail("producer", f"{self.producer_argv[0]} exited with code {prod_rc} "
+                                           f"after {self._pv_bytes} bytes")
+                    return False
+                self._pv_tail.join(timeout=5)  # pv's last line is its final byte count
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    def _transport_ended(self, nc_rc: int) -> None:
+        self._verdict_done.wait(1.0)
+        verdict = protocol.parse_verdict(self._verdict)
+        if verdict is not None and not verdict.ok:
+            self._fail("receiver", f"the receiver refused the stream: {verdict.reason}")
+        else:
+            detail = self._nc_tail.text() or "no message"
+            self._fail("transport", f"nc exited with code {nc_rc} before the stream ended "
+                                    f"({self._pv_bytes} bytes sent): {detail}")
+
+    def _finish(self) -> None:
+        """Append the trailer behind pv's output, close our end, await the receiver's verdict."""
+        trailer = protocol.encode_trailer(self._pv_bytes)
+        fd = self._out_w
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)  # pv is gone
+        deadline = time.monotonic() + self.finish_timeout_s
+        while True:
+            if self._aborted.is_set():
+                return
+            if self._nc.poll() is not None:
+                self._transport_ended(self._nc.returncode)
+                return
+            try:
+                os.write(fd, trailer)  # < PIPE_BUF: all or nothing
+                break
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                continue  # nc is gone; poll() reports it next round
+            if time.monotonic() > deadline:
+                self._fail("timeout", "could not hand the trailer to nc")
+                return
+            time.sleep(POLL_S)
+        with self._lock:
+            self._out_w = None
+        os.close(fd)
+        while self._nc.poll() is None:
+            if self._aborted.is_set():
+                return
+            if time.monotonic() > deadline:
+                self._fail("timeout", "no verdict from the receiver")
+                return
+            time.sleep(POLL_S)
+        self._verdict_done.wait(2.0)
+        verdict = protocol.parse_verdict(self._verdict)
+        if verdict is None:
+            self._transport_ended(self._nc.returncode)
+        elif not verdict.ok:
+            self._fail("receiver", f"the receiver refused the stream: {verdict.reason}")
+        elif verdict.payload_bytes != self._pv_bytes:
+            self._fail("receiver", f"the receiver acknowledged {verdict.payload_bytes} bytes, "
+                                   f"pv passed {self._pv_bytes}")
+        else:
+            self._succeed(self._producer.returncode, verdict.payload_bytes)
+
+    # -- the rate actuator --------------------------------------------------
+
+    def _pv_limited(self) -> bool:
+        """pv holds data back: its input pipe stays full while its output pipe is not.
+
+        Sampled twice 20 ms apart, because a producer's single large write
+        fills the pipe for an instant even when pv keeps up.
+        """
+        for i in range(2):
+            in_fd, out_fd = self._in_r, self._out_w
+            if in_fd is None or out_fd is None:
+                return False
+            if pipe_backlog(in_fd) < self._pipe_cap * 3 // 4 or pipe_backlog(out_fd) >= self._pipe_cap // 2:
+                return False
+            if i == 0:
+                time.sleep(0.02)
+        return True
+
+    def _header_delivered(self) -> bool:
+        fd = self._out_w
+        if fd is None:
+            return True
+        consumed = len(self._header) + self._pv_bytes - pipe_backlog(fd)
+        return consumed >= len(self._header)
+
+    def _govern(self) -> None:
+        gov = self._gov
+        seen: tuple[float, int] | None = None
+        climbing = False
+        while not self._finished.is_set() and not self._aborted.is_set():
+            if not climbing:  # while pv is the bottleneck, climb without waiting a tick
+                with self._wake:
+                    self._wake.wait(GOVERNOR_TICK_S)
+            climbing = False
+            if self._finished.is_set() or self._aborted.is_set():
+                break
+            requested = self._rate
+            paused = requested == 0
+            limited = False if paused else self._pv_limited()
+            sample = self._pv_sample
+            if sample is not None and sample != seen:
+                if gov.observe(sample[0], sample[1], limited, paused=paused):
+                    seen = sample
+            elif limited:
+                gov.credit = 0.0
+            if not paused and self._nc_stopped:
+                self._signal_nc(signal.SIGCONT)  # resume first: pv is still at -L 1, no burst
+            limit = gov.decide(requested, limited)
+            if gov.should_send(limit, requested) and self._pv.poll() is None:
+                if self._pv_remote(limit):
+                    climbing = limited and limit > gov.applied
+                    gov.set_applied(limit, time.monotonic())
+            if paused and not self._nc_stopped and self._header_delivered():
+                self._signal_nc(signal.SIGSTOP)
+
+    def _signal_nc(self, sig: int) -> None:
+        try:
+            os.kill(self._nc.pid, sig)
+            self._nc_stopped = sig == signal.SIGSTOP
+        except ProcessLookupError:
+            pass
+
+    def _pv_remote(self, limit: int) -> bool:
+        """`pv -R PID -L limit`; retried because any other pv exiting deletes the shared queue."""
+        argv = [self._pv_path, "-R", str(self._pv.pid), "-b", "-i", PV_INTERVAL_S, "-L", str(limit)]
+        for _ in range(PV_REMOTE_TRIES):
+            if self._pv.poll() is not None:
+                return False
+            try:
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                      timeout=PV_REMOTE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                continue
+            self.rate_messages += 1
+            if done.returncode == 0:
+                return True
+        log.warning("pv -R %d -L %d was not received", self._pv.pid, limit)
+        return False
+
+    # -- teardown -----------------------------------------------------------
+
+    def abort(self) -> None:
+        self._aborted.set()
+        if not self._started:
+            return
+        self._fail("aborted", f"aborted after {self._pv_bytes} bytes")
+        kill_group(self._pgid, [p for p in (self._nc, self._pv, self._producer) if p is not None])
+        with self._wake:
+            self._wake.notify_all()
+        for t in (self._supervisor, self._governor):
+            if t is not None and t.is_alive() and t is not threading.current_thread():
+                t.join(timeout=10)
+        self._close_fds()
+        self._finished.set()
+
+    def _close_fds(self) -> None:
+        with self._lock:
+            fds, self._in_r, self._out_w = (self._in_r, self._out_w), None, None
+        for fd in fds:
+            if fd is not None:
+                _close_quiet(fd)
+
+
+def _close_quiet(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

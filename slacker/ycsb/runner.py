@@ -568,6 +568,7 @@ class Harness:
                 for b in self.benches:
                     b.completed_in_window = self._states[b.index].get("completed", 0)
                     b.queue_at_end = b.queue.qsize()
+                    b.stats.target_tps = 0.0  # no more arrivals are scheduled
                 continue
             if self._finished.is_set():
                 if not window_open:

@@ -224,10 +224,12 @@ def find_workload_file(name: str | Path) -> Path:
     p = Path(name)
     if p.is_file():
         return p
-    if len(p.parts) == 1:
-        bundled = Path(__file__).resolve().parents[2] / "workloads" / p.name
-        if bundled.is_file():
-            return bundled
+    repo = Path(__file__).resolve().parents[2]
+    if not p.is_absolute():
+        # `workloads/slacker` from another directory, or a bare `slacker`.
+        for candidate in (repo / p, repo / "workloads" / p):
+            if candidate.is_file():
+                return candidate
     raise NotFound(f"workload file {str(name)!r} not found", "no such file",
                    "give a path such as workloads/workloada or workloads/slacker")
 

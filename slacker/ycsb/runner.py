@@ -73,6 +73,9 @@ class RunConfig:
         for label, v in (("duration", self.duration_s), ("interval", self.interval_s)):
             if not math.isfinite(v) or v <= 0:
                 raise InvalidInput(f"invalid {label} {v!r}", f"the {label} must be positive", "")
+        if self.interval_s < 0.01:
+            raise InvalidInput(f"invalid interval {self.interval_s:g}s", "the reporting interval must be >= 10ms",
+                               "for example --interval 1s")
         for t in self.targets:
             if not math.isfinite(t.rate_tps) or t.rate_tps <= 0:
                 raise InvalidInput(f"invalid rate {t.rate_tps!r} for tenant {t.tenant}", "rates must be positive",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,21 +30,29 @@ class BackupPosition:
     gtid: str  # MariaDB GTID position, e.g. "0-12-345" (several domains comma-separated)
 
 
-class BackupTool(ABC):
+class BackupTool:
+    """A hot-backup tool that streams xbstream and prepares with --prepare.
+
+    mariabackup and xtrabackup share their command-line shape; a subclass names
+    its programs and the option group its credentials go in.
+    """
+
     name: str
     stream_program: str
     extract_program: str
+    group: str
 
-    @abstractmethod
     def stream_argv(self, defaults_file: Path, work_dir: Path) -> list[str]:
         """Command that writes an xbstream of a hot backup to stdout."""
+        return [mariadb.find_program(self.stream_program), f"--defaults-file={defaults_file}", "--backup",
+                "--stream=xbstream", f"--target-dir={work_dir}", "--parallel=2"]
 
     def extract_argv(self, dest: Path) -> list[str]:
         return [mariadb.find_program(self.extract_program), "-x", "-C", str(dest)]
 
-    @abstractmethod
     def prepare_argv(self, backup_dir: Path) -> list[str]:
         """Command that applies crash recovery to an extracted backup."""
+        return [mariadb.find_program(self.stream_program), "--prepare", f"--target-dir={backup_dir}"]
 
     def prepare(self, backup_dir: Path, timeout_s: float = PREPARE_TIMEOUT_S) -> None:
         log = backup_dir.parent / f"{backup_dir.name}-prepare.log"
@@ -62,15 +69,13 @@ class BackupTool(ABC):
                                                                      f" (timeout {timeout_s:.0f}s)"),
                                   error_lines(text), "the source is untouched; retry the migration", phase="prepare")
 
-    @abstractmethod
     def read_position(self, backup_dir: Path) -> BackupPosition:
         """The binlog file, offset and GTID position the backup is consistent at."""
+        return parse_binlog_info((backup_dir / "xtrabackup_binlog_info").read_text())
 
     def backup_defaults(self, server_config: str, user: str, password: str, socket: Path) -> str:
         """Defaults file body: the server's own config (datadir, InnoDB layout) plus credentials."""
         return server_config + "\n" + mariadb.client_defaults(user, password, socket=socket, group=self.group)
-
-    group = "client"
 
 
 class MariaBackup(BackupTool):
@@ -78,16 +83,6 @@ class MariaBackup(BackupTool):
     stream_program = "mariabackup"
     extract_program = "mbstream"
     group = "mariabackup"
-
-    def stream_argv(self, defaults_file: Path, work_dir: Path) -> list[str]:
-        return [mariadb.find_program("mariabackup"), f"--defaults-file={defaults_file}", "--backup",
-                "--stream=xbstream", f"--target-dir={work_dir}", "--parallel=2"]
-
-    def prepare_argv(self, backup_dir: Path) -> list[str]:
-        return [mariadb.find_program("mariabackup"), "--prepare", f"--target-dir={backup_dir}"]
-
-    def read_position(self, backup_dir: Path) -> BackupPosition:
-        return parse_binlog_info((backup_dir / "xtrabackup_binlog_info").read_text())
 
 
 class XtraBackup(BackupTool):
@@ -97,16 +92,6 @@ class XtraBackup(BackupTool):
     stream_program = "xtrabackup"
     extract_program = "xbstream"
     group = "xtrabackup"
-
-    def stream_argv(self, defaults_file: Path, work_dir: Path) -> list[str]:
-        return [mariadb.find_program("xtrabackup"), f"--defaults-file={defaults_file}", "--backup",
-                "--stream=xbstream", f"--target-dir={work_dir}"]
-
-    def prepare_argv(self, backup_dir: Path) -> list[str]:
-        return [mariadb.find_program("xtrabackup"), "--prepare", f"--target-dir={backup_dir}"]
-
-    def read_position(self, backup_dir: Path) -> BackupPosition:
-        return parse_binlog_info((backup_dir / "xtrabackup_binlog_info").read_text())
 
 
 def parse_binlog_info(text: str) -> BackupPosition:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -143,7 +144,13 @@ class ThrottledPipe(ABC):
 
     @property
     def done(self) -> bool:
+        """The transfer ended, one way or the other (wait() tells which)."""
         return self._finished.is_set()
+
+    @property
+    def pids(self) -> list[int]:
+        """Processes this pipe started, producer first (diagnostics and tests)."""
+        return []
 
     def wait(self, timeout: float) -> TransferResult:
         """Block until the receiver acknowledged the stream; abort and raise on failure or timeout."""
@@ -174,8 +181,15 @@ class ThrottledPipe(ABC):
     def _rate_changed(self) -> None:
         """Hook: the requested rate changed."""
 
-    def _what(self) -> str:
-        return f"snapshot transfer {self.migration_id} to {self.host}:{self.port} failed"
+    #: how each stage is named in messages; implementations name their transport
+    stage_labels: ClassVar[dict[str, str]] = {"throttle": "the throttle", "transport": "the transport"}
+
+    def _what(self, stage: str) -> str:
+        labels = {"producer": f"the producer ({os.path.basename(self.producer_argv[0])})",
+                  "receiver": "the receiver", "timeout": "a timeout", "aborted": "an abort",
+                  **self.stage_labels}
+        return (f"snapshot transfer {self.migration_id} to {self.host}:{self.port} "
+                f"failed at {labels.get(stage, stage)}")
 
     def _fail(self, stage: str, why: str) -> None:
         """Record the first failure only: later ones are consequences of it."""
@@ -183,8 +197,8 @@ class ThrottledPipe(ABC):
             if self._error is not None or self._result is not None:
                 return
             tail = self._producer_tail.text() if self._producer_tail is not None else ""
-            self._error = stage_error(stage, self._what(), why, tail)
-        log.warning("%s", self._error)
+            self._error = stage_error(stage, self._what(stage), why, tail)
+        log.log(logging.INFO if stage == "aborted" else logging.WARNING, "%s", self._error)
 
     def _succeed(self, producer_rc: int, acked: int) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ class NativePipe(ThrottledPipe):
     """In-process throttle: token bucket with a burst bounded to `burst_s` of the current rate."""
 
     kind = "native"
+    stage_labels = {"transport": "the transport (TCP from this process)"}
 
     def __init__(self, *args, chunk_bytes: int = CHUNK_BYTES, burst_s: float = DEFAULT_BURST_S,
                  min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool = False, **kwargs) -> None:
@@ -63,7 +64,7 @@ class NativePipe(ThrottledPipe):
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
         except OSError as exc:
             self._finished.set()
-            self._error = stage_error("transport", self._what(), f"cannot connect: {exc}")
+            self._error = stage_error("transport", self._what("transport"), f"cannot connect: {exc}")
             raise self._error from None
         try:
             sock.settimeout(None)

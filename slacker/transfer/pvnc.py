@@ -9,9 +9,10 @@ PID -L 0` is ignored, so "unlimited" can only be a limit.
 
 The CreditGovernor below works around that without restarting pv: it models
 pv's credit from pv's own byte counter and never hands pv a limit much above
-what the producer achieves, so the credit stays within ~100 ms of the actual
-flow; when pv is visibly the bottleneck (its input pipe full, its output pipe
-not) the credit is known to be zero and the limit may climb again. A pause is
+what the producer achieves, so the credit stays within ~0.5 s of the actual
+flow (100 ms of it as a target, one pv tick of noise, ~0.2 s of decision
+delay); when pv is visibly the bottleneck (its input pipe full, its output
+pipe not) the credit is known to be zero and the limit may climb. A pause is
 `-L 1` plus SIGSTOP of nc: pv keeps ticking (so no catch-up burst on resume,
 which SIGSTOP of pv itself would cause) and nothing reaches the receiver.
 
@@ -36,7 +37,7 @@ from ..errors import InvalidInput
 from . import protocol
 from ._proc import (StreamTail, env_or_none, kill_group, pipe_backlog, pipe_capacity,
                     require_program, spawn)
-from .base import ThrottledPipe, log, stage_error
+from .base import ThrottledPipe, log
 
 POLL_S = 0.02
 GOVERNOR_TICK_S = 0.1
@@ -44,7 +45,7 @@ PV_INTERVAL_S = "0.1"
 PV_REMOTE_TIMEOUT_S = 3.0
 PV_REMOTE_TRIES = 3
 PRODUCER_EXIT_GRACE_S = 30.0
-START_LIMIT = 32_000_000       # bytes/s handed to pv at spawn, whatever was asked
+START_LIMIT = 8_000_000        # bytes/s handed to pv at spawn: pv grants a tenth of it at once
 MAX_PV_LIMIT = 1 << 40         # "unlimited" once pv has been limited (-L 0 is ignored by -R)
 
 
@@ -58,10 +59,10 @@ class CreditGovernor:
     has now; `set_applied` records when a new one took effect.
     """
 
-    burst_s: float = 0.1          # allowed credit, in seconds of the flow actually achieved
+    burst_s: float = 0.1          # credit aimed at, in seconds of the flow actually achieved
     min_credit_bytes: int = 64 * 1024
     horizon_s: float = 0.2        # how long a decision stays in force (tick + pv -R latency)
-    peak_samples: int = 20
+    history_samples: int = 20    # ~2 s of unpaused samples for the typical flow
     hysteresis: float = 0.1
     min_sample_s: float = 0.05
 
@@ -75,7 +76,8 @@ class CreditGovernor:
         self._bytes = 0
         self._mark = 0.0               # budget integrated up to here
         self._budget = 0.0             # limit x time since the last sample
-        self._history: collections.deque[float] = collections.deque(maxlen=self.peak_samples)
+        self._history: collections.deque[float] = collections.deque(maxlen=self.history_samples)
+        self._recent: collections.deque[float] = collections.deque(maxlen=3)
 
     def start(self, now: float, limit: int) -> None:
         """pv started with -L limit: its first tick grants limit/10 at once."""
@@ -106,6 +108,7 @@ class CreditGovernor:
         if pv_limited:
             self.credit = 0.0  # pv is withholding data, so its budget is empty
         self.last_rate = delta / (t - self._t)
+        self._recent.append(self.last_rate)
         if not paused:
             self._history.append(self.last_rate)
         self._prev_t = self._t
@@ -116,7 +119,12 @@ class CreditGovernor:
         """Mean flow over the last unpaused samples (~2 s): robust to one bursty sample."""
         return sum(self._history) / len(self._history) if self._history else 0.0
 
-    def max_credit(self, cap: float) -> float:
+    def recent_rate(self) -> float:
+        """Flow over the last three samples (pv's 100 ms ticks make single samples jumpy)."""
+        return sum(self._recent) / len(self._recent) if self._recent else 0.0
+
+    def target_credit(self, cap: float) -> float:
+        """The credit aimed at while the producer is the bottleneck: `burst_s` of the flow."""
         return max(float(self.min_credit_bytes), self.burst_s * min(cap, self.typical_rate()))
 
     def decide(self, requested: float | None, pv_limited: bool) -> int:
@@ -125,14 +133,24 @@ class CreditGovernor:
             return 1
         cap = float("inf") if requested is None else float(requested)
         if pv_limited:
-            # The producer could go faster: climb, at most 2x per step, so an
-            # overshoot adds at most one step's worth of credit.
-            limit = 2.0 * max(float(self.applied), self.typical_rate(), self.min_credit_bytes / self.horizon_s)
+            floor = self.min_credit_bytes / self.horizon_s
+            if self.fresh() and self.last_rate >= 0.8 * self.applied:
+                # pv passes all it may and data still waits: climb, at most 2x per
+                # step, so an overshoot adds at most one step's worth of credit.
+                limit = 2.0 * max(float(self.applied), floor)
+            else:
+                # A backlog alone (e.g. right after a pause) proves nothing about the
+                # producer's speed: go back to the flow seen lately, not beyond.
+                limit = max(float(self.applied), self.typical_rate(), floor)
         else:
-            limit = self.last_rate + (self.max_credit(cap) - self.credit) / self.horizon_s
-            if not self.fresh() and self.credit <= self.max_credit(cap):
-                # last_rate was measured under the previous limit: only act on excess credit
-                limit = max(limit, float(self.applied))
+            flow = self.recent_rate()
+            target = self.target_credit(cap)
+            limit = flow + (target - self.credit) / self.horizon_s
+            if self.credit <= target + self.applied / 10.0:
+                # Within one pv tick (pv grants its budget in 100 ms steps, which a
+                # 100 ms sample cannot tell from credit): keep the limit in force,
+                # as long as it is not far above what actually flows.
+                limit = max(limit, min(float(self.applied), 2.0 * flow + self.min_credit_bytes / self.horizon_s))
         return int(max(1.0, min(cap, limit, MAX_PV_LIMIT)))
 
     def fresh(self) -> bool:
@@ -159,6 +177,7 @@ class PvNcPipe(ThrottledPipe):
     """`producer | pv | nc -N`, all in one process group; rate changes via `pv -R`."""
 
     kind = "pv"
+    stage_labels = {"throttle": "the throttle (pv)", "transport": "the transport (nc)"}
 
     def __init__(self, *args, governor: CreditGovernor | None = None, rate_control: bool = True,
                  **kwargs) -> None:
@@ -221,8 +240,12 @@ class PvNcPipe(ThrottledPipe):
             if self._started:
                 raise RuntimeError("pipe already started")
             self._started = True
-        pv_path = self._pv_path = require_program("pv", "pv")
-        nc_path = require_program("nc", "netcat-openbsd")
+        try:
+            pv_path = self._pv_path = require_program("pv", "pv")
+            nc_path = require_program("nc", "netcat-openbsd")
+        except BaseException:
+            self._finished.set()
+            raise
         self._t_start = time.monotonic()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -235,27 +258,26 @@ class PvNcPipe(ThrottledPipe):
         pv_argv = [pv_path, "-n", "-b", "-f", "-i", PV_INTERVAL_S, "-L", str(limit)]
         if not self.rate_control:
             pv_argv = pv_argv[:-2] if self._rate is None else pv_argv[:-1] + [str(max(1, int(self._rate)))]
+        child_ends = [out_r, in_w]  # ours to close once the child holding it runs
         try:
-            self._nc = spawn([nc_path, "-N", self.host, str(self.port)], "nc", stdin=out_r,
+            # nc leads the process group; pv and the producer join it, so one killpg ends all.
+            self._nc = spawn([nc_path, "-N", "-v", self.host, str(self.port)], "nc", stdin=out_r,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
             self._pgid = self._nc.pid
-            os.close(out_r)
+            os.close(child_ends.pop(0))
             self._pv = spawn(pv_argv, "pv", stdin=in_r, stdout=out_w, stderr=subprocess.PIPE,
                              process_group=self._pgid)
             self._producer = spawn(self.producer_argv, "producer", stdin=subprocess.DEVNULL, stdout=in_w,
                                    stderr=subprocess.PIPE, env=env_or_none(self.env), cwd=self.cwd,
                                    process_group=self._pgid)
-            os.close(in_w)
+            os.close(child_ends.pop(0))
             self._gov.start(time.monotonic(), limit)
-        except BaseException as exc:
-            for fd in (in_w, out_r):
+        except BaseException:
+            for fd in child_ends:
                 _close_quiet(fd)
             kill_group(self._pgid, [p for p in (self._nc, self._pv, self._producer) if p is not None])
             self._close_fds()
             self._finished.set()
-            if self._nc is not None and self._nc.returncode not in (None, 0) and isinstance(exc, OSError):
-                self._error = stage_error("transport", self._what(), f"nc exited at once: {exc}")
-                raise self._error from None
             raise
         self._producer_tail = StreamTail(self._producer.stderr, "producer")
         self._pv_tail = StreamTail(self._pv.stderr, "pv", on_line=self._pv_line)
@@ -343,6 +365,7 @@ class PvNcPipe(ThrottledPipe):
         if verdict is not None and not verdict.ok:
             self._fail("receiver", f"the receiver refused the stream: {verdict.reason}")
         else:
+            self._nc_tail.join(timeout=0.5)
             detail = self._nc_tail.text() or "no message"
             self._fail("transport", f"nc exited with code {nc_rc} before the stream ended "
                                     f"({self._pv_bytes} bytes sent): {detail}")

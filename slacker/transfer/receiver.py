@@ -11,13 +11,10 @@ extractor exits 0. The sender is told the outcome in a one-line verdict.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
-import struct
 import subprocess
-import termios
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -30,7 +27,6 @@ from ._proc import StreamTail, check_argv, env_or_none, kill_group, spawn
 log = logging.getLogger("slacker.transfer")
 
 RECV_CHUNK_BYTES = 1 << 20
-F_SETPIPE_SZ = 1031
 ACCEPT_POLL_S = 0.25
 VERDICT_DRAIN_S = 1.0
 
@@ -71,7 +67,6 @@ class Receiver:
         accept_timeout_s: float = 300.0,
         header_timeout_s: float = 5.0,
         extract_exit_timeout_s: float = 300.0,
-        use_splice: bool = False,
     ) -> None:
         self.migration_id = migration_id
         try:
@@ -88,7 +83,6 @@ class Receiver:
         self.accept_timeout_s = accept_timeout_s
         self.header_timeout_s = header_timeout_s
         self.extract_exit_timeout_s = extract_exit_timeout_s
-        self.use_splice = use_splice
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._conn: socket.socket | None = None
@@ -222,6 +216,8 @@ class Receiver:
             if conn is None:
                 return
             self._conn = conn
+            if self._aborted.is_set():  # abort() may have looked for a connection just before
+                return
             try:
                 self._relay(conn)
             except SlackerError as exc:  # extractor missing or not executable
@@ -287,21 +283,20 @@ class Receiver:
                 out.close()
         self._tail = StreamTail(self._proc.stderr, "extractor")
         self._tail.start()
+        if self._aborted.is_set():
+            return  # _run's cleanup kills the extractor
         out_fd = self._proc.stdin.fileno()
         try:
-            try:
-                tail = self._copy_spliced(conn, out_fd) if self.use_splice else self._copy_buffered(conn, out_fd)
-            except BrokenPipeError:
-                raise
-            except OSError as exc:
-                if not self._aborted.is_set():
-                    self._fail("transport", f"connection dropped after {self._received} bytes: {exc}")
-                return
-        except BrokenPipeError:
+            tail = self._copy_buffered(conn, out_fd)
+        except BrokenPipeError:  # only the extractor's stdin can raise EPIPE here
             rc = _wait_rc(self._proc, 5.0)
             self._fail("extractor", f"{self.extract_argv[0]} exited with code {rc} after "
                                     f"{self._received} bytes")
             _send_verdict(conn, protocol.encode_verdict(False, reason=f"extractor exited with code {rc}"))
+            return
+        except OSError as exc:
+            if not self._aborted.is_set():
+                self._fail("transport", f"connection dropped after {self._received} bytes: {exc}")
             return
         finally:
             if self._error is not None or self._aborted.is_set():
@@ -358,52 +353,12 @@ class Receiver:
                 buf[hold - total:hold] = buf[first:hold + n]
                 held = total
 
-    def _copy_spliced(self, conn: socket.socket, out_fd: int) -> bytes:
-        """splice(socket -> extractor pipe) without a copy through user space.
-
-        The trailer is held back by never splicing the last TRAILER_LEN queued
-        bytes: a peek that waits for TRAILER_LEN + 1 bytes returns fewer only
-        at EOF, and then what is left is the tail.
-        """
-        hold = protocol.TRAILER_LEN
-        sfd = conn.fileno()
-        try:
-            fcntl.fcntl(out_fd, F_SETPIPE_SZ, RECV_CHUNK_BYTES)
-        except OSError:
-            pass
-        while True:
-            peek = conn.recv(hold + 1, socket.MSG_PEEK | socket.MSG_WAITALL)
-            if len(peek) <= hold:
-                tail = _recv_all(conn, len(peek))
-                self._received += len(tail)
-                return tail
-            queued = _socket_queued(sfd)
-            n = os.splice(sfd, out_fd, max(1, min(queued - hold, RECV_CHUNK_BYTES)))
-            if n == 0:
-                continue
-            self._received += n
-
     def _close_stdin(self) -> None:
         try:
             if self._proc is not None and self._proc.stdin is not None:
                 self._proc.stdin.close()
         except OSError:
             pass
-
-
-def _socket_queued(fd: int) -> int:
-    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-    return struct.unpack("i", buf)[0]
-
-
-def _recv_all(conn: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = conn.recv(n - len(out))
-        if not chunk:
-            break
-        out += chunk
-    return out
 
 
 def _write_all(fd: int, data: memoryview) -> None:

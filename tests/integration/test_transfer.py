@@ -10,7 +10,6 @@ import hashlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 
@@ -158,6 +157,18 @@ def test_rate_cut_pause_and_resume_measured_at_receiver(kind, link):
     assert not pipe.done
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_start_paused_then_resume(kind, link):
+    pipe, receiver = link(kind, slow_producer(20 * MB, 3 * MB), rate=0)
+    pipe.start()
+    assert wait_until(lambda: not receiver.listening, 3)  # connected and authenticated
+    time.sleep(1.2)
+    assert receiver.bytes_received <= 2 and not pipe.done  # nothing flows while paused
+    pipe.set_rate(None)
+    assert pipe.wait(20).acknowledged_bytes == 3 * MB
+    assert receiver.wait(5).bytes_received == 3 * MB
+
+
 def _raw_attempt(port: int, data: bytes) -> bytes:
     """Connect, send `data`, return what the receiver answers before closing."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -297,6 +308,23 @@ def test_missing_producer_program(kind, link):
     assert pipe.done
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_nobody_listening_is_a_transport_failure(kind):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # a port nobody listens on
+    pipe = make_pipe(kind, ["cat", "/etc/hostname"], "127.0.0.1", port, "m-1", new_token())
+    try:
+        with pytest.raises(MigrationFailed) as err:
+            pipe.start()
+            pipe.wait(10)
+        assert err.value.stage == "transport" and "refused" in str(err.value).lower()
+    finally:
+        pipe.abort()
+    assert wait_until(lambda: all_gone(pipe.pids), 3)
+
+
 def test_producer_credentials_stay_out_of_argv(link, tmp_path):
     """The pipe adds nothing secret to any process's arguments (the token travels in-band)."""
     token = new_token()
@@ -306,6 +334,5 @@ def test_producer_credentials_stay_out_of_argv(link, tmp_path):
     for pid in pipe.pids + receiver.pids:
         cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
         assert token.encode() not in cmdline
-    environ = subprocess.run(["cat", f"/proc/{pipe.stage_pids['throttle']}/environ"],
-                             capture_output=True).stdout
-    assert token.encode() not in environ
+    with open(f"/proc/{pipe.stage_pids['throttle']}/environ", "rb") as f:
+        assert token.encode() not in f.read()

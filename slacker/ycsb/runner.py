@@ -148,6 +148,8 @@ class _Worker:
                     # YCSB acknowledges an insert key even when the insert failed, so readers never wait on it.
                     ack(k)
                 self.busy = False
+        except BaseException as exc:  # noqa: BLE001 - a bug, not a database error: end the run and say so
+            b.harness.fail(exc)
         finally:
             self.busy = False
             self.close()
@@ -436,6 +438,7 @@ class Harness:
         self._started_at = ""
         self._result: RunResult | None = None
         self._old_switch: float | None = None
+        self._fatal: BaseException | None = None
 
     @property
     def window_end(self) -> float:
@@ -477,6 +480,12 @@ class Harness:
         self._reporter = threading.Thread(target=self._report_loop, name="ycsb-report", daemon=True)
         self._reporter.start()
 
+    def fail(self, exc: BaseException) -> None:
+        """A worker hit an error that is not a database error: stop the run; wait() raises it."""
+        if self._fatal is None:
+            self._fatal = exc
+        self.stop()
+
     def stop(self, drain: bool = False) -> None:
         """End the arrival window now; with drain=False queued transactions are dropped too."""
         now_s = time.monotonic() - self.t0
@@ -508,6 +517,10 @@ class Harness:
         finally:
             if self._result is None and (self.stopping_hard or all(b.dispatch_done.is_set() for b in self.benches)):
                 self._finish()
+        if self._fatal is not None:
+            exc = self._fatal
+            raise SlackerError("the benchmark stopped on an unexpected error",
+                               f"{type(exc).__name__}: {exc}", "rerun with --debug for the traceback") from exc
         return self._result  # type: ignore[return-value]
 
     def _finish(self) -> None:

@@ -304,3 +304,20 @@ def test_result_round_trips_through_json():
     assert len(back.intervals) == len(res.intervals)
     assert back.sustained == res.sustained
     assert "secret" not in json.dumps(doc)
+
+
+def test_a_bug_in_a_worker_ends_the_run_with_an_error():
+    from slacker.errors import SlackerError
+
+    class Broken(SimulatedDriver):
+        def transaction_runner(self, conn):
+            def run(statements):
+                raise ZeroDivisionError("boom")
+            return run
+
+    cfg = _config(SimulatedServer(), rate=50.0, duration=5.0)
+    cfg.driver_factory = lambda: Broken(SimulatedServer())
+    t0 = time.monotonic()
+    with pytest.raises(SlackerError, match="ZeroDivisionError: boom"):
+        run_benchmark(cfg)
+    assert time.monotonic() - t0 < 3

@@ -78,6 +78,31 @@ class BackupTool:
         return server_config + "\n" + mariadb.client_defaults(user, password, socket=socket, group=self.group)
 
 
+# What the backup tools print (stderr) when they take and release a lock that blocks
+# the source's commits: mariabackup's BACKUP STAGE BLOCK_COMMIT, FLUSH TABLES WITH READ
+# LOCK (older mariabackup/xtrabackup, or non-InnoDB tables) and Percona's LOCK BINLOG.
+# While one is held the copy must run unthrottled (see ThrottledPipe.effective_rate).
+COMMIT_LOCK_TAKEN = (
+    "Starting BACKUP STAGE BLOCK_COMMIT",
+    "Executing FLUSH TABLES WITH READ LOCK",
+    "Executing LOCK BINLOG FOR BACKUP",
+)
+COMMIT_LOCK_RELEASED = (
+    "All tables unlocked",
+    "Executing UNLOCK TABLES",
+    "Executing UNLOCK BINLOG",
+)
+
+
+def commit_lock_event(line: str) -> bool | None:
+    """True if this log line says the tool took a commit-blocking lock, False if it released one."""
+    if any(marker in line for marker in COMMIT_LOCK_TAKEN):
+        return True
+    if any(marker in line for marker in COMMIT_LOCK_RELEASED):
+        return False
+    return None
+
+
 class MariaBackup(BackupTool):
     name = "mariabackup"
     stream_program = "mariabackup"

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pymysql
 
 from . import mariadb
-from .backup import BackupPosition, directory_bytes, select_tool
+from .backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from .delta import gtid as gtids
 from .errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from .transfer import DEFAULT_PIPE, make_pipe
@@ -308,7 +308,8 @@ class Migration:
         if self.rate_policy is not None:
             initial = self.rate_policy.initial_rate()
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
-                              self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s)
+                              self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
+                              commit_lock_events=commit_lock_event)
         self.pipe.start()
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
@@ -588,6 +589,9 @@ class Migration:
             if self.phase == "snapshot" and self.pipe is not None and not self.pipe.done:
                 rate, state = self.rate_policy.step(now, done)
                 self.pipe.set_rate(rate)
+                if self.pipe.commit_locked:
+                    state["note"] = "backup holds the commit lock: copying unthrottled" + (
+                        f" ({state['note']})" if state.get("note") else "")
                 self.controller_state = state
             elif self.result is None and self.phase not in ("pending", "preflight"):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
@@ -602,6 +606,8 @@ class Migration:
         sample = {"t": round(time.monotonic() - self.created, 3), "ts": _utc(), "phase": self.phase,
                   "bytes_done": self.bytes_done(), "bytes_total": self.bytes_total,
                   "rate_bytes_per_s": self.current_rate(), "throughput_bytes_per_s": round(self._throughput, 1)}
+        if self.pipe is not None and self.pipe.commit_locked and not self.pipe.done:
+            sample["commit_locked"] = True  # the rate above is not applied: the copy runs unthrottled
         if self.controller_state:
             for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note"):
                 if k in self.controller_state:

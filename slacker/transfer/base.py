@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -93,6 +93,7 @@ class ThrottledPipe(ABC):
         rate_bytes_per_s: float | None = None,
         connect_timeout_s: float = 10.0,
         finish_timeout_s: float = 600.0,
+        commit_lock_events: Callable[[str], bool | None] | None = None,
     ) -> None:
         self.producer_argv = check_argv(producer_argv, "producer")
         self.host = host
@@ -116,6 +117,10 @@ class ThrottledPipe(ABC):
         self._result: TransferResult | None = None
         self._t_start = 0.0
         self._producer_tail: StreamTail | None = None
+        # Reads the producer's log lines: True when it took a lock that blocks the source's
+        # commits, False when it let go, None otherwise (see backup.commit_lock_event).
+        self._commit_lock_events = commit_lock_events
+        self._commit_locked = False
 
     # -- public interface ---------------------------------------------------
 
@@ -136,6 +141,21 @@ class ThrottledPipe(ABC):
     def rate(self) -> float | None:
         """The rate last asked for (None = unlimited, 0 = paused)."""
         return self._rate
+
+    @property
+    def commit_locked(self) -> bool:
+        """The producer says it holds a lock that blocks the source's commits."""
+        return self._commit_locked
+
+    @property
+    def effective_rate(self) -> float | None:
+        """The limit actually applied: unlimited while the producer blocks the source's commits.
+
+        Throttling then would stretch a stall of every writer (and a controller that
+        sees the stall as latency would cut the rate to 0 and never get it back: the
+        commits it waits for cannot finish until the copy does).
+        """
+        return None if self._commit_locked else self._rate
 
     @property
     @abstractmethod
@@ -177,6 +197,23 @@ class ThrottledPipe(ABC):
             self.abort()
 
     # -- for implementations ------------------------------------------------
+
+    def _producer_line(self, line: bytes) -> bool:
+        """StreamTail hook for the producer's stderr; keeps every line in the tail."""
+        if self._commit_lock_events is None:
+            return False
+        try:
+            event = self._commit_lock_events(line.decode("utf-8", "replace"))
+        except Exception:  # noqa: BLE001 - a bad classifier must not stop draining stderr
+            log.exception("commit-lock classifier failed")
+            return False
+        if event is not None and bool(event) != self._commit_locked:
+            with self._lock:
+                self._commit_locked = bool(event)
+            log.info("%s %s: producer %s the commit lock; rate %s", self.kind, self.migration_id,
+                     "took" if event else "released", "unlimited" if event else _fmt(self._rate))
+            self._rate_changed()
+        return False
 
     def _rate_changed(self) -> None:
         """Hook: the requested rate changed."""

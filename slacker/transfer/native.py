@@ -52,7 +52,7 @@ class NativePipe(ThrottledPipe):
         return [self._proc.pid] if self._proc is not None else []
 
     def _rate_changed(self) -> None:
-        self._bucket.set_rate(self._rate)
+        self._bucket.set_rate(self.effective_rate)
 
     def start(self) -> None:
         with self._lock:
@@ -81,7 +81,7 @@ class NativePipe(ThrottledPipe):
             fcntl.fcntl(self._proc.stdout.fileno(), F_SETPIPE_SZ, self.chunk_bytes)
         except OSError:
             pass
-        self._producer_tail = StreamTail(self._proc.stderr, "producer")
+        self._producer_tail = StreamTail(self._proc.stderr, "producer", on_line=self._producer_line)
         self._producer_tail.start()
         self._thread = threading.Thread(target=self._run, name=f"native-pipe-{self.migration_id}", daemon=True)
         self._thread.start()

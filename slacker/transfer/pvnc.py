@@ -279,7 +279,7 @@ class PvNcPipe(ThrottledPipe):
             self._close_fds()
             self._finished.set()
             raise
-        self._producer_tail = StreamTail(self._producer.stderr, "producer")
+        self._producer_tail = StreamTail(self._producer.stderr, "producer", on_line=self._producer_line)
         self._pv_tail = StreamTail(self._pv.stderr, "pv", on_line=self._pv_line)
         self._nc_tail = StreamTail(self._nc.stderr, "nc")
         for t in (self._producer_tail, self._pv_tail, self._nc_tail):
@@ -451,7 +451,7 @@ class PvNcPipe(ThrottledPipe):
             climbing = False
             if self._finished.is_set() or self._aborted.is_set():
                 break
-            requested = self._rate
+            requested = self.effective_rate
             paused = requested == 0
             limited = False if paused else self._pv_limited()
             sample = self._pv_sample

@@ -169,6 +169,49 @@ def test_start_paused_then_resume(kind, link):
     assert receiver.wait(5).bytes_received == 3 * MB
 
 
+# A producer that takes a commit-blocking lock in the middle of its stream, as mariabackup does.
+LOCKING_PRODUCER = r"""
+import os, sys, time
+def say(line):
+    sys.stderr.write("[00] 2026-11-22 08:05:05 " + line + "\n"); sys.stderr.flush()
+say("Starting BACKUP STAGE BLOCK_COMMIT")
+block = os.urandom(1 << 20)
+for _ in range(3):
+    os.write(1, block)
+time.sleep(1.5)  # the pipe drains what it read before the lock goes
+say("All tables unlocked")
+os.write(1, block)
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_commit_lock_stage_runs_unthrottled_even_when_paused(kind, link):
+    """While the producer blocks the source's commits a pause must not hold it (that deadlocks)."""
+    from slacker.backup import commit_lock_event
+
+    MIB = 1 << 20
+
+    receiver = Receiver("m-lock", token := new_token(), ["cat"], "127.0.0.1")
+    receiver.start()
+    pipe = make_pipe(kind, [sys.executable, "-c", LOCKING_PRODUCER], "127.0.0.1", receiver.port, "m-lock",
+                     token, rate_bytes_per_s=0, commit_lock_events=commit_lock_event)
+    try:
+        pipe.start()
+        assert wait_until(lambda: pipe.commit_locked, 5)
+        assert pipe.rate == 0 and pipe.effective_rate is None
+        # the whole locked part arrives although the requested rate is 0
+        assert wait_until(lambda: receiver.bytes_received >= 3 * MIB, 10), receiver.bytes_received
+        assert wait_until(lambda: not pipe.commit_locked, 5)
+        time.sleep(1.0)
+        # lock released: the pause holds again, the last MB waits
+        assert receiver.bytes_received < 4 * MIB and not pipe.done
+        pipe.set_rate(None)
+        assert pipe.wait(20).acknowledged_bytes == 4 * MIB
+    finally:
+        pipe.abort()
+        receiver.abort()
+
+
 def _raw_attempt(port: int, data: bytes) -> bytes:
     """Connect, send `data`, return what the receiver answers before closing."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:

@@ -326,3 +326,18 @@ def test_rate_meter_interpolates_between_samples():
     assert m.bytes_between(1.0, 2.0) == 0
     assert m.max_bytes_in_window(1.0, 0.0, 3.0) == pytest.approx(3000)
     assert m.bytes_at(-1) == 0 and m.bytes_at(99) == 4000
+
+
+def test_commit_lock_lines_of_the_backup_tools():
+    from slacker.backup import commit_lock_event
+
+    stamp = "[00] 2026-11-22 08:05:05 "
+    assert commit_lock_event(stamp + "Starting BACKUP STAGE BLOCK_COMMIT\n") is True
+    assert commit_lock_event(stamp + "Executing FLUSH TABLES WITH READ LOCK...\n") is True
+    assert commit_lock_event(stamp + "Executing LOCK BINLOG FOR BACKUP...\n") is True
+    assert commit_lock_event(stamp + "All tables unlocked\n") is False
+    assert commit_lock_event(stamp + "Executing UNLOCK TABLES\n") is False
+    # stages that block DDL only, and ordinary progress, change nothing
+    for line in ("Starting BACKUP STAGE BLOCK_DDL", "Finished BACKUP STAGE BLOCK_DDL", "Streaming ./ycsb/db.opt",
+                 "Finishing BACKUP STAGE BLOCK_COMMIT", "Copying ./ibdata1 to <STDOUT>"):
+        assert commit_lock_event(stamp + line) is None

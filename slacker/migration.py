@@ -32,6 +32,7 @@ from .transfer.protocol import new_token
 log = logging.getLogger("slacker.migration")
 
 MODES = ("live", "stop-and-copy")
+MIN_ETA_THROUGHPUT_BYTES_PER_S = 1000.0
 
 
 @dataclass
@@ -159,7 +160,9 @@ class Migration:
         return self.opts.rate_bytes_per_s
 
     def eta_s(self) -> float | None:
-        if self.phase not in ("snapshot", "copy") or self._throughput <= 0 or not self.bytes_total:
+        # No estimate while paused or crawling: the decaying throughput average would give absurd figures.
+        if (self.phase not in ("snapshot", "copy") or self._throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+                or not self.bytes_total or self.current_rate() == 0):
             return None
         return max(0.0, (self.bytes_total - self.bytes_done()) / self._throughput)
 

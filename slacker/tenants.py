@@ -65,6 +65,9 @@ def preferred_port(tenant_id: str, port_range: tuple[int, int]) -> int:
     return lo + zlib.crc32(tenant_id.encode()) % (hi - lo + 1)
 
 
+AUTO_PORT_PROBES = 64
+
+
 def choose_port(tenant_id: str, port_range: tuple[int, int], taken: Iterable[int]) -> int:
     """The id's preferred port, or on collision the next free one (wrapping) in the range.
 
@@ -276,7 +279,13 @@ class TenantManager:
         validate_tenant_id(tenant_id)
         if port is None:
             taken = set(taken_ports) | self.local_ports()
-            port = choose_port(tenant_id, self.port_range, taken)
+            # An automatic choice steps over ports another process holds (say, a transfer
+            # receiver's ephemeral port that fell inside the range) instead of failing.
+            for _ in range(AUTO_PORT_PROBES):
+                port = choose_port(tenant_id, self.port_range, taken)
+                if port_is_free(self.host, port):
+                    break
+                taken.add(port)
         if not port_is_free(self.host, port):
             raise Conflict(f"port {port} on {self.host} is in use",
                            "another process listens there",

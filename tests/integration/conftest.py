@@ -20,7 +20,7 @@ from slacker.config import load_cluster
 from slacker.tenants import TenantManager
 
 # Tests keep their tenants out of the way of a demo cluster (13306-23305 on 127.0.0.2+).
-TEST_PORT_RANGE = (33306, 43305)
+TEST_PORT_RANGE = (23306, 32305)  # below the kernel's ephemeral ports (32768-60999)
 
 
 def pytest_collection_modifyitems(items):

@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from slacker import local_cluster
 from slacker.agent.client import AgentClient, cluster_clients
 from slacker.errors import Conflict, NotFound, Unauthorized
+
+from .conftest import TEST_PORT_RANGE
 from slacker.procs import alive, read_pid
 
 
@@ -103,7 +105,7 @@ def test_agent_restart_finds_running_tenants(cluster):
     # bring the agent back: it must adopt the running tenant, not start a second one
     first = cluster.node("node-1").tenant_host
     local_cluster.up(run_dir, nodes=2, first_address=first, api_port=urlparse(cluster.node("node-1").url).port,
-                     port_range="33306-43305")
+                     port_range="%d-%d" % TEST_PORT_RANGE)
     tenants = agents["node-2"].request("GET", "/v1/tenants")["tenants"]
     assert [(t["id"], t["running"]) for t in tenants] == [("keep", True)]
     assert mgr.get("keep").pid() == tenant_pid

@@ -106,7 +106,7 @@ def test_unreachable_agent_is_one_line(cluster):
 
 
 def test_port_range_exhausted(make_cluster):
-    make_cluster(port_range=(43306, 43306), name="tiny")
+    make_cluster(port_range=(32306, 32306), name="tiny")
     assert slacker("tenant", "create", "p1")[0] == 0
     one_line_error(*slacker("tenant", "create", "p2", "--on", "node-2")[::2], "no free port", "port_range")
 

@@ -1,6 +1,7 @@
 """Tenant lifecycle against real mariadbd processes."""
 
 import os
+import socket
 from pathlib import Path
 
 import pymysql
@@ -9,6 +10,7 @@ import pytest
 from slacker import mariadb
 from slacker.errors import Conflict, MissingDependency, TenantError
 from slacker.procs import alive
+from slacker.tenants import preferred_port
 
 
 def app_conn(t, db=None):
@@ -61,6 +63,24 @@ def test_two_tenants_side_by_side(tenants):
             cur.execute("SELECT v FROM d.x")
             assert cur.fetchall() == ((v,),)
     assert {t.id for t in tenants.list()} == {"alpha", "beta"}
+
+
+def test_automatic_port_steps_over_a_port_another_process_holds(tenants):
+    # e.g. a transfer receiver's ephemeral port that happens to fall in the node's range
+    held = preferred_port("gamma", tenants.port_range)
+    squatter = socket.socket()
+    squatter.bind((tenants.host, held))
+    squatter.listen()
+    try:
+        t = tenants.create("gamma")
+        assert t.port != held
+        with app_conn(t).cursor() as cur:
+            cur.execute("SELECT @@port")
+            assert cur.fetchone() == (t.port,)
+        with pytest.raises(Conflict, match="in use"):
+            tenants.create("delta", port=held)  # an explicit port is never silently changed
+    finally:
+        squatter.close()
 
 
 def test_app_user_is_held_by_read_only(tenant):

@@ -270,6 +270,18 @@ class TenantManager:
         os.chmod(root / "secrets", 0o700)
         return Tenant(root, info, self.sock_dir)
 
+    def _automatic_port(self, tenant_id: str, taken: set[int]) -> int:
+        """The id's port in the range, stepping over ports another process holds (say, a
+        transfer receiver's ephemeral port that fell inside the range) instead of failing."""
+        for _ in range(AUTO_PORT_PROBES):
+            port = choose_port(tenant_id, self.port_range, taken)
+            if port_is_free(self.host, port):
+                return port
+            taken.add(port)
+        raise Conflict(f"no free port for tenant {tenant_id} on {self.host}",
+                       f"the first {AUTO_PORT_PROBES} candidates in {self.port_range[0]}-{self.port_range[1]} "
+                       "are held by other processes", "change the node's port_range")
+
     def create(self, tenant_id: str, port: int | None = None,
                buffer_pool_bytes: int = DEFAULT_BUFFER_POOL_BYTES,
                taken_ports: Iterable[int] = ()) -> Tenant:
@@ -278,15 +290,8 @@ class TenantManager:
         install_db = mariadb.find_program("mariadb-install-db")
         validate_tenant_id(tenant_id)
         if port is None:
-            taken = set(taken_ports) | self.local_ports()
-            # An automatic choice steps over ports another process holds (say, a transfer
-            # receiver's ephemeral port that fell inside the range) instead of failing.
-            for _ in range(AUTO_PORT_PROBES):
-                port = choose_port(tenant_id, self.port_range, taken)
-                if port_is_free(self.host, port):
-                    break
-                taken.add(port)
-        if not port_is_free(self.host, port):
+            port = self._automatic_port(tenant_id, set(taken_ports) | self.local_ports())
+        elif not port_is_free(self.host, port):
             raise Conflict(f"port {port} on {self.host} is in use",
                            "another process listens there",
                            "stop that process or change the node's port_range")

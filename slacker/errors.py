@@ -65,6 +65,12 @@ class AgentUnavailable(SlackerError):
     exit_code = 6
 
 
+class DirectoryUnavailable(AgentUnavailable):
+    """The directory store (e.g. etcd) could not be reached or has no quorum; a write's outcome is unknown."""
+
+    exit_code = 6
+
+
 class Unauthorized(SlackerError):
     """The bearer token was missing or wrong."""
 
@@ -97,6 +103,7 @@ ERROR_CLASSES = {
         MissingDependency,
         TenantError,
         AgentUnavailable,
+        DirectoryUnavailable,
         Unauthorized,
         MigrationFailed,
     )

@@ -11,7 +11,7 @@ import json
 import socket
 from urllib.parse import quote, urlencode, urlparse
 
-from ..directory import DirectoryStore, Ownership
+from ..directory import DirectoryStore, LockInfo, Ownership
 from ..errors import AgentUnavailable, SlackerError, Unauthorized, error_from_dict
 
 
@@ -89,6 +89,40 @@ class DirectoryClient(DirectoryStore):
         doc = self.agent.request("GET", f"/v1/directory/tenants/{quote(tenant)}/watch",
                                  query={"after": after_epoch, "timeout": timeout_s}, timeout_s=timeout_s + 10)
         return Ownership.from_dict(doc["ownership"]) if doc.get("ownership") else None
+
+    def acquire_lock(self, name: str, holder: str, ttl_s: float) -> LockInfo:
+        return LockInfo.from_dict(self.agent.request("POST", f"/v1/directory/locks/{quote(name)}",
+                                                     {"holder": holder, "ttl_s": ttl_s}))
+
+    def refresh_lock(self, name: str, holder: str) -> LockInfo:
+        return LockInfo.from_dict(self.agent.request("POST", f"/v1/directory/locks/{quote(name)}",
+                                                     {"holder": holder, "refresh": True}))
+
+    def release_lock(self, name: str, holder: str) -> bool:
+        return bool(self.agent.request("DELETE", f"/v1/directory/locks/{quote(name)}",
+                                       query={"holder": holder})["released"])
+
+    def lock_info(self, name: str) -> LockInfo | None:
+        doc = self.agent.request("GET", f"/v1/directory/locks/{quote(name)}")
+        return LockInfo.from_dict(doc["lock"]) if doc.get("lock") else None
+
+    def state_get(self, key: str) -> dict | None:
+        return self.agent.request("GET", f"/v1/directory/state/{quote(key)}")["value"]
+
+    def state_put(self, key: str, value: dict) -> None:
+        self.agent.request("POST", f"/v1/directory/state/{quote(key)}", {"value": value})
+
+    def state_delete(self, key: str) -> bool:
+        return bool(self.agent.request("DELETE", f"/v1/directory/state/{quote(key)}")["deleted"])
+
+    def state_list(self, prefix: str = "") -> dict[str, dict]:
+        return self.agent.request("GET", "/v1/directory/state", query={"prefix": prefix})["state"]
+
+    def health(self) -> dict:
+        try:
+            return self.agent.request("GET", "/v1/directory/health", timeout_s=10)
+        except SlackerError as exc:
+            return {"backend": "agent", "healthy": False, "error": exc.one_line(), "agent": self.agent.url}
 
 
 def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryClient]:

@@ -188,6 +188,52 @@ def _add_core_routes(server: ApiServer) -> None:
         own = store().watch(tid, int(q.get("after", 0)), timeout_s)
         return {"ownership": own.to_dict() if own else None}
 
+    @server.route("GET", "/v1/directory/health")
+    def dir_health(srv, body, q):
+        return store().health()
+
+    # The exclusive lock: POST takes it ({"holder", "ttl_s"}) or, with "refresh": true, extends it.
+    NAME = r"([a-z0-9][a-z0-9._/-]{0,600})"
+
+    @server.route("GET", f"/v1/directory/locks/{NAME}")
+    def lock_get(srv, body, q, name):
+        info = store().lock_info(name)
+        return {"lock": info.to_dict() if info else None}
+
+    @server.route("POST", f"/v1/directory/locks/{NAME}")
+    def lock_take(srv, body, q, name):
+        if not isinstance(body.get("holder"), str):
+            raise InvalidInput("missing lock holder", "the body needs a holder", "")
+        if body.get("refresh"):
+            return store().refresh_lock(name, body["holder"]).to_dict()
+        if "ttl_s" not in body:
+            raise InvalidInput("missing lock TTL", "the body needs ttl_s", "")
+        return store().acquire_lock(name, body["holder"], body["ttl_s"]).to_dict()
+
+    @server.route("DELETE", f"/v1/directory/locks/{NAME}")
+    def lock_release(srv, body, q, name):
+        if "holder" not in q:
+            raise InvalidInput("missing lock holder", "pass ?holder=", "")
+        return {"released": store().release_lock(name, q["holder"])}
+
+    # Small JSON state (cool-downs): GET one key or ?prefix= a listing, POST {"value": {...}}, DELETE.
+    @server.route("GET", "/v1/directory/state")
+    def state_list(srv, body, q):
+        return {"state": store().state_list(q.get("prefix", ""))}
+
+    @server.route("GET", f"/v1/directory/state/{NAME}")
+    def state_get(srv, body, q, key):
+        return {"value": store().state_get(key)}
+
+    @server.route("POST", f"/v1/directory/state/{NAME}")
+    def state_put(srv, body, q, key):
+        store().state_put(key, body.get("value"))
+        return {"stored": key}
+
+    @server.route("DELETE", f"/v1/directory/state/{NAME}")
+    def state_delete(srv, body, q, key):
+        return {"deleted": store().state_delete(key)}
+
 
 def serve(node: Node) -> ApiServer:
     """Start the node's services and its HTTP server on a background thread."""

@@ -1,0 +1,221 @@
+"""The embedded directory: one SQLite file inside the agent the cluster file names.
+
+One process serves it (over the agent's HTTP API), so a condition variable
+drives watch, and the lock is a row with an expiry time that is checked on
+every access: a crashed holder's lock simply runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..errors import Conflict, NotFound
+from .base import (DirectoryStore, LockInfo, Ownership, check_state_value, validate_holder, validate_name,
+                   validate_ttl)
+
+
+class SQLiteStore(DirectoryStore):
+    """Directory on a SQLite file; one process serves it, so a condition variable drives watch."""
+
+    def __init__(self, path: Path | str, clock: Callable[[], float] = time.time) -> None:
+        # Wall-clock time: lock expiries are persisted and must survive an agent restart.
+        self._clock = clock
+        self.path = str(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(
+            """CREATE TABLE IF NOT EXISTS ownership (
+                   tenant TEXT PRIMARY KEY,
+                   node TEXT NOT NULL,
+                   host TEXT NOT NULL,
+                   port INTEGER NOT NULL,
+                   epoch INTEGER NOT NULL,
+                   updated_at REAL NOT NULL)"""
+        )
+        self._db.execute(
+            """CREATE TABLE IF NOT EXISTS locks (
+                   name TEXT PRIMARY KEY,
+                   holder TEXT NOT NULL,
+                   ttl_s REAL NOT NULL,
+                   acquired_at REAL NOT NULL,
+                   expires_at REAL NOT NULL)"""
+        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    def _row(self, tenant: str) -> Ownership | None:
+        r = self._db.execute("SELECT tenant,node,host,port,epoch,updated_at FROM ownership WHERE tenant=?",
+                             (tenant,)).fetchone()
+        return Ownership(*r) if r else None
+
+    def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
+        with self._lock:
+            if self._row(tenant) is not None:
+                raise Conflict(f"tenant {tenant} already exists", "the directory has it",
+                               "pick another id, or delete the tenant first")
+            clash = self._db.execute("SELECT tenant FROM ownership WHERE port=?", (port,)).fetchone()
+            if clash:
+                raise Conflict(f"port {port} is taken", f"tenant {clash[0]} uses it",
+                               "choose another port range or id")
+            now = time.time()
+            self._db.execute("INSERT INTO ownership VALUES (?,?,?,?,1,?)", (tenant, node, host, port, now))
+            self._changed.notify_all()
+            return Ownership(tenant, node, host, port, 1, now)
+
+    def lookup(self, tenant: str) -> Ownership:
+        with self._lock:
+            row = self._row(tenant)
+        if row is None:
+            raise NotFound(f"tenant {tenant} not found", "the directory does not know it",
+                           "see `slacker tenant list`")
+        return row
+
+    def list(self) -> list[Ownership]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT tenant,node,host,port,epoch,updated_at FROM ownership ORDER BY tenant").fetchall()
+        return [Ownership(*r) for r in rows]
+
+    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
+        with self._lock:
+            now = time.time()
+            cur = self._db.execute(
+                "UPDATE ownership SET node=?, host=?, port=?, epoch=epoch+1, updated_at=? "
+                "WHERE tenant=? AND epoch=?", (node, host, port, now, tenant, expected_epoch))
+            if cur.rowcount != 1:
+                row = self._row(tenant)
+                if row is None:
+                    raise NotFound(f"tenant {tenant} not found", "the directory does not know it", "")
+                raise Conflict(f"ownership of {tenant} changed underneath",
+                               f"expected epoch {expected_epoch}, directory has {row.epoch}",
+                               "re-read the tenant and retry")
+            self._changed.notify_all()
+            return Ownership(tenant, node, host, port, expected_epoch + 1, now)
+
+    def remove(self, tenant: str, expected_epoch: int | None = None) -> None:
+        with self._lock:
+            if expected_epoch is None:
+                cur = self._db.execute("DELETE FROM ownership WHERE tenant=?", (tenant,))
+            else:
+                cur = self._db.execute("DELETE FROM ownership WHERE tenant=? AND epoch=?", (tenant, expected_epoch))
+            if cur.rowcount != 1:
+                if self._row(tenant) is None:
+                    raise NotFound(f"tenant {tenant} not found", "the directory does not know it", "")
+                raise Conflict(f"tenant {tenant} changed underneath", "its epoch moved", "retry")
+            self._changed.notify_all()
+
+    def watch(self, tenant: str, after_epoch: int, timeout_s: float) -> Ownership | None:
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._lock:
+            while True:
+                row = self._row(tenant)
+                if row is None:
+                    raise NotFound(f"tenant {tenant} not found", "the directory does not know it", "")
+                if row.epoch > after_epoch:
+                    return row
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+
+    # ---- the lock: a row whose expiry is checked on every access --------------------------
+    def _live_lock(self, name: str, now: float) -> tuple | None:
+        r = self._db.execute("SELECT holder, ttl_s, acquired_at, expires_at FROM locks WHERE name=?",
+                             (name,)).fetchone()
+        if r is None:
+            return None
+        if r[3] <= now:  # the holder stopped refreshing: its lock is gone
+            self._db.execute("DELETE FROM locks WHERE name=? AND expires_at<=?", (name, now))
+            return None
+        return r
+
+    @staticmethod
+    def _info(name: str, r: tuple, now: float) -> LockInfo:
+        return LockInfo(name=name, holder=r[0], ttl_s=r[1], expires_in_s=min(r[1], max(0.0, r[3] - now)),
+                        acquired_at=r[2])
+
+    def acquire_lock(self, name: str, holder: str, ttl_s: float) -> LockInfo:
+        validate_name(name)
+        validate_holder(holder)
+        ttl_s = validate_ttl(ttl_s)
+        with self._lock:
+            now = self._clock()
+            cur = self._live_lock(name, now)
+            if cur is not None and cur[0] != holder:
+                raise Conflict(f"lock {name} is held by {cur[0]}", f"for {cur[3] - now:.1f}s more unless refreshed",
+                               "wait for it to be released or to expire")
+            acquired_at = cur[2] if cur is not None else now
+            self._db.execute("INSERT OR REPLACE INTO locks VALUES (?,?,?,?,?)",
+                             (name, holder, ttl_s, acquired_at, now + ttl_s))
+            return LockInfo(name, holder, ttl_s, ttl_s, acquired_at)
+
+    def refresh_lock(self, name: str, holder: str) -> LockInfo:
+        validate_name(name)
+        with self._lock:
+            now = self._clock()
+            cur = self._live_lock(name, now)
+            if cur is None or cur[0] != holder:
+                raise Conflict(f"lock {name} is not held by {holder}",
+                               "it expired" if cur is None else f"{cur[0]} holds it now",
+                               "stop what needed the lock; acquire it again")
+            self._db.execute("UPDATE locks SET expires_at=? WHERE name=?", (now + cur[1], name))
+            return LockInfo(name, holder, cur[1], cur[1], cur[2])
+
+    def release_lock(self, name: str, holder: str) -> bool:
+        validate_name(name)
+        with self._lock:
+            cur = self._live_lock(name, self._clock())
+            if cur is None or cur[0] != holder:
+                return False
+            self._db.execute("DELETE FROM locks WHERE name=? AND holder=?", (name, holder))
+            return True
+
+    def lock_info(self, name: str) -> LockInfo | None:
+        validate_name(name)
+        with self._lock:
+            now = self._clock()
+            cur = self._live_lock(name, now)
+            return self._info(name, cur, now) if cur is not None else None
+
+    # ---- small JSON state -------------------------------------------------------------
+    def state_get(self, key: str) -> dict | None:
+        validate_name(key, "state key")
+        with self._lock:
+            r = self._db.execute("SELECT value FROM state WHERE key=?", (key,)).fetchone()
+        return json.loads(r[0]) if r else None
+
+    def state_put(self, key: str, value: dict) -> None:
+        raw = check_state_value(key, value)
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO state VALUES (?,?)", (key, raw.decode()))
+
+    def state_delete(self, key: str) -> bool:
+        validate_name(key, "state key")
+        with self._lock:
+            return self._db.execute("DELETE FROM state WHERE key=?", (key,)).rowcount == 1
+
+    def state_list(self, prefix: str = "") -> dict[str, dict]:
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM state WHERE substr(key, 1, ?) = ? ORDER BY key",
+                                    (len(prefix), prefix)).fetchall()
+        return {k: json.loads(v) for k, v in rows}
+
+    def health(self) -> dict:
+        try:
+            with self._lock:
+                n = self._db.execute("SELECT count(*) FROM ownership").fetchone()[0]
+            return {"backend": "sqlite", "healthy": True, "path": self.path, "tenants": n}
+        except Exception as exc:  # health never raises
+            return {"backend": "sqlite", "healthy": False, "path": self.path, "error": str(exc)}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

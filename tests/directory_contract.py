@@ -1,0 +1,232 @@
+"""The directory contract, as tests any DirectoryStore must pass.
+
+A test module imports these functions and provides a `store` fixture (a fresh,
+empty store); the same tests then run against SQLite and against real etcd.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from slacker.errors import Conflict, InvalidInput, NotFound
+
+
+def test_register_lookup_list_remove(store):
+    a = store.register("t1", "node-1", "127.0.0.2", 20001)
+    assert (a.node, a.epoch, a.port) == ("node-1", 1, 20001)
+    store.register("t2", "node-2", "127.0.0.3", 20002)
+    assert store.lookup("t1") == a
+    assert [o.tenant for o in store.list()] == ["t1", "t2"]
+    with pytest.raises(Conflict, match="already exists"):
+        store.register("t1", "node-2", "127.0.0.3", 20003)
+    with pytest.raises(Conflict, match="port 20002 is taken"):
+        store.register("t3", "node-2", "127.0.0.3", 20002)
+    with pytest.raises(Conflict):
+        store.remove("t1", expected_epoch=7)
+    store.remove("t1", expected_epoch=1)
+    with pytest.raises(NotFound):
+        store.lookup("t1")
+    with pytest.raises(NotFound):
+        store.remove("t1")
+    store.register("t3", "node-1", "127.0.0.2", 20001)  # its port is free again
+
+
+def test_compare_and_set_moves_and_bumps_epoch(store):
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    own = store.compare_and_set("t1", 1, "node-2", "127.0.0.3", 20001)
+    assert (own.node, own.host, own.epoch) == ("node-2", "127.0.0.3", 2)
+    assert store.lookup("t1") == own
+    with pytest.raises(Conflict, match="expected epoch 1, directory has 2"):
+        store.compare_and_set("t1", 1, "node-3", "127.0.0.4", 20001)
+    with pytest.raises(NotFound):
+        store.compare_and_set("nope", 1, "node-3", "127.0.0.4", 20001)
+
+
+def test_compare_and_set_race_has_one_winner(store):
+    """Two writers flip the same epoch at once: exactly one wins, the loser sees Conflict."""
+    for round_ in range(5):
+        tid = f"race{round_}"
+        store.register(tid, "node-1", "127.0.0.2", 21000 + round_)
+        barrier = threading.Barrier(2)
+        results: dict[str, object] = {}
+
+        def flip(node):
+            barrier.wait()
+            try:
+                results[node] = store.compare_and_set(tid, 1, node, "127.0.0.9", 21000 + round_)
+            except Conflict as exc:
+                results[node] = exc
+
+        threads = [threading.Thread(target=flip, args=(n,)) for n in ("node-2", "node-3")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        winners = [n for n, r in results.items() if not isinstance(r, Exception)]
+        assert len(winners) == 1, results
+        final = store.lookup(tid)
+        assert (final.node, final.epoch) == (winners[0], 2)
+
+
+def test_watch_is_monotonic_and_reaches_the_latest(store):
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    moves = 12
+    seen: list[int] = []
+
+    def mover():
+        for i in range(moves):
+            store.compare_and_set("t1", i + 1, f"node-{(i + 1) % 3 + 1}", "127.0.0.2", 20001)
+            time.sleep(0.01 * (i % 3))
+
+    t = threading.Thread(target=mover)
+    t.start()
+    last = 1
+    deadline = time.monotonic() + 30
+    while last < moves + 1 and time.monotonic() < deadline:
+        own = store.watch("t1", last, timeout_s=5)
+        if own is None:
+            continue
+        assert own.epoch > last  # never an older (or the same) epoch than already reported
+        seen.append(own.epoch)
+        last = own.epoch
+    t.join(30)
+    assert last == moves + 1
+    assert seen == sorted(set(seen))
+    assert store.lookup("t1").epoch == moves + 1
+
+
+def test_watch_times_out_then_resumes(store):
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    t0 = time.monotonic()
+    assert store.watch("t1", 1, timeout_s=0.5) is None
+    assert 0.4 <= time.monotonic() - t0 < 5
+    store.compare_and_set("t1", 1, "node-2", "127.0.0.3", 20001)
+    # A watcher that dropped out (None above) and comes back still learns of the change at once.
+    own = store.watch("t1", 1, timeout_s=5)
+    assert own is not None and own.epoch == 2 and own.node == "node-2"
+
+
+def test_watch_wakes_on_change_and_on_removal(store):
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    box: dict = {}
+
+    def watcher(after):
+        try:
+            box["own"] = store.watch("t1", after, timeout_s=20)
+        except NotFound as exc:
+            box["err"] = exc
+
+    th = threading.Thread(target=watcher, args=(1,))
+    th.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    store.compare_and_set("t1", 1, "node-2", "127.0.0.3", 20001)
+    th.join(20)
+    assert box["own"].epoch == 2 and time.monotonic() - t0 < 5
+    box.clear()
+    th = threading.Thread(target=watcher, args=(2,))
+    th.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    store.remove("t1")
+    th.join(20)
+    assert isinstance(box.get("err"), NotFound) and time.monotonic() - t0 < 5
+    with pytest.raises(NotFound):
+        store.watch("t1", 2, timeout_s=1)
+
+
+def test_lock_is_exclusive(store):
+    a = store.acquire_lock("rebalance", "host-a:1", 30)
+    assert a.holder == "host-a:1" and a.expires_in_s > 0
+    with pytest.raises(Conflict, match="held by host-a:1"):
+        store.acquire_lock("rebalance", "host-b:2", 30)
+    assert store.acquire_lock("rebalance", "host-a:1", 30).holder == "host-a:1"  # re-acquire = refresh
+    assert store.lock_info("rebalance").holder == "host-a:1"
+    assert store.release_lock("rebalance", "host-b:2") is False
+    assert store.lock_info("rebalance").holder == "host-a:1"
+    with pytest.raises(Conflict, match="not held by host-b:2"):
+        store.refresh_lock("rebalance", "host-b:2")
+    assert store.release_lock("rebalance", "host-a:1") is True
+    assert store.lock_info("rebalance") is None
+    assert store.acquire_lock("rebalance", "host-b:2", 30).holder == "host-b:2"
+    # Locks are independent by name.
+    assert store.acquire_lock("migrate/t1", "host-a:1", 30).holder == "host-a:1"
+
+
+def test_lock_race_has_one_winner(store):
+    for round_ in range(3):
+        name = f"race/{round_}"
+        barrier = threading.Barrier(4)
+        winners, losers = [], []
+
+        def take(h):
+            barrier.wait()
+            try:
+                store.acquire_lock(name, h, 30)
+                winners.append(h)
+            except Conflict:
+                losers.append(h)
+
+        threads = [threading.Thread(target=take, args=(f"h{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(winners) == 1 and len(losers) == 3, (winners, losers)
+        assert store.lock_info(name).holder == winners[0]
+
+
+def test_lock_expires_when_not_refreshed(store):
+    """A crashed holder (one that stops refreshing) loses the lock after its TTL."""
+    info = store.acquire_lock("rebalance", "crashed", 1)
+    ttl = info.ttl_s  # a backend may round up (etcd: its minimum lease TTL)
+    with pytest.raises(Conflict):
+        store.acquire_lock("rebalance", "next", 1)
+    deadline = time.monotonic() + ttl + 5
+    while store.lock_info("rebalance") is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert store.lock_info("rebalance") is None
+    assert store.acquire_lock("rebalance", "next", 5).holder == "next"
+    with pytest.raises(Conflict, match="not held by crashed"):
+        store.refresh_lock("rebalance", "crashed")
+
+
+def test_refresh_keeps_the_lock(store):
+    info = store.acquire_lock("rebalance", "alive", 2)
+    ttl = info.ttl_s
+    end = time.monotonic() + ttl * 2 + 1
+    while time.monotonic() < end:
+        assert store.refresh_lock("rebalance", "alive").holder == "alive"
+        with pytest.raises(Conflict):
+            store.acquire_lock("rebalance", "other", 2)
+        time.sleep(ttl / 4)
+    assert store.lock_info("rebalance").holder == "alive"
+
+
+def test_lock_input_is_validated(store):
+    with pytest.raises(InvalidInput):
+        store.acquire_lock("Bad Name", "h", 10)
+    with pytest.raises(InvalidInput):
+        store.acquire_lock("ok", "", 10)
+    with pytest.raises(InvalidInput):
+        store.acquire_lock("ok", "h", 0)
+
+
+def test_state_put_get_list_delete(store):
+    assert store.state_get("cooldown/tenant/t1") is None
+    store.state_put("cooldown/tenant/t1", {"until": 123.5, "from": "node-1"})
+    store.state_put("cooldown/tenant/t2", {"until": 1})
+    store.state_put("cooldown/node/node-1", {"until": 2})
+    assert store.state_get("cooldown/tenant/t1") == {"until": 123.5, "from": "node-1"}
+    assert set(store.state_list("cooldown/tenant/")) == {"cooldown/tenant/t1", "cooldown/tenant/t2"}
+    assert set(store.state_list()) == {"cooldown/tenant/t1", "cooldown/tenant/t2", "cooldown/node/node-1"}
+    store.state_put("cooldown/tenant/t1", {"until": 9})
+    assert store.state_get("cooldown/tenant/t1") == {"until": 9}
+    assert store.state_delete("cooldown/tenant/t1") is True
+    assert store.state_delete("cooldown/tenant/t1") is False
+    assert store.state_get("cooldown/tenant/t1") is None
+    with pytest.raises(InvalidInput):
+        store.state_put("cooldown/x", [1, 2])

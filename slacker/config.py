@@ -1,7 +1,8 @@
 """Cluster file and agent config (TOML): loading, validation at the edge, and writing.
 
 The cluster file names the nodes (name, agent URL, tenant address), the token
-file and the node that serves the directory. The CLI finds it via --cluster,
+file and the directory: the node that serves the embedded SQLite one, or the
+endpoints of an etcd cluster. The CLI finds it via --cluster,
 $SLACKER_CLUSTER, ./run/cluster.toml, or /etc/slacker/cluster.toml.
 """
 
@@ -26,12 +27,18 @@ class NodeSpec:
     tenant_host: str
 
 
+DIRECTORY_BACKENDS = ("sqlite", "etcd")
+
+
 @dataclass
 class Cluster:
     path: Path
     token_file: Path
     directory_node: str
     nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    directory_backend: str = "sqlite"  # "sqlite": served by directory_node; "etcd": etcd_endpoints
+    etcd_endpoints: tuple[str, ...] = ()
+    etcd_prefix: str = "/slacker"
 
     def node(self, name: str) -> NodeSpec:
         if name not in self.nodes:
@@ -115,12 +122,33 @@ def load_cluster(explicit: str | None = None) -> Cluster:
                 raise InvalidInput(f"cluster file {path} names node {spec.name} twice", "", "remove one")
             nodes[spec.name] = spec
         directory = str(doc.get("directory") or next(iter(nodes), ""))
+        backend = str(doc.get("directory_backend", "sqlite"))
+        endpoints = doc.get("etcd_endpoints", [])
+        prefix = str(doc.get("etcd_prefix", "/slacker"))
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
     if not nodes:
         raise InvalidInput(f"cluster file {path} names no nodes", "[[nodes]] is empty", "add nodes")
-    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes)
+    if backend not in DIRECTORY_BACKENDS:
+        raise InvalidInput(f"cluster file {path}: unknown directory_backend {backend!r}",
+                           f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "see docs/configuration.md")
+    if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
+        raise InvalidInput(f"cluster file {path}: etcd_endpoints must be a list of URLs",
+                           f"got {endpoints!r}", 'for example ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]')
+    for e in endpoints:
+        u = urlparse(e)
+        if u.scheme not in ("http", "https") or not u.hostname or not u.port:
+            raise InvalidInput(f"cluster file {path}: bad etcd endpoint {e!r}", "expected http(s)://HOST:PORT",
+                               "see docs/configuration.md")
+    if backend == "etcd" and not endpoints:
+        raise InvalidInput(f"cluster file {path} uses the etcd directory without endpoints",
+                           "etcd_endpoints is empty", "list the etcd members' client URLs")
+    if not prefix.startswith("/") or prefix.endswith("/") or len(prefix) < 2:
+        raise InvalidInput(f"cluster file {path}: bad etcd_prefix {prefix!r}", "expected /NAME", "for example /slacker")
+    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes,
+                      directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
+                      etcd_prefix=prefix)
     cluster.node(directory)  # the directory node must be one of the nodes
     return cluster
 
@@ -151,6 +179,8 @@ def load_agent_config(path: str | Path) -> AgentConfig:
 
 
 def _toml_value(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):

@@ -11,7 +11,7 @@ import json
 import socket
 from urllib.parse import quote, urlencode, urlparse
 
-from ..directory import DirectoryStore, LockInfo, Ownership
+from ..directory import DirectoryStore, EtcdStore, LockInfo, Ownership, SQLiteStore
 from ..errors import AgentUnavailable, SlackerError, Unauthorized, error_from_dict
 
 
@@ -125,8 +125,26 @@ class DirectoryClient(DirectoryStore):
             return {"backend": "agent", "healthy": False, "error": exc.one_line(), "agent": self.agent.url}
 
 
-def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryClient]:
-    """One client per node of a cluster file, and the directory client."""
+def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryStore]:
+    """One client per node of a cluster file, and the directory: etcd itself, or the agent serving SQLite."""
     token = cluster.token()
     agents = {n.name: AgentClient(n.url, token, n.name) for n in cluster.nodes.values()}
+    if cluster.directory_backend == "etcd":
+        return agents, EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix)
     return agents, DirectoryClient(agents[cluster.directory_node])
+
+
+def node_directory(cluster, node: str, data_root, token: str) -> tuple[DirectoryStore | None, DirectoryStore]:
+    """An agent's directory: (the store it serves itself or None, the store it uses).
+
+    With etcd every agent talks to etcd and can serve the directory API; with
+    SQLite the node the cluster file names holds the file and the others ask it.
+    """
+    if cluster.directory_backend == "etcd":
+        store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix)
+        return store, store
+    if cluster.directory_node == node:
+        store = SQLiteStore(data_root / "directory.sqlite")
+        return store, store
+    d = cluster.directory
+    return None, DirectoryClient(AgentClient(d.url, token, d.name))

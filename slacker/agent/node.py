@@ -10,10 +10,9 @@ import threading
 import time
 
 from ..config import AgentConfig, Cluster, load_cluster
-from ..directory import DirectoryStore, SQLiteStore
 from ..errors import Conflict, NotFound
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES, TenantManager, choose_port, validate_tenant_id
-from .client import AgentClient, DirectoryClient
+from .client import AgentClient, node_directory
 from .metrics import make_registry
 from .supervisor import Supervisor
 
@@ -30,13 +29,8 @@ class Node:
         self.started_at = time.time()
         self.tenants = TenantManager(config.data_root, host=config.tenant_host, node=config.node,
                                      port_range=config.port_range)
-        self.local_directory: SQLiteStore | None = None
-        if self.cluster.directory_node == self.name:
-            self.local_directory = SQLiteStore(config.data_root / "directory.sqlite")
-            self.directory: DirectoryStore = self.local_directory
-        else:
-            d = self.cluster.directory
-            self.directory = DirectoryClient(AgentClient(d.url, self.token, d.name))
+        # local_directory: a store this agent can serve over its API (SQLite here, or etcd on every node).
+        self.local_directory, self.directory = node_directory(self.cluster, self.name, config.data_root, self.token)
         self.supervisor = Supervisor(self.tenants)
         self.registry = make_registry(self.name, self.supervisor)
         self._lock = threading.Lock()

@@ -403,8 +403,9 @@ class EtcdStore(DirectoryStore):
 
     # ---- the lock: a key created only if absent, bound to a lease ------------------------
     def _lease_ttl_left(self, lease: str | None) -> int:
+        """Whole seconds left (etcd truncates: 0 means under a second), or -1 once the lease is gone."""
         if not lease:
-            return 0
+            return -1
         doc = self.gw.call("/lease/timetolive", {"ID": lease}, idempotent=True)
         return int(doc.get("TTL") or 0)
 
@@ -426,7 +427,8 @@ class EtcdStore(DirectoryStore):
         validate_holder(holder)
         ttl = max(1, math.ceil(validate_ttl(ttl_s)))
         lkey = self._key("locks", name)
-        for _ in range(5):
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
             kv, _rev = self._read(lkey)
             if kv is not None:
                 v = self._value(kv)
@@ -438,8 +440,11 @@ class EtcdStore(DirectoryStore):
                     time.sleep(0.05)  # our lease just ran out; the key goes with it
                     continue
                 left = self._lease_ttl_left(kv.get("lease"))
+                if left < 0:  # expired; etcd deletes the key in a moment
+                    time.sleep(0.1)
+                    continue
                 raise Conflict(f"lock {name} is held by {v.get('holder', '?')}",
-                               f"for {max(left, 0)}s more unless refreshed", "wait for it to be released or to expire")
+                               f"for {max(left, 1)}s more unless refreshed", "wait for it to be released or to expire")
             granted = self.gw.call("/lease/grant", {"TTL": str(ttl)}, idempotent=False)
             lease, got = granted["ID"], int(granted.get("TTL") or ttl)
             now = time.time()
@@ -481,10 +486,10 @@ class EtcdStore(DirectoryStore):
         if kv is None:
             return None
         left = self._lease_ttl_left(kv.get("lease"))
-        if left <= 0:
+        if left < 0:
             return None
         v = self._value(kv)
-        return LockInfo(name, str(v.get("holder")), float(v.get("ttl_s", left)), float(left),
+        return LockInfo(name, str(v.get("holder")), float(v.get("ttl_s", left)), float(max(left, 0.5)),
                         float(v.get("acquired_at", 0.0)))
 
     # ---- small JSON state -------------------------------------------------------------
@@ -518,7 +523,7 @@ class EtcdStore(DirectoryStore):
             return out | {"healthy": False, "members": [], "leader": None, "error": exc.one_line()}
         leader_id = None
         rows = []
-        for m in members:
+        for m in sorted(members, key=lambda m: str(m.get("name") or m.get("ID"))):
             url = (m.get("clientURLs") or [None])[0]
             row = {"name": m.get("name") or m.get("ID"), "id": m.get("ID"), "client_url": url, "reachable": False}
             if url:

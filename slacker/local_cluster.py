@@ -3,7 +3,9 @@
 `up` writes a token, a cluster file and one agent config per node under a run
 directory, starts the agents as daemons and waits until each answers. Each
 node gets its own 127.0.0.x address, so a tenant keeps its port when it moves
-between local nodes, and its own data root.
+between local nodes, and its own data root. With `directory="etcd"` a
+three-member etcd cluster (local_etcd.py) starts first, on the first three
+node addresses, and every agent uses it instead of node-1's SQLite file.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 from pathlib import Path
 
 from .agent.client import AgentClient
-from .config import load_agent_config, load_cluster, write_toml
+from . import local_etcd
+from .config import DIRECTORY_BACKENDS, load_agent_config, load_cluster, write_toml
 from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError
 from .mariadb import write_secret
 from .procs import alive as _alive, read_pid as _read_pid
@@ -29,8 +32,15 @@ START_TIMEOUT_S = 90.0
 
 
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
-       port_range: str = "13306-23305") -> Path:
-    """Start `nodes` local agents; returns the cluster file path. Re-running starts missing agents."""
+       port_range: str = "13306-23305", directory: str = "sqlite", etcd_client_port: int = 2379,
+       etcd_peer_port: int = 2380) -> Path:
+    """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
+    Re-running starts what is missing."""
+    if directory not in DIRECTORY_BACKENDS:
+        raise InvalidInput(f"unknown directory {directory!r}", f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "")
+    if directory == "etcd" and (etcd_client_port == etcd_peer_port or api_port in (etcd_client_port, etcd_peer_port)):
+        raise InvalidInput("etcd ports clash", f"client {etcd_client_port}, peer {etcd_peer_port}, API {api_port}",
+                           "give each its own port")
     if not 1 <= nodes <= 64:
         raise InvalidInput(f"--nodes {nodes} is out of range", "a local cluster has 1 to 64 nodes", "")
     try:
@@ -38,7 +48,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     except ValueError:
         raise InvalidInput(f"invalid address {first_address!r}", "expected an IPv4 loopback address",
                            "for example 127.0.0.2") from None
-    if not base.is_loopback or not (base + nodes - 1).is_loopback:
+    if not base.is_loopback or not (base + max(nodes, 3) - 1).is_loopback:
         raise InvalidInput(f"address {first_address} with {nodes} nodes leaves 127.0.0.0/8",
                            "a local cluster lives on loopback", "use 127.0.0.2")
     run_dir = run_dir.resolve()
@@ -47,9 +57,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     token_file = run_dir / "token"
     if cluster_file.exists():
         existing = load_cluster(str(cluster_file))
-        if len(existing.nodes) != nodes:
-            raise Conflict(f"a cluster with {len(existing.nodes)} nodes is already set up in {run_dir}",
-                           f"you asked for {nodes}", f"run `slacker cluster down --purge --dir {run_dir}` first")
+        if len(existing.nodes) != nodes or existing.directory_backend != directory:
+            raise Conflict(f"a cluster with {len(existing.nodes)} nodes and the {existing.directory_backend} "
+                           f"directory is already set up in {run_dir}", f"you asked for {nodes} and {directory}",
+                           f"run `slacker cluster down --purge --dir {run_dir}` first")
     if not token_file.exists():
         write_secret(token_file, secrets.token_hex(32) + "\n")
     specs = []
@@ -57,8 +68,13 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         name = f"node-{i + 1}"
         host = str(base + i)
         specs.append({"name": name, "url": f"http://{host}:{api_port}", "tenant_host": host})
-    write_toml(cluster_file, {"token_file": str(token_file), "directory": "node-1"}, {"nodes": specs},
-               header="Slacker cluster file, written by `slacker cluster up`.")
+    top = {"token_file": str(token_file), "directory": "node-1"}
+    if directory == "etcd":
+        # Three members whatever the node count: one may fail and a majority remains.
+        members = local_etcd.plan([str(base + i) for i in range(3)], etcd_client_port, etcd_peer_port)
+        endpoints = local_etcd.start(run_dir / "etcd", members)
+        top |= {"directory_backend": "etcd", "etcd_endpoints": endpoints, "etcd_prefix": "/slacker"}
+    write_toml(cluster_file, top, {"nodes": specs}, header="Slacker cluster file, written by `slacker cluster up`.")
     for spec in specs:
         node_dir = run_dir / spec["name"]
         node_dir.mkdir(exist_ok=True)
@@ -144,6 +160,9 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
                 mgr.stop_tenant(t)
         (node_dir / "agent.pid").unlink(missing_ok=True)
         stopped.append(spec.name)
+    if (run_dir / "etcd").exists():  # after the agents: they may use the directory while stopping
+        local_etcd.stop(run_dir / "etcd")
+        stopped.append("etcd")
     if purge:
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)

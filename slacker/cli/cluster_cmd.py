@@ -24,24 +24,36 @@ def cluster() -> None:
 @click.option("--api-port", default=7701, show_default=True, type=click.IntRange(1024, 65535),
               help="Port of each agent's HTTP API (on its own address).")
 @click.option("--port-range", default="13306-23305", show_default=True, help="Tenant ports, LOW-HIGH.")
+@click.option("--directory", "directory", type=click.Choice(["sqlite", "etcd"]), default="sqlite", show_default=True,
+              help="sqlite: node-1 serves the directory; etcd: a local 3-member etcd cluster does.")
+@click.option("--etcd-client-port", default=2379, show_default=True, type=click.IntRange(1024, 65535),
+              help="etcd members' client port (each member on its own address).")
+@click.option("--etcd-peer-port", default=2380, show_default=True, type=click.IntRange(1024, 65535),
+              help="etcd members' peer port.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, as_json: bool) -> None:
+def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
+               etcd_client_port: int, etcd_peer_port: int, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
-    Idempotent: agents already running are left alone. node-1 serves the directory.
+    Idempotent: agents (and etcd members) already running are left alone. With
+    the default SQLite directory node-1 serves it; `--directory etcd` starts
+    three etcd members on the first three node addresses and every agent uses them.
     """
     from ..config import load_cluster
     from ..local_cluster import up
     from ..tenants import parse_port_range
 
     parse_port_range(port_range)
-    path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range)
+    path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
+              directory=directory, etcd_client_port=etcd_client_port, etcd_peer_port=etcd_peer_port)
     c = load_cluster(str(path))
+    where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
-                    "directory": c.directory_node})
+                    "directory": c.directory_node, "directory_backend": c.directory_backend,
+                    "etcd_endpoints": list(c.etcd_endpoints)})
         return
-    click.echo(f"cluster up: {len(c.nodes)} nodes, directory on {c.directory_node}")
+    click.echo(f"cluster up: {len(c.nodes)} nodes, directory {where}")
     for n in c.nodes.values():
         click.echo(f"  {n.name:8} {n.url:28} tenants on {n.tenant_host}")
     click.echo(f"cluster file: {path}")

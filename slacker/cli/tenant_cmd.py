@@ -112,7 +112,8 @@ def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
 @pass_cli
 def status(cli: CliContext, as_json: bool) -> None:
     """Show each node (reachable or not), its tenants and running migrations."""
-    cluster, agents, _ = _clients(cli)
+    cluster, agents, directory = _clients(cli)
+    health = directory.health()
     nodes = []
     for name, agent in agents.items():
         try:
@@ -122,11 +123,14 @@ def status(cli: CliContext, as_json: bool) -> None:
             doc = {"node": name, "reachable": False, "error": str(exc), "tenants": []}
         nodes.append(doc)
     if as_json:
-        print_json({"cluster_file": str(cluster.path), "directory": cluster.directory_node, "nodes": nodes})
+        print_json({"cluster_file": str(cluster.path), "directory": cluster.directory_node,
+                    "directory_backend": cluster.directory_backend, "directory_health": health, "nodes": nodes})
         return
+    sqlite = cluster.directory_backend == "sqlite"
     print_table(["NODE", "URL", "STATE", "TENANTS", "MIGRATIONS"],
                 [[n["node"], cluster.node(n["node"]).url,
-                  ("up" + (" (directory)" if n.get("serves_directory") else "")) if n["reachable"] else "UNREACHABLE",
+                  ("up" + (" (directory)" if sqlite and n.get("serves_directory") else "")) if n["reachable"]
+                  else "UNREACHABLE",
                   ", ".join(t["id"] for t in n.get("tenants", [])) or "-",
                   len([m for m in n.get("migrations", []) if m.get("active")])] for n in nodes])
     for n in nodes:
@@ -135,6 +139,24 @@ def status(cli: CliContext, as_json: bool) -> None:
                 click.echo(_migration_line(m))
         if not n["reachable"]:
             click.echo(f"{n['node']}: {n['error']}")
+    click.echo(_directory_line(cluster, health))
+    for m in health.get("members", []):
+        state = ("leader" if m.get("leader") else "follower") if m.get("reachable") else "UNREACHABLE"
+        click.echo(f"  {m['name']:8} {m.get('client_url') or '-':28} {state}"
+                   + (f"  {m['error']}" if m.get("error") and not m.get("reachable") else ""))
+
+
+def _directory_line(cluster, health: dict) -> str:
+    """One line on the directory's health: etcd members and leader, or the SQLite node."""
+    if cluster.directory_backend == "etcd":
+        if not health.get("members"):
+            return f"directory: etcd UNAVAILABLE: {health.get('error', 'no member answered')}"
+        up, total = health.get("members_up", 0), len(health["members"])
+        state = "healthy" if health.get("healthy") else "NO QUORUM" if up <= total // 2 else "NO LEADER"
+        return f"directory: etcd {state}, {up}/{total} members up, leader {health.get('leader') or '-'}"
+    if health.get("healthy"):
+        return f"directory: sqlite on {cluster.directory_node}, healthy"
+    return f"directory: sqlite on {cluster.directory_node} UNAVAILABLE: {health.get('error', '?')}"
 
 
 def _migration_line(m: dict) -> str:

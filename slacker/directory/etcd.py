@@ -177,10 +177,10 @@ class EtcdGateway:
                 if code == _NOT_FOUND:
                     raise NotFound(f"etcd {method}: {msg}", "", "")
                 raise SlackerError(f"etcd refused {method}", msg, "see the etcd log")
-            if not idempotent or time.monotonic() >= deadline:
+            if not idempotent or only is not None or time.monotonic() >= deadline:
                 break
             time.sleep(0.2)  # an election may be under way
-        raise DirectoryUnavailable("etcd is unavailable", "; ".join(errors[-3:]) or "no endpoint answered",
+        raise DirectoryUnavailable("etcd is unavailable", "; ".join(dict.fromkeys(errors[-3:])) or "no endpoint answered",
                                    "check `slacker status`: a majority of etcd members must be up")
 
     def stream(self, method: str, body: dict, deadline: float) -> Iterator[dict]:
@@ -534,10 +534,11 @@ class EtcdStore(DirectoryStore):
                     if st.get("leader") and st.get("leader") != "0":
                         leader_id = st["leader"]
                 except SlackerError as exc:
-                    row["error"] = exc.one_line()
+                    row["error"] = exc.why or exc.what
             rows.append(row)
         for row in rows:
-            row["leader"] = row["id"] == leader_id
+            # A member that is down cannot lead, whatever the others last heard (an election is under way).
+            row["leader"] = row["id"] == leader_id and row["reachable"]
         up = sum(1 for r in rows if r["reachable"])
         leader = next((r["name"] for r in rows if r["leader"]), None)
         return out | {"healthy": bool(leader) and up > len(rows) // 2, "members": rows, "leader": leader,

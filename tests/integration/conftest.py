@@ -73,7 +73,8 @@ def make_cluster(short_tmp):
     """Factory: a local cluster (real agents as daemons) on a loopback block of its own."""
     made = []
 
-    def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run"):
+    def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run",
+             directory: str = "sqlite"):
         # A distinct 127.0.x.0/24 block per cluster keeps sockets of earlier tests apart.
         _next_block[0] += 1
         block = 100 + (os.getpid() + _next_block[0]) % 150
@@ -81,8 +82,15 @@ def make_cluster(short_tmp):
         port = _free_port(first)
         run_dir = short_tmp / name
         made.append(run_dir)
+        etcd_ports = {}
+        if directory == "etcd":  # three members on the block's first three addresses, ports of their own
+            client = _free_port(first)
+            peer = _free_port(first)
+            while len({port, client, peer}) < 3:
+                peer = _free_port(first)
+            etcd_ports = {"etcd_client_port": client, "etcd_peer_port": peer}
         path = local_cluster.up(run_dir, nodes=nodes, first_address=first, api_port=port,
-                                port_range="%d-%d" % port_range)
+                                port_range="%d-%d" % port_range, directory=directory, **etcd_ports)
         os.environ["SLACKER_CLUSTER"] = str(path)
         return load_cluster(str(path))
 

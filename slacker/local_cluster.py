@@ -32,10 +32,14 @@ START_TIMEOUT_S = 90.0
 
 
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
-       port_range: str = "13306-23305", directory: str = "sqlite", etcd_client_port: int = 2379,
-       etcd_peer_port: int = 2380) -> Path:
+       port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
+       directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
-    Re-running starts what is missing."""
+    Re-running starts what is missing.
+
+    `directory` is "sqlite" (`directory_node` serves it) or "etcd" (a local three-member etcd
+    cluster on the first three node addresses); `fault_injection` lets migrations pause at named
+    points (tests and rehearsals only)."""
     if directory not in DIRECTORY_BACKENDS:
         raise InvalidInput(f"unknown directory {directory!r}", f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "")
     if directory == "etcd" and (etcd_client_port == etcd_peer_port or api_port in (etcd_client_port, etcd_peer_port)):
@@ -68,7 +72,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         name = f"node-{i + 1}"
         host = str(base + i)
         specs.append({"name": name, "url": f"http://{host}:{api_port}", "tenant_host": host})
-    top = {"token_file": str(token_file), "directory": "node-1"}
+    if directory_node not in {s["name"] for s in specs}:
+        raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
+                           "it must be node-1 ... node-N", "for example --directory-node node-1")
+    top = {"token_file": str(token_file), "directory": directory_node}
     if directory == "etcd":
         # Three members whatever the node count: one may fail and a majority remains.
         members = local_etcd.plan([str(base + i) for i in range(3)], etcd_client_port, etcd_peer_port)
@@ -81,10 +88,12 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         write_toml(node_dir / "agent.toml", {
             "node": spec["name"], "cluster": str(cluster_file), "data_root": str(node_dir),
             "listen": f"{spec['tenant_host']}:{api_port}", "tenant_host": spec["tenant_host"],
-            "port_range": port_range}, header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
+            "port_range": port_range, "fault_injection": fault_injection},
+            header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
     cluster = load_cluster(str(cluster_file))
     token = cluster.token()
     # The directory node first: the others look tenants up there.
+    specs.sort(key=lambda s: s["name"] != directory_node)
     for spec in specs:
         client = AgentClient(spec["url"], token, spec["name"], timeout_s=5)
         if _answers(client):

@@ -31,6 +31,8 @@ class Node:
                                      port_range=config.port_range)
         # local_directory: a store this agent can serve over its API (SQLite here, or etcd on every node).
         self.local_directory, self.directory = node_directory(self.cluster, self.name, config.data_root, self.token)
+        from ..migration.journal import Journal
+        self.journal = Journal(config.data_root / "journal")
         self.supervisor = Supervisor(self.tenants)
         self.registry = make_registry(self.name, self.supervisor)
         self._lock = threading.Lock()

@@ -25,19 +25,25 @@ def cluster() -> None:
               help="Port of each agent's HTTP API (on its own address).")
 @click.option("--port-range", default="13306-23305", show_default=True, help="Tenant ports, LOW-HIGH.")
 @click.option("--directory", "directory", type=click.Choice(["sqlite", "etcd"]), default="sqlite", show_default=True,
-              help="sqlite: node-1 serves the directory; etcd: a local 3-member etcd cluster does.")
+              help="sqlite: one node's agent serves the directory; etcd: a local 3-member etcd cluster does.")
+@click.option("--directory-node", default="node-1", show_default=True,
+              help="With --directory sqlite: the node whose agent serves the directory.")
 @click.option("--etcd-client-port", default=2379, show_default=True, type=click.IntRange(1024, 65535),
               help="etcd members' client port (each member on its own address).")
 @click.option("--etcd-peer-port", default=2380, show_default=True, type=click.IntRange(1024, 65535),
               help="etcd members' peer port.")
+@click.option("--fault-injection", is_flag=True,
+              help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
-               etcd_client_port: int, etcd_peer_port: int, as_json: bool) -> None:
+               directory_node: str, etcd_client_port: int, etcd_peer_port: int, fault_injection: bool,
+               as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone. With
-    the default SQLite directory node-1 serves it; `--directory etcd` starts
-    three etcd members on the first three node addresses and every agent uses them.
+    the default SQLite directory node-1 serves it unless --directory-node names
+    another; `--directory etcd` starts three etcd members on the first three
+    node addresses and every agent uses them.
     """
     from ..config import load_cluster
     from ..local_cluster import up
@@ -45,7 +51,8 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
 
     parse_port_range(port_range)
     path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
-              directory=directory, etcd_client_port=etcd_client_port, etcd_peer_port=etcd_peer_port)
+              directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
+              etcd_peer_port=etcd_peer_port, fault_injection=fault_injection)
     c = load_cluster(str(path))
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from .agent.client import AgentClient
-from . import local_etcd
+from . import cgroups, local_etcd
 from .config import DIRECTORY_BACKENDS, load_agent_config, load_cluster, write_toml
 from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError
 from .mariadb import write_secret
@@ -33,13 +33,18 @@ START_TIMEOUT_S = 90.0
 
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
-       directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380) -> Path:
+       directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
+       cpu_per_node: float | None = None) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
     `directory` is "sqlite" (`directory_node` serves it) or "etcd" (a local three-member etcd
     cluster on the first three node addresses); `fault_injection` lets migrations pause at named
-    points (tests and rehearsals only)."""
+    points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
+    and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
+    their group; the quota itself is updated)."""
+    if cpu_per_node is not None:
+        cgroups.validate_cpus(cpu_per_node)
     if directory not in DIRECTORY_BACKENDS:
         raise InvalidInput(f"unknown directory {directory!r}", f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "")
     if directory == "etcd" and (etcd_client_port == etcd_peer_port or api_port in (etcd_client_port, etcd_peer_port)):
@@ -94,11 +99,12 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     token = cluster.token()
     # The directory node first: the others look tenants up there.
     specs.sort(key=lambda s: s["name"] != directory_node)
+    groups = {s["name"]: cgroups.create(run_dir, s["name"], cpu_per_node) for s in specs} if cpu_per_node else {}
     for spec in specs:
         client = AgentClient(spec["url"], token, spec["name"], timeout_s=5)
         if _answers(client):
             continue
-        _spawn_agent(run_dir / spec["name"])
+        _spawn_agent(run_dir / spec["name"], groups.get(spec["name"]))
     for spec in specs:
         _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5), run_dir / spec["name"])
     return cluster_file
@@ -112,11 +118,13 @@ def _answers(client: AgentClient) -> bool:
         return False
 
 
-def _spawn_agent(node_dir: Path) -> None:
+def _spawn_agent(node_dir: Path, group: "cgroups.CpuGroup | None" = None) -> None:
     log = open(node_dir / "agent.log", "ab")
+    # Join the node's cgroup before exec, so nothing the agent starts ever runs outside it.
+    join = (lambda: group.add(os.getpid())) if group is not None else None
     proc = subprocess.Popen([sys.executable, "-m", "slacker", "agent", "--config", str(node_dir / "agent.toml")],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, close_fds=True)
+                            start_new_session=True, close_fds=True, preexec_fn=join)
     log.close()
     (node_dir / "agent.pid").write_text(f"{proc.pid}\n")
 
@@ -168,6 +176,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
             for t in mgr.list():
                 mgr.stop_tenant(t)
         (node_dir / "agent.pid").unlink(missing_ok=True)
+        cgroups.remove(run_dir, spec.name)
         stopped.append(spec.name)
     if (run_dir / "etcd").exists():  # after the agents: they may use the directory while stopping
         local_etcd.stop(run_dir / "etcd")

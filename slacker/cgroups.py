@@ -1,0 +1,137 @@
+"""CPU quotas for local nodes: one cgroup per node, holding its agent and (by inheritance) its tenants.
+
+A local cluster's nodes share the machine's cores, so a busy node slows the
+others and moving a tenant relieves nothing. With a quota per node a node
+behaves like a small host of its own. Works with the cgroup v1 `cpu`
+controller (cpu.cfs_quota_us) and with cgroup v2 (cpu.max). Tenants are
+started by the agent in a new session, which changes their session, not
+their cgroup: children stay in their parent's cgroup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidInput, MissingDependency, SlackerError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+
+
+@dataclass(frozen=True)
+class CpuGroup:
+    path: Path
+    version: int  # 1 or 2
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(f"{pid}\n")
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def quota_cpus(self) -> float | None:
+        if self.version == 1:
+            quota = int((self.path / "cpu.cfs_quota_us").read_text())
+            period = int((self.path / "cpu.cfs_period_us").read_text())
+            return None if quota < 0 else quota / period
+        q, p = (self.path / "cpu.max").read_text().split()
+        return None if q == "max" else int(q) / int(p)
+
+    def throttled_s(self) -> float:
+        """How long the group was held back by its quota, in total."""
+        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines() if line.strip())
+        if self.version == 1:
+            return int(stat.get("throttled_time", 0)) / 1e9
+        return int(stat.get("throttled_usec", 0)) / 1e6
+
+
+def _cpu_mount() -> tuple[Path, int]:
+    v1 = CGROUP_ROOT / "cpu"
+    if (v1 / "cpu.cfs_quota_us").exists():
+        return v1, 1
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        return CGROUP_ROOT, 2
+    raise MissingDependency("no cgroup cpu controller", f"neither {v1}/cpu.cfs_quota_us nor cgroup v2 with cpu",
+                            "run without --cpu-per-node, or on a host with cgroups mounted")
+
+
+def validate_cpus(cpus: float) -> float:
+    ncpu = os.cpu_count() or 1
+    if not 0.01 <= cpus <= ncpu:
+        raise InvalidInput(f"--cpu-per-node {cpus:g} is out of range", f"this machine has {ncpu} CPUs",
+                           "for example 0.6")
+    return cpus
+
+
+def group_for(run_dir: Path, node: str) -> CpuGroup:
+    """The cgroup of `node` of the local cluster in `run_dir` (one subtree per run dir)."""
+    mount, version = _cpu_mount()
+    run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
+    return CpuGroup(mount / "slacker" / run_id / node, version)
+
+
+def create(run_dir: Path, node: str, cpus: float) -> CpuGroup:
+    """Create (or update) the node's group with a quota of `cpus` CPUs."""
+    validate_cpus(cpus)
+    g = group_for(run_dir, node)
+    try:
+        if g.version == 2:
+            # v2 only lets a group limit cpu if its parents hand the controller down.
+            for parent in (g.path.parent.parent, g.path.parent):
+                parent.mkdir(exist_ok=True)
+                ctl = parent / "cgroup.subtree_control"
+                if "cpu" not in ctl.read_text().split():
+                    ctl.write_text("+cpu\n")
+        g.path.mkdir(parents=True, exist_ok=True)
+        quota = max(1000, int(cpus * PERIOD_US))
+        if g.version == 1:
+            (g.path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+            (g.path / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        else:
+            (g.path / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
+    except OSError as exc:
+        raise SlackerError(f"cannot set up the cgroup of {node}", f"{g.path}: {exc.strerror or exc}",
+                           "--cpu-per-node needs root and a writable cgroup cpu controller") from None
+    return g
+
+
+def remove(run_dir: Path, node: str, timeout_s: float = 10.0) -> None:
+    """Remove the node's group once its processes are gone (and the run's subtree when empty)."""
+    try:
+        g = group_for(run_dir, node)
+    except MissingDependency:
+        return
+    if not g.path.exists():
+        return
+    deadline = time.monotonic() + timeout_s
+    while g.pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for d in (g.path, g.path.parent):
+        try:
+            d.rmdir()
+        except OSError:
+            break  # still in use (another node's group, or a straggler)
+
+
+def group_of_pid(pid: int) -> str | None:
+    """The cpu cgroup a process is in (v1 'cpu' line, else the v2 line), as a path from the mount."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v2 = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+        if controllers == "":
+            v2 = path
+    return v2

@@ -102,3 +102,61 @@ def test_etcd_leader_killed_mid_migration(etcd_cluster):
     assert not (node_dir(c, "node-1") / "tenants/mig").exists()
     h = directory.health()
     assert h["healthy"] and h["members_up"] == 2 and h["leader"] != leader
+
+
+def _fenced_on_disk(cluster, node: str, tenant: str) -> bool:
+    try:
+        return bool(json.loads((node_dir(cluster, node) / "tenants" / tenant / "tenant.json").read_text()).get("fenced"))
+    except (OSError, ValueError):
+        return False
+
+
+def test_no_etcd_quorum_at_the_flip_fails_closed(etcd_cluster):
+    """Two of three etcd members die while the source is fenced just before the compare-and-set:
+    the migration neither flips nor unfences; it waits with the source fenced, says why, and once the
+    quorum is back the directory's answer decides. Never two owners, no acknowledged write lost."""
+    from slacker.ackwriter import AckedWriter
+    from slacker.errors import DirectoryUnavailable
+
+    from .migration_helpers import acked_ids_present, create_loaded_tenant, follow
+
+    c = etcd_cluster
+    create_loaded_tenant(c, "mig", rows=1000)
+    agents, directory = cluster_clients(c)
+    etcd_dir = c.path.parent / "etcd"
+    writer = AckedWriter(follow(c, "mig"), rate_per_s=100).start()
+    try:
+        time.sleep(0.5)
+        doc = start_migration(c, "mig", target="node-2", hold_s={"fenced": 6}, max_freeze_s=30)
+        deadline = time.monotonic() + 120
+        while not _fenced_on_disk(c, "node-1", "mig"):
+            assert time.monotonic() < deadline, "the source was never fenced"
+            time.sleep(0.05)
+        for m in local_etcd.members_of(etcd_dir)[1:]:
+            os.kill(local_etcd.member_pid(etcd_dir, m.name), signal.SIGKILL)
+        # The hold ends and the flip meets a directory without quorum: the migration says so and waits.
+        deadline = time.monotonic() + 60
+        while True:
+            mid = agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")
+            assert mid["active"], mid.get("error")
+            if "directory unreachable" in mid["finishing_reason"]:
+                break
+            assert time.monotonic() < deadline, f"no word of the outage: {mid['phase']} {mid['finishing_reason']!r}"
+            time.sleep(0.5)
+        assert _fenced_on_disk(c, "node-1", "mig")  # still fenced: no writes on the old owner meanwhile
+        acked_during = len(writer.acked)
+        time.sleep(2)
+        assert len(writer.acked) == acked_during, "writes were acknowledged while the directory was down"
+        with pytest.raises(DirectoryUnavailable):
+            directory.lookup("mig")
+        local_etcd.start(etcd_dir, [])  # the quorum returns
+        doc = wait_migration(c, "node-1", doc["id"], timeout_s=120)
+        time.sleep(1.0)
+    finally:
+        writer.stop()
+    assert doc["result"] == "succeeded", doc.get("error")
+    assert doc["directory_outage_s"] and doc["directory_outage_s"] >= 5
+    own = directory.lookup("mig")
+    assert (own.node, own.epoch) == ("node-2", 2)  # one flip, one owner
+    assert acked_ids_present(c, "mig", writer.acked) == set(), "acknowledged writes lost"
+    assert writer.client.endpoint.node == "node-2"

@@ -147,4 +147,5 @@ def node_directory(cluster, node: str, data_root, token: str) -> tuple[Directory
         store = SQLiteStore(data_root / "directory.sqlite")
         return store, store
     d = cluster.directory
-    return None, DirectoryClient(AgentClient(d.url, token, d.name))
+    # Short timeouts: an unreachable directory must be noticed (and reported) in seconds.
+    return None, DirectoryClient(AgentClient(d.url, token, d.name, timeout_s=5))

@@ -25,6 +25,8 @@ import pymysql
 from . import mariadb
 from .backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from .delta import gtid as gtids
+from .delta import APPLIERS, DEFAULT_APPLIER, DEFAULT_MPL, parse_mpl  # issue 13
+from .delta.convergence import ConvergenceJudge  # issue 13
 from .errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from .transfer import DEFAULT_PIPE, make_pipe
 from .transfer.protocol import new_token
@@ -53,6 +55,8 @@ class MigrationOptions:
     # Fault-injection aid for tests and rehearsals: {"delta": 5} holds 5 s when that phase begins;
     # {"frozen": 2} holds 2 s with the source frozen.
     hold_s: dict | None = None
+    delta_applier: str = DEFAULT_APPLIER  # issue 13: serial | concurrent (see docs/delta.md)
+    delta_mpl: int | str = DEFAULT_MPL    # issue 13: auto | parallel appliers
 
     def validate(self) -> "MigrationOptions":
         if self.mode not in MODES:
@@ -64,6 +68,9 @@ class MigrationOptions:
             raise InvalidInput("negative rate", "a rate is zero (paused) or positive", "")
         if self.max_rounds < 1 or self.max_stalled_rounds < 1:
             raise InvalidInput("round limits must be at least 1", "", "")
+        if self.delta_applier not in APPLIERS:  # issue 13
+            raise InvalidInput(f"unknown delta applier {self.delta_applier!r}", f"appliers are {', '.join(APPLIERS)}", "")
+        self.delta_mpl = parse_mpl(self.delta_mpl)  # issue 13
         if not 0.1 <= self.step_s <= 60:
             raise InvalidInput(f"step {self.step_s}s is out of range", "use 0.1s to 60s", "")
         return self
@@ -77,6 +84,9 @@ class RoundReport:
     duration_s: float
     remaining_bytes: int
     est_freeze_ms: float
+    write_tps: float | None = None   # issue 13: the source's commit rate since the previous round
+    apply_tps: float | None = None   # issue 13: the target's latest saturated apply rate
+    mpl: int | None = None           # issue 13: parallel appliers at the round's end (0: serial)
 
 
 @dataclass
@@ -118,6 +128,8 @@ class Migration:
         self.error: SlackerError | None = None
         self.epoch_before: int | None = None
         self.epoch_after: int | None = None
+        self.delta_stats: dict = {}  # issue 13: the applier's last report (MPL, apply rates, samples)
+        self.durable_ms: dict | None = None  # issue 13: what leaving catch-up mode cost, before the freeze
         self.created = time.monotonic()
         self.finished_at: float | None = None
         self.pipe = None
@@ -183,6 +195,9 @@ class Migration:
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
             "controller": self.controller_state,
+            # issue 13: which applier, its MPL, best apply rate; what leaving catch-up mode cost
+            "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
+                          applier=self.opts.delta_applier, durable=self.durable_ms),
         }
 
     def run(self) -> None:
@@ -341,7 +356,8 @@ class Migration:
         tenant = self._src()
         self._target("POST", f"/v1/incoming/{self.id}/replicate",
                      {"source_host": tenant.host, "source_port": tenant.port,
-                      "start_gtid": self.backup_position.gtid}, timeout_s=60)
+                      "start_gtid": self.backup_position.gtid,
+                      "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl}, timeout_s=60)  # issue 13
 
     def _source_position(self, conn) -> tuple[str, str, int, list[tuple[str, int]]]:
         with conn.cursor() as cur:
@@ -362,9 +378,16 @@ class Migration:
             apply_rate = None  # bytes/s the target applies, measured per round
             stalled = 0
             last_remaining = None
+            judge, prev_t = ConvergenceJudge(), None  # issue 13
             for n in range(1, self.opts.max_rounds + 1):
                 self._check_abort()
                 gtid, f, pos, logs = self._source_position(conn)
+                now = time.monotonic()  # issue 13
+                write_tps = txns_since = None
+                if prev_t is not None:
+                    txns_since = gtids.transactions_between(prev_gtid, gtid)
+                    write_tps = round(txns_since / max(1e-3, now - prev_t), 1)
+                prev_t = now
                 size = gtids.binlog_bytes_between(logs, prev, (f, pos))
                 txns = gtids.transactions_between(prev_gtid, gtid)
                 doc = self._target("POST", f"/v1/incoming/{self.id}/wait",
@@ -378,12 +401,18 @@ class Migration:
                 remaining = gtids.binlog_bytes_between(logs2, (f, pos), (f2, pos2))
                 # Until a round has been big enough to time, assume a conservative 1 MB/s.
                 est_freeze_s = remaining / (apply_rate or 1e6)
+                stats = doc.get("applier") or {}  # issue 13
                 self.rounds.append(RoundReport(n, txns, size, round(dur, 4), remaining,
-                                               round(est_freeze_s * 1000, 1)))
+                                               round(est_freeze_s * 1000, 1), write_tps, stats.get("apply_tps"),
+                                               stats.get("mpl")))
+                self.delta_stats = stats
                 prev, prev_gtid = (f, pos), gtid
                 # Leave half the budget for the freeze's own fixed costs (lock, flip, stop).
                 if est_freeze_s <= self.opts.max_freeze_s / 2:
                     return
+                verdict = judge.observe(n, write_tps, stats)  # issue 13: writes vs best apply rate
+                if verdict:
+                    raise MigrationFailed(verdict, "", "", phase="delta")
                 if last_remaining is not None and remaining >= last_remaining:
                     stalled += 1
                     if stalled >= self.opts.max_stalled_rounds:
@@ -495,6 +524,9 @@ class Migration:
         self.handover_steps_ms[step] = round((time.monotonic() - t0) * 1000, 1)
 
     def _handover(self) -> None:
+        # issue 13: leave catch-up mode before the freeze, so its cost never lands in the freeze.
+        self.durable_ms = self._target("POST", f"/v1/incoming/{self.id}/durable", {}, timeout_s=120)
+        self.delta_stats["catchup"] = self.durable_ms.get("catchup", False)
         self._phase("handover")
         t0 = time.monotonic()
         frozen = self._freeze()
@@ -615,6 +647,9 @@ class Migration:
             for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]
+        if self.phase == "delta" and self.delta_stats:  # issue 13: the MPL and apply rate over time
+            sample["delta_mpl"] = self.delta_stats.get("mpl")
+            sample["apply_tps"] = self.delta_stats.get("apply_tps")
         with self._series_lock:
             self.series_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.series_path, "a") as f:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import mariadb
 from ..backup import select_tool
+from ..delta import make_applier  # issue 13: serial|concurrent applier, catch-up mode
 from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound
 from ..tenants import Tenant, port_is_free, validate_tenant_id
@@ -97,8 +98,11 @@ class IncomingMigration:
                 conn.close()
         self.state = "started"
 
-    def replicate(self, source_host: str, source_port: int, start_gtid: str) -> None:
-        self.applier = ReplicationApplier(lambda: self.tenant.admin_connect(timeout_s=10))
+    def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
+                  mpl: int | str = "auto") -> None:
+        # issue 13: the applier comes from slacker.delta (serial or concurrent, catch-up mode on).
+        self.applier = make_applier(applier, lambda: self.tenant.admin_connect(timeout_s=10), mpl=mpl,
+                                    datadir=self.tenant.datadir)
         self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
                            start_gtid)
         self.state = "catching-up"
@@ -107,6 +111,16 @@ class IncomingMigration:
         if self.applier is None:
             raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase="delta")
         return self.applier.wait_for(gtid, timeout_s)
+
+    def applier_stats(self) -> dict:
+        return self.applier.stats() if self.applier is not None and hasattr(self.applier, "stats") else {}
+
+    def make_durable(self) -> dict:
+        """issue 13: leave catch-up mode before the freeze: durable commits, everything so far on disk."""
+        if self.applier is None or not hasattr(self.applier, "restore_durability"):
+            return {"durable": True}
+        out = self.applier.restore_durability()
+        return dict(out, durable=True, catchup=self.applier.relaxed)
 
     def checksums(self) -> dict:
         conn = self.tenant.admin_connect(timeout_s=10)

@@ -37,6 +37,8 @@ class Node:
         else:
             d = self.cluster.directory
             self.directory = DirectoryClient(AgentClient(d.url, self.token, d.name))
+        from ..migration.journal import Journal
+        self.journal = Journal(config.data_root / "journal")
         self.supervisor = Supervisor(self.tenants)
         self.registry = make_registry(self.name, self.supervisor)
         self._lock = threading.Lock()

@@ -193,10 +193,10 @@ def serve(node: Node) -> ApiServer:
     """Start the node's services and its HTTP server on a background thread."""
     server = ApiServer(node, node.config.listen_host, node.config.listen_port)
     try:
-        from ..migration_service import attach  # migrations add their own routes
+        from ..migration.service import attach  # migrations add their own routes
         attach(node, server)
     except ModuleNotFoundError as exc:
-        if exc.name != "slacker.migration_service":
+        if exc.name != "slacker.migration.service":
             raise
     node.start()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()

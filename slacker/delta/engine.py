@@ -66,6 +66,7 @@ class EngineApplier(ReplicationApplier):
         self.samples: list[ApplySample] = []
         self._lock = threading.RLock()   # held while the slave is reconfigured, so checks do not see it stopped
         self._stop = threading.Event()
+        self._paused = False             # between stop_at and resume: the MPL must not restart the slave
         self._sampler: threading.Thread | None = None
         self._t0 = time.monotonic()
 
@@ -83,13 +84,14 @@ class EngineApplier(ReplicationApplier):
             return out
 
     def _sql_do(self, fn):
-        if self._conn is None:
-            self._conn = self._connect()
-        try:
-            return fn(self._conn)
-        except pymysql.err.MySQLError as exc:
-            self._conn = None
-            raise MigrationFailed("configuring the target's applier failed", str(exc.args[-1]),
+        with self._conn_lock:
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                return fn(self._conn)
+            except pymysql.err.MySQLError as exc:
+                self._close_locked()
+                raise MigrationFailed("configuring the target's applier failed", str(exc.args[-1]),
                                   "the source is untouched; retry", phase="delta") from None
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -108,7 +110,7 @@ class EngineApplier(ReplicationApplier):
     def set_mpl(self, n: int) -> None:
         """Change the number of parallel workers (the server wants its slaves stopped for that)."""
         with self._lock:
-            if n == self.mpl:
+            if n == self.mpl or self._paused:
                 return
             self._sql(f"STOP SLAVE '{self.CONNECTION}'")
             self._sql("SET GLOBAL slave_parallel_threads = %s", (n,))
@@ -119,15 +121,28 @@ class EngineApplier(ReplicationApplier):
         with self._lock:
             super()._check_running()
 
-    def finish(self, final_gtid: str) -> None:
-        self._stop.set()
+    def stop_at(self, final_gtid: str) -> None:
         with self._lock:
-            super().finish(final_gtid)
+            self._paused = True
+            super().stop_at(final_gtid)
             if self.relaxed:
                 # Safety net: the migration restores durability before the freeze; if it did not,
                 # the target must not be promoted with relaxed commits.
                 self.restore_durability()
-            self._sql("SET GLOBAL slave_parallel_threads = 0")
+
+    def resume(self) -> None:
+        with self._lock:
+            super().resume()
+            self._paused = False
+
+    def detach(self) -> None:
+        self._stop.set()
+        with self._lock:
+            try:
+                self._sql("SET GLOBAL slave_parallel_threads = 0")
+            except MigrationFailed:
+                pass
+            super().detach()
 
     def abort(self) -> None:
         self._stop.set()
@@ -151,6 +166,9 @@ class EngineApplier(ReplicationApplier):
                     if conn is None:
                         conn = self._connect()
                     with self._lock:
+                        if self._paused:
+                            prev = None
+                            continue
                         applied, fetched = self._positions(conn)
                         mpl = self.mpl
                     now = time.monotonic()

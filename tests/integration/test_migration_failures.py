@@ -129,7 +129,7 @@ def test_abort_during_delta_and_second_migration_refused(loaded):
 def test_target_tenant_killed_while_source_frozen(loaded):
     """The target dies during the freeze: the source is unfrozen and blocked writes commit there."""
     cluster, writer, src_pid = loaded
-    doc = start_migration(cluster, "mig", target="node-2", hold_s={"frozen": 3})
+    doc = start_migration(cluster, "mig", target="node-2", hold_s={"frozen": 3}, max_freeze_s=10)
     wait_phase(cluster, "node-1", doc["id"], "handover", timeout_s=90)
     time.sleep(0.5)  # inside the freeze now
     acked_before = len(writer.acked)

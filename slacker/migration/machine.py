@@ -564,7 +564,14 @@ class Migration:
             mark("locked")
             final = ops.gtid_position(frozen)
             self._hold("frozen")
-            self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
+            try:
+                self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
+            except MigrationFailed as exc:
+                # issue 13: a target still applying when the budget runs out is over budget (unfreeze, more
+                # delta rounds, retry), not a failed migration; a stopped applier still fails.
+                if exc.what != "the target did not catch up in time":
+                    raise
+                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
             mark("caught_up")
             if self.opts.verify:
                 self._verify(frozen, left("verify"))

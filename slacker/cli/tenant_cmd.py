@@ -146,6 +146,8 @@ def _migration_line(m: dict) -> str:
                 f" vs setpoint {ctl.get('setpoint_s', 0) * 1000:.0f}ms, rate {format_size(ctl.get('rate_bytes_per_s', 0))}/s"
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
+    if m.get("finishing_reason"):
+        line += f"; {'finishing' if m.get('past_point_of_no_return') else 'waiting'}: {m['finishing_reason']}"
     return line
 
 

@@ -197,6 +197,9 @@ class Migration:
                 else:
                     self._stop_and_copy()
             except BaseException as exc:
+                if self._cas_started and not self.past_point_of_no_return:
+                    # The flip was sent and something broke: only the directory knows how it ended.
+                    self._settle_flip()
                 if self.past_point_of_no_return:
                     self._go_forward(f"after the flip: {_one_line(exc)}")
                 else:
@@ -656,22 +659,34 @@ class Migration:
                                   "the source keeps serving; report this", phase=self.phase)
         self.verified = True
 
-    def _directory_answer(self, why: str):
+    def _directory_answer(self, why: str, since: float | None = None):
         """Look the tenant up until the directory answers; an outage is reported, never guessed through."""
-        t0 = time.monotonic()
+        t0 = since if since is not None else time.monotonic()
         while True:
             try:
                 own = self.node.directory.lookup(self.tenant_id)
-                if time.monotonic() - t0 > 1:
+                if since is not None or time.monotonic() - t0 > 1:
                     self.outage_s = round(time.monotonic() - t0, 1)
+                self.finishing_reason = ""
                 return own
             except AgentUnavailable as exc:
-                self.outage_s = round(time.monotonic() - t0, 1)
-                self.finishing_reason = (f"directory unreachable for {self.outage_s:.0f}s ({why}); the source stays "
-                                         f"fenced until it answers: {exc.why or exc.what}")
-                if self.outage_s > self.opts.max_freeze_s:
-                    self.src.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
+                self._report_outage(why, t0, exc)
                 time.sleep(0.5)
+
+    def _report_outage(self, why: str, t0: float, exc: SlackerError) -> None:
+        self.outage_s = round(time.monotonic() - t0, 1)
+        self.finishing_reason = (f"directory unreachable for {self.outage_s:.0f}s ({why}); the source stays "
+                                 f"fenced until it answers: {exc.why or exc.what}")
+        if self.outage_s > self.opts.max_freeze_s:
+            self.src.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
+
+    def _settle_flip(self) -> None:
+        own = self._directory_answer("flip outcome unknown")
+        if own.node == self.opts.target and own.epoch == (self.epoch_before or 0) + 1:
+            self.epoch_after = own.epoch
+            self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
+        else:
+            self._cas_started = False
 
     def _cas(self):
         """Compare-and-set the directory. Returns the new ownership, or None if the flip lost.
@@ -682,16 +697,20 @@ class Migration:
         target = self.node.cluster.node(self.opts.target)
         tenant = self.src.tenant()
         while True:
+            sent = time.monotonic()
             try:
                 own = self.node.directory.compare_and_set(self.tenant_id, self.epoch_before, target.name,
                                                           target.tenant_host, tenant.port)
                 self.finishing_reason = ""
                 return own
             except (AgentUnavailable, Conflict) as exc:
+                since = None
                 if isinstance(exc, AgentUnavailable):
                     log.warning("migration %s: flip outcome unknown (%s); asking the directory", self.id,
                                 exc.one_line())
-                own = self._directory_answer("flip outcome unknown")
+                    self._report_outage("flip outcome unknown", sent, exc)
+                    since = sent
+                own = self._directory_answer("flip outcome unknown", since=since)
                 if own.node == target.name and own.epoch == self.epoch_before + 1:
                     self.finishing_reason = ""
                     return own  # our write landed before the connection broke

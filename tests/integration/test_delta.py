@@ -77,6 +77,9 @@ class ConflictingWriters:
                     cur.execute(sql, args())
                 with self.lock:
                     self.commits += 1
+                # Paced (at most ~200 statements/s per thread): the test is about conflicts, not about
+                # outrunning the applier on a busy 2-core machine.
+                time.sleep(0.005)
             except (pymysql.err.MySQLError, *client.CONNECTION_ERRORS):
                 client.close()
                 time.sleep(0.02)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from ..delta import gtid as gtids
-from ..delta.convergence import ConvergenceJudge  # issue 13
+from ..delta.convergence import ConvergenceJudge
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops
 from ..mariadb.checksums import table_checksums
@@ -75,8 +75,8 @@ class Migration:
         self.phases: list[PhaseTiming] = []
         self.rounds: list[RoundReport] = []
         self.attempts: list[HandoverAttempt] = []
-        self.delta_stats: dict = {}  # issue 13: the applier's last report (MPL, apply rates, samples)
-        self.durable_ms: dict | None = None  # issue 13: what leaving catch-up mode cost, before the freeze
+        self.delta_stats: dict = {}  # the applier's last report (MPL, apply rates, samples)
+        self.durable_ms: dict | None = None  # what leaving catch-up mode cost, before the freeze
         self.warnings: list[str] = []
         self.bytes_total = 0
         self.freeze_ms: float | None = None
@@ -176,7 +176,7 @@ class Migration:
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
             "controller": self.controller_state,
-            # issue 13: which applier, its MPL, best apply rate; what leaving catch-up mode cost
+            # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
                           applier=self.opts.delta_applier, durable=self.durable_ms),
         }
@@ -437,7 +437,7 @@ class Migration:
         tenant = self.src.tenant()
         self._target("replicate", {"source_host": tenant.host, "source_port": tenant.port,
                                    "start_gtid": self.backup_position.gtid,
-                                   "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl},  # issue 13
+                                   "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl},
                      timeout_s=60)
         self._delta_from = ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
                             self.backup_position.gtid)
@@ -450,11 +450,11 @@ class Migration:
             prev, prev_gtid = self._delta_from
             stalled = 0
             last_remaining = None
-            judge, prev_t = ConvergenceJudge(), None  # issue 13
+            judge, prev_t = ConvergenceJudge(), None
             for _ in range(self.opts.max_rounds):
                 self._check_abort()
                 p = ops.binlog_position(conn)
-                now = time.monotonic()  # issue 13: the source's commit rate since the previous round
+                now = time.monotonic()  # the source's commit rate since the previous round
                 write_tps = None
                 if prev_t is not None:
                     write_tps = round(gtids.transactions_between(prev_gtid, p.gtid) / max(1e-3, now - prev_t), 1)
@@ -471,7 +471,7 @@ class Migration:
                 remaining = gtids.binlog_bytes_between(p2.logs, (p.file, p.pos), (p2.file, p2.pos))
                 # Until a round has been big enough to time, assume a conservative 1 MB/s.
                 est_freeze_s = remaining / (self._apply_rate or 1e6)
-                stats = doc.get("applier") or {}  # issue 13
+                stats = doc.get("applier") or {}
                 self.delta_stats = stats
                 self.rounds.append(RoundReport(len(self.rounds) + 1, txns, size, round(dur, 4), remaining,
                                                round(est_freeze_s * 1000, 1), write_tps, stats.get("apply_tps"),
@@ -481,7 +481,7 @@ class Migration:
                 # Leave half the budget for the freeze's own fixed costs (lock, fence, flip).
                 if est_freeze_s <= self.opts.max_freeze_s / 2:
                     return
-                verdict = judge.observe(len(self.rounds), write_tps, stats)  # issue 13: writes vs best apply
+                verdict = judge.observe(len(self.rounds), write_tps, stats)  # writes vs best apply
                 if verdict:
                     raise MigrationFailed(verdict, "", "", phase="delta")
                 if last_remaining is not None and remaining >= last_remaining:
@@ -513,7 +513,7 @@ class Migration:
             ops.close_quietly(conn)
 
     def _handover_live(self) -> None:
-        # issue 13: leave catch-up mode before any freeze, so its cost never lands in the freeze.
+        # leave catch-up mode before any freeze, so its cost never lands in the freeze.
         self.durable_ms = self._target("durable", {}, timeout_s=120)
         self.delta_stats["catchup"] = self.durable_ms.get("catchup", False)
         self._phase("handover")
@@ -570,7 +570,7 @@ class Migration:
             try:
                 self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
             except MigrationFailed as exc:
-                # issue 13: a target still applying when the budget runs out is over budget (unfreeze, more
+                # a target still applying when the budget runs out is over budget (unfreeze, more
                 # delta rounds, retry), not a failed migration; a stopped applier still fails.
                 if exc.what != "the target did not catch up in time":
                     raise
@@ -802,7 +802,7 @@ class Migration:
             for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]
-        if self.phase == "delta" and self.delta_stats:  # issue 13: the MPL and apply rate over time
+        if self.phase == "delta" and self.delta_stats:  # the MPL and apply rate over time
             sample["delta_mpl"] = self.delta_stats.get("mpl")
             sample["apply_tps"] = self.delta_stats.get("apply_tps")
         with self._series_lock:

@@ -19,7 +19,7 @@ import time
 
 from .. import mariadb
 from ..backup import select_tool
-from ..delta import make_applier  # issue 13: serial|concurrent applier, catch-up mode
+from ..delta import make_applier  # serial|concurrent applier, catch-up mode
 from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops
@@ -150,7 +150,7 @@ class IncomingMigration:
 
     def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
                   mpl: int | str = "auto") -> None:
-        # issue 13: the applier comes from slacker.delta (serial or concurrent, catch-up mode on).
+        # the applier comes from slacker.delta (serial or concurrent, catch-up mode on).
         self.applier = make_applier(applier, lambda: self.tenant.admin_connect(timeout_s=10), mpl=mpl,
                                     datadir=self.tenant.datadir)
         self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
@@ -166,7 +166,7 @@ class IncomingMigration:
         return self.applier.stats() if self.applier is not None and hasattr(self.applier, "stats") else {}
 
     def make_durable(self) -> dict:
-        """issue 13: leave catch-up mode before the freeze: durable commits, everything so far on disk."""
+        """Leave catch-up mode before the freeze: durable commits, everything so far on disk."""
         if self.applier is None or not hasattr(self.applier, "restore_durability"):
             return {"durable": True, "catchup": False}
         out = self.applier.restore_durability()

@@ -10,7 +10,7 @@ import click
 from ..errors import InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table
+from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text
 
 POLL_S = 0.5
 
@@ -176,6 +176,7 @@ def progress_line(doc: dict) -> str:
         lat = ctl.get("latency_s")
         line += f"  latency {lat * 1000:.0f}ms" if lat is not None else "  latency -"
         line += f"/{ctl['setpoint_s'] * 1000:.0f}ms"
+        line += source_state_text(ctl)
     if doc.get("eta_s") is not None:
         line += f"  ETA {format_duration(doc['eta_s'])}"
     if doc.get("rounds") and doc["phase"] == "delta":

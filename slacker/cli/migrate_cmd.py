@@ -26,8 +26,10 @@ POLL_S = 0.5
 @click.option("--max-rate", type=RATE, default=None, help="Upper bound of the controller's rate (default 200MB/s).")
 @click.option("--latency-source", "latency_sources", multiple=True,
               help="Where the controller reads latency (repeatable; the max wins): "
-                   "prometheus,url=URL[,tenant=ID][,metric=NAME] or performance-schema[,exclude-user=U]. "
-                   "Default: performance_schema of every tenant on the source node.")
+                   "prometheus,url=URL[,tenant=ID][,metric=NAME] or "
+                   "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
+                   "Default: per-transaction latency from performance_schema, over every tenant on the source "
+                   "node. A source that sees nothing while the tenant commits is refused (blind).")
 @click.option("--gains", default=None, help="PID gains kp,ki,kd (see docs/controller.md).")
 @click.option("--window", type=DURATION, default=None, help="Latency averaging window (default 3s).")
 @click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")

@@ -15,6 +15,7 @@ from .controller.baselines import FixedRate, ThresholdThrottle
 from .controller.loop import RatePolicy
 from .controller.metrics import ControllerMetrics
 from .controller.pid import ThrottleConfig
+from .controller.slack import SlackController
 from .errors import InvalidInput
 from .latency import (AggregateOf, CommitCounter, LatencySource, MaxOf, PerformanceSchemaSource,
                       PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
@@ -22,7 +23,7 @@ from .latency import (AggregateOf, CommitCounter, LatencySource, MaxOf, Performa
 DEFAULT_MAX_RATE = 200_000_000
 # Per transaction, server-side, all of the node's tenants (an SLA per server).
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
-KINDS = ("pid", "threshold", "fixed")
+KINDS = ("slack", "pid", "threshold", "fixed")
 
 
 def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
@@ -64,7 +65,7 @@ def _connector(tenant):
 def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     """Validate the controller settings and measure the latency before any byte moves."""
     c = dict(options.controller or {})
-    kind = c.get("kind") or "pid"
+    kind = c.get("kind") or "slack"
     if kind not in KINDS:
         raise InvalidInput(f"unknown controller {kind!r}", f"choose {', '.join(KINDS)}", "")
     if c.get("setpoint_s") is None:
@@ -89,7 +90,9 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
         raise InvalidInput(f"setpoint {cfg.setpoint_s * 1000:.0f}ms is below the latency measured now",
                            f"{baseline.latency_s * 1000:.0f}ms before any copying",
                            "the copy could never run: raise --setpoint, or pass --force")
-    if kind == "pid":
+    if kind == "slack":
+        controller = SlackController(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
+    elif kind == "pid":
         controller = cfg.controller()
     elif kind == "threshold":
         controller = ThresholdThrottle(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)

@@ -22,7 +22,7 @@ POLL_S = 0.5
               help="Fixed copy rate, e.g. 20MB/s or 512KiB/s (k/M/G x1000, Ki/Mi/Gi x1024). 0 starts paused.")
 @click.option("--unthrottled", is_flag=True, help="Copy as fast as the pipe goes (the default without --rate/--setpoint).")
 @click.option("--setpoint", type=DURATION, default=None,
-              help="Latency target, e.g. 1500ms: a PID controller sets the copy rate every step to hold it.")
+              help="Latency target, e.g. 1500ms: the controller sets the copy rate every step to hold it.")
 @click.option("--max-rate", type=RATE, default=None, help="Upper bound of the controller's rate (default 200MB/s).")
 @click.option("--latency-source", "latency_sources", multiple=True,
               help="Where the controller reads latency (repeatable; the max wins): "
@@ -30,7 +30,10 @@ POLL_S = 0.5
                    "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
                    "Default: per-transaction latency from performance_schema, over every tenant on the source "
                    "node. A source that sees nothing while the tenant commits is refused (blind).")
-@click.option("--gains", default=None, help="PID gains kp,ki,kd (see docs/controller.md).")
+@click.option("--controller", "controller_kind", type=click.Choice(["slack", "pid", "threshold"]), default=None,
+              help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
+                   "remembers the knee), pid (the paper's velocity PID), threshold (on/off).")
+@click.option("--gains", default=None, help="PID gains kp,ki,kd, with --controller pid (see docs/controller.md).")
 @click.option("--window", type=DURATION, default=None, help="Latency averaging window (default 3s).")
 @click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")
 @click.option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
@@ -52,7 +55,8 @@ POLL_S = 0.5
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
 @pass_cli
 def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | None, unthrottled: bool,
-            setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...], gains: str | None,
+            setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
+            controller_kind: str | None, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, abort_: bool, settings: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
@@ -108,8 +112,10 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
                               "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
                               "step_s": step, "force": force}
-    elif any(x is not None for x in (max_rate, gains, window, step)) or latency_sources or force:
-        raise InvalidInput("controller options need --setpoint", "--max-rate, --gains, --window, --step, "
+        if controller_kind:
+            body["controller"]["kind"] = controller_kind
+    elif any(x is not None for x in (max_rate, gains, window, step, controller_kind)) or latency_sources or force:
+        raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
                            "--latency-source and --force only apply to a latency-targeting migration", "")
     doc = source.request("POST", "/v1/migrations", body, timeout_s=120)
     mid = doc["id"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from types import SimpleNamespace
 
 import mariadb as mariadb_connector
@@ -203,3 +204,31 @@ def test_blind_source_refused_before_the_copy_and_shown_during_it(cluster):
     assert any("cutting rate" in s["note"] for s in blind_steps)
     rates = [s["rate_bytes_per_s"] for s in blind_steps]
     assert all(b <= a for a, b in zip(rates, rates[1:]))
+
+
+def test_agent_serves_per_tenant_transaction_latency_and_rate(cluster):
+    from slacker.agent.client import cluster_clients
+
+    assert slacker("tenant", "create", "s1", "--buffer-pool", "32M")[0] == 0
+    assert slacker("tenant", "create", "s2", "--buffer-pool", "32M")[0] == 0
+    agents, _ = cluster_clients(cluster)
+    host, port, pw = _endpoint("s1")
+
+    def stats() -> dict:
+        doc = agents["node-1"].request("GET", "/v1/tenant-stats")
+        return {t["tenant"]: t for t in doc["tenants"]}
+
+    with _Load(host, port, pw):  # ~100 inserts/s on s1, nothing on s2
+        deadline = time.monotonic() + 30
+        while (stats().get("s1") or {}).get("transactions_per_s", 0) < 20:
+            assert time.monotonic() < deadline, stats()
+            time.sleep(1)
+        doc = stats()
+        req = urllib.request.Request(cluster.node("node-1").url + "/metrics",
+                                     headers={"Authorization": f"Bearer {cluster.token()}"})
+        metrics = urllib.request.urlopen(req, timeout=10).read().decode()
+    s1, s2 = doc["s1"], doc["s2"]
+    assert s1["ok"] and 20 <= s1["transactions_per_s"] <= 200 and 0 < s1["latency_s"] < 1.0
+    assert s2["ok"] and s2["transactions_per_s"] == 0 and s2["latency_s"] is None  # idle: no latency, not 0
+    assert 'slacker_tenant_transactions_per_second{node="node-1",tenant="s1"}' in metrics
+    assert 'slacker_tenant_transaction_latency_seconds{node="node-1",tenant="s2"} NaN' in metrics

@@ -74,6 +74,12 @@ class SlackController(ThrottleController):
         self._over = False
         self._k = 0
 
+    def set_setpoint(self, setpoint_s: float) -> None:
+        # The knee was where latency crossed the old setpoint: meaningless for a new one.
+        super().set_setpoint(setpoint_s)
+        with self._lock:
+            self.knee, self._over, self._hold_until = None, False, None
+
     def set_max_rate(self, max_rate_bytes_per_s: float) -> None:
         old = self.max_rate_bytes_per_s
         super().set_max_rate(max_rate_bytes_per_s)
@@ -109,7 +115,8 @@ class SlackController(ThrottleController):
                 return u, "over setpoint; waiting for the last cut to show", 0.0, 0.0, 0.0
             else:
                 # Still rising a full lag after the last cut: this rate is above the knee too.
-                self.knee = u if self.knee is None else min(self.knee, u)
+                if u > 0:
+                    self.knee = u if self.knee is None else min(self.knee, u)
                 new = u * max(self.second_cut, r ** -self.beta)
             if new < 0.01:
                 new = 0.0

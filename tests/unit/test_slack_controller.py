@@ -113,6 +113,19 @@ def test_cuts_on_overshoot_once_then_waits_for_it_to_show() -> None:
     assert 0.5 * first.fraction <= out.fraction < first.fraction
 
 
+def test_a_new_setpoint_forgets_the_old_knee() -> None:
+    # Latency over a setpoint nobody can meet: the copy stops and the knee is the initial rate...
+    c = SlackController(0.001, MAX_RATE)
+    for k in range(6):
+        c.step(sample(0.05, float(k)), float(k))
+    assert c.fraction == 0.0 and c.knee == pytest.approx(0.1)
+    # ...raised live far above the latency: the ramp is fast again, not a creep under the old knee.
+    c.set_setpoint(5.0)
+    for k in range(6, 18):
+        c.step(sample(0.05, float(k)), float(k))
+    assert c.fraction == 1.0
+
+
 def test_shares_the_pids_safety_rules() -> None:
     c = SlackController(1.0, MAX_RATE, initial_fraction=0.6)
     c.step(sample(0.5, 0.0), 0.0)

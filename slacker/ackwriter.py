@@ -17,7 +17,8 @@ from slacker.client import TenantClient
 
 SCHEMA = ("CREATE DATABASE IF NOT EXISTS acks",
           "CREATE TABLE IF NOT EXISTS acks.log (id BIGINT PRIMARY KEY, writer INT, payload VARCHAR(200), "
-          "at DOUBLE)")
+          "at DOUBLE)",
+          "CREATE TABLE IF NOT EXISTS acks.probe (node VARCHAR(32), n BIGINT, at DOUBLE)")
 
 
 class AckedWriter:
@@ -69,3 +70,68 @@ class AckedWriter:
             except Exception as exc:  # TenantError while reconnecting: keep trying until stopped
                 self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
                 time.sleep(0.05)
+
+
+class WriteProber:
+    """Tries a write on every server of a tenant every `interval_s`, to catch two writable at once.
+
+    `servers` maps a node name to the (host, port) its copy of the tenant would listen on. A round
+    in which more than one server accepted the INSERT is a moment with two writable owners.
+    """
+
+    def __init__(self, servers: dict[str, tuple[str, int]], user: str, password: str,
+                 interval_s: float = 0.1) -> None:
+        self.servers = servers
+        self.user = user
+        self.password = password
+        self.interval_s = interval_s
+        self.rounds = 0
+        self.accepted: dict[str, int] = {name: 0 for name in servers}
+        self.double_writable: list[tuple[float, list[str]]] = []
+        self._conns: dict[str, object] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="write-prober", daemon=True)
+
+    def start(self) -> "WriteProber":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        for conn in self._conns.values():
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _try(self, name: str, n: int) -> bool:
+        from slacker import mariadb
+
+        conn = self._conns.get(name)
+        try:
+            if conn is None:
+                host, port = self.servers[name]
+                conn = mariadb.connect(user=self.user, password=self.password, host=host, port=port,
+                                       timeout_s=0.5)
+                self._conns[name] = conn
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO acks.probe VALUES (%s, %s, %s)", (name, n, time.time()))
+            return True
+        except Exception:
+            self._conns.pop(name, None)
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+            return False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.rounds += 1
+            ok = [name for name in self.servers if self._try(name, self.rounds)]
+            for name in ok:
+                self.accepted[name] += 1
+            if len(ok) > 1:
+                self.double_writable.append((time.time(), ok))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import mariadb
 from .errors import MigrationFailed, MissingDependency
+from .procs import kill_group
 from .tenants import error_lines
 
 PREPARE_TIMEOUT_S = 1800.0
@@ -63,13 +64,20 @@ class BackupTool:
         """Command that applies crash recovery to an extracted backup."""
         return [mariadb.find_program(self.stream_program), "--prepare", f"--target-dir={backup_dir}"]
 
-    def prepare(self, backup_dir: Path, timeout_s: float = PREPARE_TIMEOUT_S) -> None:
+    def prepare(self, backup_dir: Path, timeout_s: float = PREPARE_TIMEOUT_S, on_start=None) -> None:
+        """Apply crash recovery in place. `on_start(proc)` learns the process (its own group) so an
+        abort can kill it; a killed prepare fails like any other."""
         log = backup_dir.parent / f"{backup_dir.name}-prepare.log"
         with open(log, "wb") as out:
+            proc = subprocess.Popen(self.prepare_argv(backup_dir), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            if on_start is not None:
+                on_start(proc)
             try:
-                rc = subprocess.run(self.prepare_argv(backup_dir), stdout=out, stderr=subprocess.STDOUT,
-                                    timeout=timeout_s, start_new_session=True).returncode
+                rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                kill_group(proc.pid)
+                proc.wait(timeout=10)
                 rc = None
         text = log.read_text(errors="replace")
         log.unlink(missing_ok=True)

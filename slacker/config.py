@@ -58,6 +58,8 @@ class AgentConfig:
     tenant_host: str
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE
     path: Path | None = None
+    # Honour migrations' hold_s (pauses at named points) for tests and rehearsals; off in production.
+    fault_injection: bool = False
 
 
 def read_token(path: Path) -> str:
@@ -125,6 +127,12 @@ def load_cluster(explicit: str | None = None) -> Cluster:
     return cluster
 
 
+def _bool(value, key: str, path: Path) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise InvalidInput(f"agent config {path}: {key} must be true or false", f"got {value!r}", "")
+
+
 def load_agent_config(path: str | Path) -> AgentConfig:
     path = Path(path).resolve()
     doc = _load_toml(path, "agent config")
@@ -142,6 +150,7 @@ def load_agent_config(path: str | Path) -> AgentConfig:
             listen_host=host or "127.0.0.1", listen_port=int(port),
             tenant_host=str(doc.get("tenant_host") or host or "127.0.0.1"),
             port_range=parse_port_range(doc.get("port_range", "%d-%d" % DEFAULT_PORT_RANGE)), path=path,
+            fault_injection=_bool(doc.get("fault_injection", False), "fault_injection", path),
         )
     except KeyError as exc:
         raise InvalidInput(f"agent config {path} lacks {exc.args[0]!r}", "required key missing",

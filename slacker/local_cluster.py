@@ -29,8 +29,11 @@ START_TIMEOUT_S = 90.0
 
 
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
-       port_range: str = "13306-23305") -> Path:
-    """Start `nodes` local agents; returns the cluster file path. Re-running starts missing agents."""
+       port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False) -> Path:
+    """Start `nodes` local agents; returns the cluster file path. Re-running starts missing agents.
+
+    `directory_node` serves the directory; `fault_injection` lets migrations pause at named points
+    (tests and rehearsals only)."""
     if not 1 <= nodes <= 64:
         raise InvalidInput(f"--nodes {nodes} is out of range", "a local cluster has 1 to 64 nodes", "")
     try:
@@ -57,7 +60,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         name = f"node-{i + 1}"
         host = str(base + i)
         specs.append({"name": name, "url": f"http://{host}:{api_port}", "tenant_host": host})
-    write_toml(cluster_file, {"token_file": str(token_file), "directory": "node-1"}, {"nodes": specs},
+    if directory_node not in {s["name"] for s in specs}:
+        raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
+                           "it must be node-1 ... node-N", "for example --directory-node node-1")
+    write_toml(cluster_file, {"token_file": str(token_file), "directory": directory_node}, {"nodes": specs},
                header="Slacker cluster file, written by `slacker cluster up`.")
     for spec in specs:
         node_dir = run_dir / spec["name"]
@@ -65,10 +71,12 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         write_toml(node_dir / "agent.toml", {
             "node": spec["name"], "cluster": str(cluster_file), "data_root": str(node_dir),
             "listen": f"{spec['tenant_host']}:{api_port}", "tenant_host": spec["tenant_host"],
-            "port_range": port_range}, header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
+            "port_range": port_range, "fault_injection": fault_injection},
+            header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
     cluster = load_cluster(str(cluster_file))
     token = cluster.token()
     # The directory node first: the others look tenants up there.
+    specs.sort(key=lambda s: s["name"] != directory_node)
     for spec in specs:
         client = AgentClient(spec["url"], token, spec["name"], timeout_s=5)
         if _answers(client):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import mariadb
+from .mariadb import ops
 from .procs import kill_group as _kill_group, wait_gone as _wait_gone
 from .errors import Conflict, InvalidInput, NotFound, TenantError
 
@@ -110,9 +111,13 @@ class TenantInfo:
     buffer_pool_bytes: int
     created_at: float
     # "running" tenants are kept running by the supervisor; "stopped" ones were stopped
-    # on purpose; "incoming" ones are migration targets not yet owned.
+    # on purpose; "incoming" ones are migration targets not yet owned; "retired" ones are
+    # migration sources past the ownership flip, never to start again.
     desired_state: str = "running"
     extra: dict = field(default_factory=dict)
+    # Fenced: the server runs read_only (persisted in its generated config), because another
+    # node owns the tenant or is about to. Only the directory's answer lifts it.
+    fenced: bool = False
 
 
 class Tenant:
@@ -141,6 +146,7 @@ class Tenant:
             tenant_id=self.id, datadir=self.datadir, socket=self.socket, pid_file=self.pid_file,
             error_log=self.error_log, host=self.host, port=self.port, server_id=self.info.server_id,
             buffer_pool_bytes=self.info.buffer_pool_bytes, tmpdir=self.root / "tmp",
+            read_only=self.info.fenced,
         )
 
     def admin_password(self) -> str:
@@ -177,9 +183,14 @@ class Tenant:
             return "(no error log)"
 
     def save(self) -> None:
+        """Persist the metadata atomically and durably: a fence must survive a crash right after."""
         tmp = self.meta_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.info), indent=2))
+        with open(tmp, "w") as f:
+            f.write(json.dumps(asdict(self.info), indent=2))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.meta_file)
+        fsync_dir(self.root)
 
     def write_config(self) -> None:
         self.config_file.write_text(self.server_config().render())
@@ -187,6 +198,14 @@ class Tenant:
             self.admin_defaults_file,
             mariadb.client_defaults(mariadb.ADMIN_USER, self.admin_password(), socket=self.socket),
         )
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def error_lines(text: str, lines: int = 8) -> str:
@@ -334,6 +353,10 @@ class TenantManager:
     # ---- start / stop -----------------------------------------------------------
     def start(self, tenant_id: str, timeout_s: float = START_TIMEOUT_S) -> Tenant:
         tenant = self.get(tenant_id)
+        if tenant.info.desired_state in ("retired", "incoming"):
+            raise Conflict(f"tenant {tenant_id} on node {self.node} is {tenant.info.desired_state}",
+                           "a migration moved it away or is moving it here; the directory names its owner",
+                           "see `slacker locate` and `slacker status`")
         if not tenant.is_running():
             tenant.write_config()
             self._start(tenant, mariadb.find_program("mariadbd"), timeout_s=timeout_s)
@@ -404,6 +427,39 @@ class TenantManager:
         if pid is not None:
             _kill_group(pid)
             _wait_gone(pid, 10)
+
+    # ---- fence / retire ---------------------------------------------------------------
+    def set_fenced(self, tenant: Tenant, fenced: bool, desired_state: str | None = None, conn=None) -> None:
+        """Fence (read_only) or unfence a tenant: persisted first, so a restart keeps it, then live
+        (on `conn` when given: the connection holding a freeze).
+
+        Raises TenantError if the running server cannot be told; the persisted state stands.
+        """
+        tenant.info.fenced = fenced
+        if desired_state is not None:
+            tenant.info.desired_state = desired_state
+        tenant.save()
+        tenant.write_config()
+        if conn is not None:
+            ops.set_read_only(conn, fenced)
+        elif tenant.is_running():
+            own = tenant.admin_connect(timeout_s=5)
+            try:
+                ops.set_read_only(own, fenced)
+            finally:
+                own.close()
+
+    def retire(self, tenant: Tenant) -> None:
+        """A migration source past the flip: marked retired (and fenced) on disk before it is
+        stopped, so nothing starts it again; then stopped and its files removed."""
+        if tenant.meta_file.exists():
+            tenant.info.fenced = True
+            tenant.info.desired_state = "retired"
+            tenant.save()
+            tenant.write_config()
+        self.kill_tenant(tenant)
+        shutil.rmtree(tenant.root, ignore_errors=True)
+        tenant.socket.unlink(missing_ok=True)
 
     # ---- delete -----------------------------------------------------------------
     def delete(self, tenant_id: str) -> None:

@@ -36,7 +36,10 @@ class Node:
             self.directory: DirectoryStore = self.local_directory
         else:
             d = self.cluster.directory
-            self.directory = DirectoryClient(AgentClient(d.url, self.token, d.name))
+            # Short timeouts: an unreachable directory must be noticed (and reported) in seconds.
+            self.directory = DirectoryClient(AgentClient(d.url, self.token, d.name, timeout_s=5))
+        from ..migration.journal import Journal
+        self.journal = Journal(config.data_root / "journal")
         self.supervisor = Supervisor(self.tenants)
         self.registry = make_registry(self.name, self.supervisor)
         self._lock = threading.Lock()

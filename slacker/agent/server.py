@@ -193,10 +193,10 @@ def serve(node: Node) -> ApiServer:
     """Start the node's services and its HTTP server on a background thread."""
     server = ApiServer(node, node.config.listen_host, node.config.listen_port)
     try:
-        from ..migration_service import attach  # migrations add their own routes
+        from ..migration.service import attach  # migrations add their own routes
         attach(node, server)
     except ModuleNotFoundError as exc:
-        if exc.name != "slacker.migration_service":
+        if exc.name != "slacker.migration.service":
             raise
     from .tenant_stats import attach as attach_tenant_stats  # per-tenant latency, transactions/s
     attach_tenant_stats(node, server)

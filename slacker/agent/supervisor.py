@@ -45,6 +45,8 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         # Tenants being created, deleted or migrated: hands off.
         self.busy: set[str] = set()
+        # Called first in every tick (reconciliation with the directory, incoming leases).
+        self.on_tick: list = []
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
@@ -72,6 +74,11 @@ class Supervisor:
             self._stop.wait(self.interval_s)
 
     def tick(self) -> None:
+        for hook in list(self.on_tick):
+            try:
+                hook()
+            except Exception:
+                log.exception("supervisor hook failed")
         seen = set()
         for tenant in self.tenants.list():
             seen.add(tenant.id)

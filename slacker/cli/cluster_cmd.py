@@ -24,18 +24,25 @@ def cluster() -> None:
 @click.option("--api-port", default=7701, show_default=True, type=click.IntRange(1024, 65535),
               help="Port of each agent's HTTP API (on its own address).")
 @click.option("--port-range", default="13306-23305", show_default=True, help="Tenant ports, LOW-HIGH.")
+@click.option("--directory-node", default="node-1", show_default=True,
+              help="The node whose agent serves the directory (SQLite).")
+@click.option("--fault-injection", is_flag=True,
+              help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, as_json: bool) -> None:
+def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory_node: str,
+               fault_injection: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
-    Idempotent: agents already running are left alone. node-1 serves the directory.
+    Idempotent: agents already running are left alone. node-1 serves the directory unless
+    --directory-node names another.
     """
     from ..config import load_cluster
     from ..local_cluster import up
     from ..tenants import parse_port_range
 
     parse_port_range(port_range)
-    path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range)
+    path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
+              directory_node=directory_node, fault_injection=fault_injection)
     c = load_cluster(str(path))
     if as_json:
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from ..errors import InvalidInput, MigrationFailed, SlackerError
+from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from . import main
 from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text
@@ -38,7 +38,7 @@ POLL_S = 0.5
 @click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")
 @click.option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
 @click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
-              help="Freeze budget: delta rounds continue until the rest fits in it.")
+              help="Hard limit on the write freeze, from the lock to the ownership flip; delta rounds aim at half.")
 @click.option("--verify", is_flag=True, help="Compare per-table checksums of source and target during the freeze.")
 @click.option("--mode", type=click.Choice(["live", "stop-and-copy"]), default="live", show_default=True,
               help="live: hot backup + delta rounds + brief freeze; stop-and-copy: the baseline with downtime.")
@@ -48,7 +48,12 @@ POLL_S = 0.5
               help="Give up if the delta has not converged after this many rounds.")
 @click.option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Give up after this many rounds in a row that did not shrink.")
-@click.option("--abort", "abort_", is_flag=True, help="Abort the running migration of TENANT_ID.")
+@click.option("--abort", "abort_", is_flag=True,
+              help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
+@click.option("--finish", "finish_", is_flag=True,
+              help="Retry now the forward steps of a migration past its flip (shown as finishing in status).")
+@click.option("--handover-attempts", "handover_attempts", type=click.IntRange(1, 20), default=3,
+              show_default=True, help="Handover attempts over --max-freeze before giving up (source serving).")
 @click.option("--set", "settings", multiple=True,
               help="Change a running migration: setpoint=900ms, max-rate=50MB/s, rate=10MB/s, pause, resume.")
 @click.option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
@@ -58,8 +63,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
             controller_kind: str | None, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
-            pipe: str | None, max_rounds: int, max_stalled_rounds: int, abort_: bool, settings: tuple[str, ...],
-            detach: bool, as_json: bool) -> None:
+            pipe: str | None, max_rounds: int, max_stalled_rounds: int, abort_: bool, finish_: bool,
+            handover_attempts: int, settings: tuple[str, ...], detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
     \b
@@ -69,9 +74,13 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
       slacker migrate --set t42 setpoint=900ms             # change it while it runs
       slacker migrate --abort t42                          # cancel; the source keeps serving
+      slacker migrate --finish t42                         # past the flip: retry the last steps now
 
     Any failure before the ownership flip leaves the source serving and
-    untouched and removes the partial copy on the target.
+    untouched and removes the partial copy on the target. The flip (a
+    compare-and-set in the directory) is the point of no return: after it the
+    migration only goes forward, retried by the agents until the target takes
+    writes and the source is retired.
     """
     from ..agent.client import cluster_clients
     from ..tenants import validate_tenant_id
@@ -82,10 +91,18 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     own = directory.lookup(tenant_id)
     source = agents[own.node]
 
-    if abort_ or settings:
+    if abort_ or finish_ or settings:
+        if sum(map(bool, (abort_, finish_, settings))) > 1:
+            raise InvalidInput("--abort, --finish and --set exclude each other", "pick one", "")
+        # After the flip the directory names the target; the migration runs on the old owner.
+        source = _migration_agent(agents, tenant_id) or source
         if abort_:
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/abort", {"reason": "aborted by the operator"})
             click.echo(f"aborting migration {doc['id']} (phase {doc['phase']})")
+        if finish_:
+            doc = source.request("POST", f"/v1/migrations/{tenant_id}/finish", {})
+            click.echo(f"migration {doc['id']}: retrying its forward steps now (phase {doc['phase']}"
+                       + (f", last: {doc['finishing_reason']}" if doc.get("finishing_reason") else "") + ")")
         if settings:
             body = parse_settings(settings)
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/set", body)
@@ -104,6 +121,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     if len(chosen) > 1:
         raise InvalidInput(f"{' and '.join(chosen)} exclude each other", "pick one way to set the copy rate", "")
     body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
+                  "handover_attempts": handover_attempts,
                   "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
                   "rate_bytes_per_s": rate}
     if pipe:
@@ -134,8 +152,12 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     except KeyboardInterrupt:
         if show_progress:
             click.echo("", err=True)
+        try:
+            source.request("POST", f"/v1/migrations/{mid}/abort", {"reason": "interrupted (Ctrl-C)"})
+        except Conflict as exc:
+            raise Conflict(f"migration {mid} is past its ownership flip", "it can no longer be aborted",
+                           "the agent finishes it; follow with `slacker status`") from exc
         click.echo("slacker: interrupted: aborting the migration (the source keeps serving) ...", err=True)
-        source.request("POST", f"/v1/migrations/{mid}/abort", {"reason": "interrupted (Ctrl-C)"})
         while doc["active"]:
             time.sleep(POLL_S)
             doc = source.request("GET", f"/v1/migrations/{mid}")
@@ -150,6 +172,18 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         raise MigrationFailed(f"migration {mid} {doc['result']} in phase {e.get('phase') or doc['phase']}",
                               f"{e.get('what', '')}" + (f": {e['why']}" if e.get("why") else ""),
                               "the source keeps serving" if doc.get("epoch_after") is None else "")
+
+
+def _migration_agent(agents: dict, tenant_id: str):
+    """The agent running an active migration of the tenant (the source), if any answers."""
+    for agent in agents.values():
+        try:
+            doc = agent.request("GET", "/v1/migrations", timeout_s=10)
+        except SlackerError:
+            continue
+        if any(m.get("tenant") == tenant_id and m.get("active") and m.get("source") for m in doc["migrations"]):
+            return agent
+    return None
 
 
 def parse_settings(settings: tuple[str, ...]) -> dict:
@@ -189,6 +223,8 @@ def progress_line(doc: dict) -> str:
         line += f"  ETA {format_duration(doc['eta_s'])}"
     if doc.get("rounds") and doc["phase"] == "delta":
         line += f"  round {len(doc['rounds'])}"
+    if doc.get("finishing_reason"):
+        line += f"  ({doc['finishing_reason']})"
     return line
 
 
@@ -204,6 +240,12 @@ def print_summary(doc: dict) -> None:
     if doc["mode"] == "live":
         rows.append(["delta rounds", len(doc["rounds"])])
     rows.append(["freeze window", f"{doc['freeze_ms']:.0f} ms" if doc.get("freeze_ms") is not None else "-"])
+    if len(doc.get("handover_attempts") or []) > 1:
+        rows.append(["handover attempts", len(doc["handover_attempts"])])
+    if doc.get("directory_outage_s"):
+        rows.append(["directory outage", f"{doc['directory_outage_s']:.1f} s (writes refused meanwhile)"])
+    for w in doc.get("warnings") or []:
+        rows.append(["warning", w])
     if doc.get("verified") is not None:
         rows.append(["checksums", "equal" if doc["verified"] else "DIFFER"])
     if doc.get("epoch_after") is not None:

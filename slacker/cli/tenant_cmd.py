@@ -147,6 +147,8 @@ def _migration_line(m: dict) -> str:
         line += source_state_text(ctl)
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
+    if m.get("finishing_reason"):
+        line += f"; {'finishing' if m.get('past_point_of_no_return') else 'waiting'}: {m['finishing_reason']}"
     return line
 
 

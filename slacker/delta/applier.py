@@ -7,6 +7,7 @@ commit order. A concurrent (syncset) applier plugs in behind the same methods.
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -43,8 +44,21 @@ class DeltaApplier(ABC):
         """The GTID position applied so far."""
 
     @abstractmethod
+    def stop_at(self, final_gtid: str) -> None:
+        """Stop applying, and check the target is at exactly `final_gtid` (the frozen source's last
+        transaction). MigrationFailed if it is not."""
+
+    @abstractmethod
+    def resume(self) -> None:
+        """Apply again after `stop_at` (a handover attempt that ran over its budget)."""
+
+    @abstractmethod
+    def detach(self) -> None:
+        """Forget the source for good (the target now owns the tenant)."""
+
     def finish(self, final_gtid: str) -> None:
-        """Stop applying at exactly `final_gtid` (the frozen source's last transaction)."""
+        self.stop_at(final_gtid)
+        self.detach()
 
     @abstractmethod
     def abort(self) -> None:
@@ -65,18 +79,29 @@ class ReplicationApplier(DeltaApplier):
     def __init__(self, connect) -> None:
         self._connect = connect  # returns an admin connection to the target tenant
         self._conn = None
+        # One connection, used from the HTTP threads of the target agent: one statement at a time.
+        self._conn_lock = threading.Lock()
 
     def _sql(self, stmt: str, args=None, cursor=None):
-        if self._conn is None:
-            self._conn = self._connect()
-        try:
-            with self._conn.cursor(cursor) as cur:
-                cur.execute(stmt, args)
-                return cur.fetchall()
-        except pymysql.err.MySQLError as exc:
-            self._conn = None
-            raise MigrationFailed("applying the delta failed", f"{stmt.split()[0]}: {exc.args[-1]}",
-                                  "the source is untouched; retry", phase="delta") from None
+        with self._conn_lock:
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                with self._conn.cursor(cursor) as cur:
+                    cur.execute(stmt, args)
+                    return cur.fetchall()
+            except pymysql.err.MySQLError as exc:
+                self._close_locked()
+                raise MigrationFailed("applying the delta failed", f"{stmt.split()[0]}: {exc.args[-1]}",
+                                      "the source is untouched; retry", phase="delta") from None
+
+    def _close_locked(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
 
     def start(self, source: SourceLink, start_gtid: str) -> None:
         # The copy is consistent at start_gtid: replication continues from exactly there.
@@ -126,7 +151,7 @@ class ReplicationApplier(DeltaApplier):
     def applied(self) -> str:
         return self._sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0] or ""
 
-    def finish(self, final_gtid: str) -> None:
+    def stop_at(self, final_gtid: str) -> None:
         self._sql(f"STOP SLAVE '{self.CONNECTION}'")
         applied = self.applied()
         want = gtids.parse_gtid_pos(final_gtid)
@@ -134,16 +159,21 @@ class ReplicationApplier(DeltaApplier):
         if any(got.get(d, (0, -1))[1] != q for d, (_, q) in want.items()):
             raise MigrationFailed("the target is not at the source's final position",
                                   f"source {final_gtid}, target {applied}", "handover aborted", phase="handover")
+
+    def resume(self) -> None:
+        self._sql(f"START SLAVE '{self.CONNECTION}'")
+
+    def detach(self) -> None:
         self._sql(f"RESET SLAVE '{self.CONNECTION}' ALL")
+        self.close()
+
+    def close(self) -> None:
+        with self._conn_lock:
+            self._close_locked()
 
     def abort(self) -> None:
         try:
             self._sql("STOP ALL SLAVES")
         except Exception:
             pass
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
-            self._conn = None
+        self.close()

@@ -73,7 +73,8 @@ def make_cluster(short_tmp):
     """Factory: a local cluster (real agents as daemons) on a loopback block of its own."""
     made = []
 
-    def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run"):
+    def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run",
+             directory_node: str = "node-1"):
         # A distinct 127.0.x.0/24 block per cluster keeps sockets of earlier tests apart.
         _next_block[0] += 1
         block = 100 + (os.getpid() + _next_block[0]) % 150
@@ -82,7 +83,8 @@ def make_cluster(short_tmp):
         run_dir = short_tmp / name
         made.append(run_dir)
         path = local_cluster.up(run_dir, nodes=nodes, first_address=first, api_port=port,
-                                port_range="%d-%d" % port_range)
+                                port_range="%d-%d" % port_range, directory_node=directory_node,
+                                fault_injection=True)
         os.environ["SLACKER_CLUSTER"] = str(path)
         return load_cluster(str(path))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from slacker import mariadb
 from slacker.agent.client import cluster_clients
-from slacker.agent.checksums import table_checksums
+from slacker.mariadb.checksums import table_checksums
 from slacker.client import TenantClient, resolve
 
 

@@ -59,3 +59,22 @@ def test_ctrl_c_aborts(cluster):
     assert p.returncode != 0
     assert "aborting the migration" in err and "ABORTED" in out
     assert slacker("locate", "cli3")[1].strip().startswith(cluster.node("node-1").tenant_host)
+
+
+def test_abort_after_flip_is_refused_with_one_line(cluster):
+    from slacker.agent.client import cluster_clients
+    from .migration_helpers import wait_migration
+
+    create_loaded_tenant(cluster, "cli4", rows=300)
+    doc = start_migration(cluster, "cli4", target="node-2", hold_s={"flipped": 6})
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + 60
+    while not agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")["past_point_of_no_return"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    one_line_error(*slacker("migrate", "--abort", "cli4")[::2], "cannot be aborted", "past the point of no return")
+    one_line_error(*slacker("migrate", "--abort", "--finish", "cli4")[::2], "exclude each other")
+    rc, out, err = slacker("migrate", "--finish", "cli4")
+    assert rc == 0 and "retrying its forward steps" in out
+    assert wait_migration(cluster, "node-1", doc["id"], timeout_s=60)["result"] == "succeeded"
+    one_line_error(*slacker("migrate", "--finish", "cli4")[::2], "no migration")

@@ -129,7 +129,7 @@ def test_abort_during_delta_and_second_migration_refused(loaded):
 def test_target_tenant_killed_while_source_frozen(loaded):
     """The target dies during the freeze: the source is unfrozen and blocked writes commit there."""
     cluster, writer, src_pid = loaded
-    doc = start_migration(cluster, "mig", target="node-2", hold_s={"frozen": 3})
+    doc = start_migration(cluster, "mig", target="node-2", hold_s={"frozen": 3}, max_freeze_s=10)
     wait_phase(cluster, "node-1", doc["id"], "handover", timeout_s=90)
     time.sleep(0.5)  # inside the freeze now
     acked_before = len(writer.acked)
@@ -139,3 +139,27 @@ def test_target_tenant_killed_while_source_frozen(loaded):
     os.kill(tpid, signal.SIGKILL)
     doc = wait_migration(cluster, "node-1", doc["id"])
     assert_source_untouched(cluster, writer, src_pid, doc, "handover")
+
+
+def test_preflight_refuses_non_innodb_and_warns_on_missing_primary_key(cluster):
+    from slacker.client import resolve
+
+    create_loaded_tenant(cluster, "pf", rows=100)
+    conn = resolve("pf", cluster).connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE shop.nopk (a INT, b INT)")
+        cur.execute("INSERT INTO shop.nopk VALUES (1, 2)")
+    doc = wait_migration(cluster, "node-1", start_migration(cluster, "pf", target="node-2")["id"])
+    assert doc["result"] == "succeeded"
+    assert any("without a primary key" in w and "shop.nopk" in w for w in doc["warnings"])
+    conn = resolve("pf", cluster).connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE shop.legacy (a INT PRIMARY KEY) ENGINE=Aria")
+    doc = wait_migration(cluster, "node-2", start_migration(cluster, "pf", target="node-1")["id"])
+    assert doc["result"] == "failed" and doc["error"]["phase"] == "preflight"
+    assert "not in InnoDB" in doc["error"]["why"] and "shop.legacy (Aria)" in doc["error"]["why"]
+    _, directory = cluster_clients(cluster)
+    assert directory.lookup("pf").node == "node-2"
+    with resolve("pf", cluster).connect().cursor() as cur:
+        cur.execute("INSERT INTO shop.orders (item, qty) VALUES (1, 1)")
+    assert not (node_dir(cluster, "node-1") / "tenants" / "pf").exists()

@@ -1,14 +1,18 @@
-"""Migrations inside an agent: the registry of outgoing and incoming migrations and their HTTP routes."""
+"""Migrations inside an agent: the registry of outgoing and incoming migrations, their recovery
+after a restart, the reconciliation of local tenants with the directory, and the HTTP routes."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from pathlib import Path
 
-from .agent.incoming import IncomingRegistry
-from .errors import Conflict, InvalidInput, NotFound
-from .migration import Migration, MigrationOptions
+from ..errors import Conflict, InvalidInput, NotFound
+from .machine import Migration
+from .options import MigrationOptions
+from .reconcile import Reconciler
+from .target import IncomingRegistry
 
 log = logging.getLogger("slacker.migrations")
 KEEP_FINISHED = 50
@@ -17,11 +21,49 @@ KEEP_FINISHED = 50
 class MigrationService:
     def __init__(self, node) -> None:
         self.node = node
-        self.incoming = IncomingRegistry(node)
         self._outgoing: dict[str, Migration] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
+        self.incoming = IncomingRegistry(node)
+        self._clean_work_dirs()
+        self._recover_outgoing()
+        self.reconciler = Reconciler(node)
 
+    # ---- after a restart ----------------------------------------------------------------
+    def _clean_work_dirs(self) -> None:
+        """Work directories (backup defaults file with credentials, temp files) of migrations that
+        died with the previous agent."""
+        root = Path(self.node.config.data_root) / "migrations"
+        if not root.is_dir():
+            return
+        for d in root.iterdir():
+            if d.is_dir():
+                log.warning("removing the work directory of an interrupted migration: %s", d.name)
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _recover_outgoing(self) -> None:
+        for entry in self.node.journal.entries("source"):
+            opts = MigrationOptions(target=entry.peer)
+            mig = Migration(self.node, entry.tenant, opts, recovered=entry)
+            log.warning("migration %s was in state %s when the agent stopped: recovering", entry.id, entry.state)
+            self.node._claim(entry.tenant)
+            self._outgoing[mig.id] = mig
+            self._run(mig, mig.recover, None)
+
+    def _run(self, mig: Migration, fn, rate_policy) -> None:
+        def runner():
+            try:
+                fn()
+            finally:
+                self.node._release(mig.tenant_id)
+                if rate_policy is not None and hasattr(rate_policy, "close"):
+                    rate_policy.close()
+
+        t = threading.Thread(target=runner, name=f"migration-{mig.id}", daemon=True)
+        self._threads[mig.id] = t
+        t.start()
+
+    # ---- outgoing -----------------------------------------------------------------------
     def start(self, tenant_id: str, options: MigrationOptions, rate_policy=None) -> Migration:
         with self._lock:
             for m in self._outgoing.values():
@@ -29,8 +71,11 @@ class MigrationService:
                     raise Conflict(f"tenant {tenant_id} is already migrating", f"migration {m.id} is in {m.phase}",
                                    f"wait for it, or `slacker migrate --abort {tenant_id}`")
         self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
+        if options.hold_s and not self.node.config.fault_injection:
+            raise InvalidInput("fault injection is disabled on this agent",
+                               "hold_s is a test and rehearsal aid", "set fault_injection = true in agent.toml")
         if rate_policy is None and options.controller:
-            from .throttle import build_rate_policy
+            from ..throttle import build_rate_policy
             rate_policy = build_rate_policy(self.node, tenant_id, options)
         mig = Migration(self.node, tenant_id, options, rate_policy=rate_policy)
         if rate_policy is not None:
@@ -39,18 +84,7 @@ class MigrationService:
         with self._lock:
             self._outgoing[mig.id] = mig
             self._trim()
-
-        def runner():
-            try:
-                mig.run()
-            finally:
-                self.node._release(tenant_id)
-                if rate_policy is not None and hasattr(rate_policy, "close"):
-                    rate_policy.close()
-
-        t = threading.Thread(target=runner, name=f"migration-{mig.id}", daemon=True)
-        self._threads[mig.id] = t
-        t.start()
+        self._run(mig, mig.run, rate_policy)
         return mig
 
     def _trim(self) -> None:
@@ -75,14 +109,27 @@ class MigrationService:
             out = [m.to_dict() for m in self._outgoing.values()]
         return out + [dict(i, direction="incoming") for i in self.incoming.list()]
 
+    def busy_tenants(self) -> set[str]:
+        with self._lock:
+            return {m.tenant_id for m in self._outgoing.values() if m.active}
+
+    def tick(self) -> None:
+        """From the supervisor: settle expired incoming leases, reconcile idle tenants with the directory."""
+        self.incoming.tick()
+        self.reconciler.tick()
+
     def shutdown(self) -> None:
+        """Abort what can still be aborted; a migration past its flip is left to the journal."""
         with self._lock:
             active = [m for m in self._outgoing.values() if m.active]
         for m in active:
-            m.abort("the source agent is shutting down")
+            try:
+                m.abort("the source agent is shutting down")
+            except Conflict:
+                pass
         for m in active:
             t = self._threads.get(m.id)
-            if t is not None:
+            if t is not None and not m.past_point_of_no_return:
                 t.join(timeout=60)
         self.incoming.shutdown()
 
@@ -101,6 +148,7 @@ def attach(node, server) -> None:
     """Give a node its migration service and add the migration routes to its API server."""
     svc = MigrationService(node)
     node.migrations = svc
+    node.supervisor.on_tick.append(svc.tick)
     MID = r"([A-Za-z0-9._-]{1,128})"
 
     @server.route("POST", "/v1/migrations")
@@ -126,12 +174,23 @@ def attach(node, server) -> None:
         m.abort(body.get("reason") or "aborted by the operator")
         return m.to_dict()
 
+    @server.route("POST", f"/v1/migrations/{MID}/finish")
+    def finish(srv, body, q, mid):
+        m = svc.get(mid)
+        if not m.active:
+            raise Conflict(f"migration {m.id} already ended", f"result: {m.result}", "nothing to finish")
+        if not m.past_point_of_no_return:
+            raise Conflict(f"migration {m.id} is not past its flip", f"it is in {m.phase}",
+                           "it finishes by itself, or `slacker migrate --abort` cancels it")
+        m.finish_now()
+        return m.to_dict()
+
     @server.route("POST", f"/v1/migrations/{MID}/set")
     def set_(srv, body, q, mid):
         m = svc.get(mid)
         if not m.active:
             raise Conflict(f"migration {m.id} already ended", f"result: {m.result}", "")
-        from .throttle import apply_settings
+        from ..throttle import apply_settings
         apply_settings(m, body)
         return m.to_dict()
 
@@ -151,6 +210,11 @@ def attach(node, server) -> None:
     @server.route("GET", f"/v1/incoming/{MID}")
     def inc_get(srv, body, q, mid):
         return inc.get(mid).describe()
+
+    @server.route("POST", f"/v1/incoming/{MID}/lease")
+    def inc_lease(srv, body, q, mid):
+        inc.get(mid).renew_lease(float(body.get("ttl_s", 10)))
+        return {"renewed": True}
 
     @server.route("POST", f"/v1/incoming/{MID}/stream")
     def inc_stream(srv, body, q, mid):
@@ -179,18 +243,21 @@ def attach(node, server) -> None:
     def inc_checksums(srv, body, q, mid):
         return {"checksums": inc.get(mid).checksums()}
 
-    @server.route("POST", f"/v1/incoming/{MID}/promote")
-    def inc_promote(srv, body, q, mid):
-        inc.get(mid).promote(body.get("final_gtid"))
-        return {"promoted": True}
+    @server.route("POST", f"/v1/incoming/{MID}/ready")
+    def inc_ready(srv, body, q, mid):
+        inc.get(mid).ready(body.get("final_gtid"))
+        return {"ready": True}
 
-    @server.route("POST", f"/v1/incoming/{MID}/commit")
-    def inc_commit(srv, body, q, mid):
-        inc.finish(mid, committed=True)
-        return {"committed": True}
+    @server.route("POST", f"/v1/incoming/{MID}/resume")
+    def inc_resume(srv, body, q, mid):
+        inc.get(mid).resume()
+        return {"resumed": True}
+
+    @server.route("POST", f"/v1/incoming/{MID}/activate")
+    def inc_activate(srv, body, q, mid):
+        return inc.activate(mid, str(body.get("tenant") or mid.rsplit("-", 2)[0]))
 
     @server.route("DELETE", f"/v1/incoming/{MID}")
     def inc_delete(srv, body, q, mid):
-        inc.get(mid)
-        inc.finish(mid, committed=False)
+        inc.remove(mid)
         return {"removed": mid}

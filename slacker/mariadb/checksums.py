@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+from .ops import SYSTEM_SCHEMAS
 
 
 def user_tables(conn) -> list[str]:

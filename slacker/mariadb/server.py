@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pymysql
 
-from .errors import MissingDependency, TenantError
+from ..errors import MissingDependency, TenantError
 
 ADMIN_USER = "slacker"
 APP_USER = "app"
@@ -95,6 +95,9 @@ class ServerConfig:
     server_id: int
     buffer_pool_bytes: int
     tmpdir: Path
+    # A fenced server (a migration's retired source, or a target not yet the owner) starts read-only,
+    # whoever starts it: the supervisor, an agent restart or an operator.
+    read_only: bool = False
 
     def render(self) -> str:
         lines = [
@@ -128,6 +131,8 @@ class ServerConfig:
             # The target of a migration starts read-only and must not run events twice.
             "event_scheduler = OFF",
         ]
+        if self.read_only:
+            lines.append("read_only = ON")
         if os.geteuid() == 0:
             lines.append("user = root")
         return "\n".join(lines) + "\n"

@@ -1,0 +1,179 @@
+"""The statements a migration runs against a tenant's server: freeze, fence, positions, inspection.
+
+Freeze (FLUSH TABLES WITH READ LOCK) blocks every writer, Slacker's own
+included, for as long as one connection holds it. Fence (`read_only`) is
+server state: it outlives that connection, and a COMMIT that was blocked by
+the freeze fails once the freeze is lifted (checked after the commit lock).
+The application account lacks READ ONLY ADMIN, so `read_only` holds it off.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import pymysql
+
+from ..errors import MigrationFailed
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+TRANSACTIONAL_ENGINES = ("InnoDB",)
+
+
+@dataclass(frozen=True)
+class BinlogPosition:
+    gtid: str
+    file: str
+    pos: int
+    logs: tuple[tuple[str, int], ...]  # every binlog file with its size
+
+
+def server_facts(conn) -> tuple[bool, str, str]:
+    """(log_bin, binlog_format, version)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@log_bin, @@binlog_format, @@version")
+        log_bin, fmt, version = cur.fetchone()
+    return bool(log_bin), fmt, version
+
+
+def gtid_position(conn) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        return cur.fetchone()[0] or ""
+
+
+def binlog_position(conn) -> BinlogPosition:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        gtid = cur.fetchone()[0] or ""
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+        cur.execute("SHOW BINARY LOGS")
+        logs = tuple((r[0], int(r[1])) for r in cur.fetchall())
+    return BinlogPosition(gtid, row[0], int(row[1]), logs)
+
+
+def non_transactional_tables(conn) -> list[str]:
+    """User tables whose engine is not InnoDB: a hot backup cannot copy them consistently."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT CONCAT(table_schema, '.', table_name, ' (', IFNULL(engine, '?'), ')') "
+            "FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+            f"AND table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))}) "
+            f"AND (engine IS NULL OR engine NOT IN ({', '.join(['%s'] * len(TRANSACTIONAL_ENGINES))})) "
+            "ORDER BY table_schema, table_name", SYSTEM_SCHEMAS + TRANSACTIONAL_ENGINES)
+        return [r[0] for r in cur.fetchall()]
+
+
+def tables_without_primary_key(conn) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT CONCAT(t.table_schema, '.', t.table_name) FROM information_schema.tables t "
+            "LEFT JOIN information_schema.table_constraints c ON c.table_schema = t.table_schema "
+            "AND c.table_name = t.table_name AND c.constraint_type = 'PRIMARY KEY' "
+            f"WHERE t.table_type = 'BASE TABLE' AND t.table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))}) "
+            "AND c.constraint_name IS NULL ORDER BY 1", SYSTEM_SCHEMAS)
+        return [r[0] for r in cur.fetchall()]
+
+
+def freeze(connect, lock_timeout_s: float) -> object:
+    """FLUSH TABLES WITH READ LOCK on a new connection, given up after `lock_timeout_s`.
+
+    A statement running long holds FTWRL back (and with it every writer queued behind it),
+    so the wait is bounded from outside: a watchdog kills the query when the time is up.
+    Returns the connection that holds the lock; on failure nothing is left locked or open.
+    """
+    conn = connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            cid = cur.fetchone()[0]
+            cur.execute("SET SESSION lock_wait_timeout = %s", (max(1, int(lock_timeout_s + 0.999)),))
+    except BaseException:
+        close_quietly(conn)
+        raise
+    fired = threading.Event()
+    done = threading.Event()
+
+    def watchdog():
+        if done.wait(lock_timeout_s):
+            return
+        fired.set()
+        try:
+            killer = connect()
+            try:
+                with killer.cursor() as cur:
+                    cur.execute("KILL QUERY %s", (cid,))
+            finally:
+                close_quietly(killer)
+        except Exception:
+            pass
+
+    t = threading.Thread(target=watchdog, name="freeze-watchdog", daemon=True)
+    t.start()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("FLUSH TABLES WITH READ LOCK")
+    except pymysql.err.MySQLError as exc:
+        done.set()
+        close_quietly(conn)
+        why = f"not granted within {lock_timeout_s * 1000:.0f}ms" if fired.is_set() else str(exc.args[-1])
+        raise MigrationFailed("could not freeze the source", why,
+                              "a long-running statement holds tables; the source keeps serving",
+                              phase="handover") from None
+    finally:
+        done.set()
+    return conn
+
+
+def unfreeze(conn) -> None:
+    """Release the freeze; closing the session releases it in any case. Never raises."""
+    if conn is None:
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute("UNLOCK TABLES")
+    except Exception:
+        pass
+    close_quietly(conn)
+
+
+def set_read_only(conn, on: bool) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SET GLOBAL read_only = %s", (1 if on else 0,))
+
+
+def is_read_only(conn) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.read_only")
+        return bool(cur.fetchone()[0])
+
+
+def flush_durable(conn) -> None:
+    """Force what the server has committed so far to disk (redo log and binlog)."""
+    with conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("FLUSH ENGINE LOGS")
+
+
+def close_quietly(conn) -> None:
+    if conn is None:
+        return
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
+def forget_replication(conn) -> None:
+    """Stop and forget every replication connection (a promoted target owns its data now)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        names = [row[0] for row in cur.fetchall()]
+        for name in names:
+            cur.execute("STOP SLAVE %s" % _quote_name(name))
+            cur.execute("RESET SLAVE %s ALL" % _quote_name(name))
+
+
+def _quote_name(name: str) -> str:
+    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"

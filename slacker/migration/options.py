@@ -1,0 +1,88 @@
+"""A migration's options (validated once, at the edge) and the records it reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidInput, MigrationFailed
+from ..transfer import DEFAULT_PIPE
+
+MODES = ("live", "stop-and-copy")
+
+
+@dataclass
+class MigrationOptions:
+    target: str
+    mode: str = "live"
+    rate_bytes_per_s: float | None = None  # None = unthrottled; 0 = paused
+    # Hard limit from requesting the lock to the directory's compare-and-set; delta rounds aim at half.
+    max_freeze_s: float = 0.5
+    # Handover attempts: one over its budget unfreezes the source, runs more delta rounds and retries.
+    handover_attempts: int = 3
+    verify: bool = False
+    max_rounds: int = 20
+    max_stalled_rounds: int = 3  # rounds in a row that did not shrink before giving up
+    pipe: str = DEFAULT_PIPE
+    step_s: float = 1.0
+    round_timeout_s: float = 600.0
+    snapshot_timeout_s: float = 24 * 3600.0
+    # The source renews a lease on the target this often; a target whose lease ran out asks the directory.
+    lease_ttl_s: float = 10.0
+    controller: dict | None = None  # latency-targeting settings, see slacker.throttle
+    # Fault injection for tests and rehearsals, honoured only when the agent's config enables it:
+    # {"delta": 5} holds 5 s when that phase begins; {"frozen": 2} with the source frozen;
+    # {"fenced": 2} fenced, before the compare-and-set; {"flipped": 2} right after it.
+    hold_s: dict | None = None
+
+    def validate(self) -> "MigrationOptions":
+        if self.mode not in MODES:
+            raise InvalidInput(f"unknown mode {self.mode!r}", f"modes are {', '.join(MODES)}", "")
+        if not 0.05 <= self.max_freeze_s <= 60:
+            raise InvalidInput(f"--max-freeze {self.max_freeze_s}s is out of range", "it must be in [50ms, 60s]",
+                               "for example 500ms")
+        if not 1 <= self.handover_attempts <= 20:
+            raise InvalidInput(f"--handover-attempts {self.handover_attempts} is out of range", "use 1 to 20", "")
+        if self.rate_bytes_per_s is not None and self.rate_bytes_per_s < 0:
+            raise InvalidInput("negative rate", "a rate is zero (paused) or positive", "")
+        if self.max_rounds < 1 or self.max_stalled_rounds < 1:
+            raise InvalidInput("round limits must be at least 1", "", "")
+        if not 0.1 <= self.step_s <= 60:
+            raise InvalidInput(f"step {self.step_s}s is out of range", "use 0.1s to 60s", "")
+        if not 2 <= self.lease_ttl_s <= 600:
+            raise InvalidInput(f"lease {self.lease_ttl_s}s is out of range", "use 2s to 600s", "")
+        return self
+
+
+@dataclass
+class RoundReport:
+    n: int
+    transactions: int
+    bytes: int
+    duration_s: float
+    remaining_bytes: int
+    est_freeze_ms: float
+
+
+@dataclass
+class PhaseTiming:
+    name: str
+    started_at: str
+    start_s: float
+    duration_s: float | None = None
+
+
+@dataclass
+class HandoverAttempt:
+    n: int
+    outcome: str  # "flipped", "over budget", "failed"
+    freeze_ms: float
+    steps_ms: dict
+    reason: str = ""
+
+
+class MigrationAborted(MigrationFailed):
+    pass
+
+
+class OverBudget(MigrationFailed):
+    """A handover attempt that would outlast --max-freeze: the source is unfrozen and unfenced."""

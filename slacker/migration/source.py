@@ -1,0 +1,92 @@
+"""The source half of a migration: the tenant being moved, as the phase machine sees it.
+
+Preflight inspection, the binlog position, the freeze (FTWRL), the fence
+(persisted read_only) and the retirement after the flip. All SQL goes through
+the engine package (`slacker.mariadb.ops`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import MigrationFailed
+from ..mariadb import ops
+
+log = logging.getLogger("slacker.migration.source")
+
+
+class SourceSide:
+    def __init__(self, node, tenant_id: str) -> None:
+        self.node = node
+        self.tenant_id = tenant_id
+        self.frozen = None  # the connection holding the freeze
+        self.fenced = False
+
+    def tenant(self):
+        return self.node.tenants.get(self.tenant_id)
+
+    def connect(self, timeout_s: float = 5.0):
+        return self.tenant().admin_connect(timeout_s=timeout_s)
+
+    def inspect(self, live: bool) -> tuple[str, list[str]]:
+        """Refuse what cannot migrate (one line each); returns (server version, warnings)."""
+        tenant = self.tenant()
+        if not tenant.is_running():
+            raise MigrationFailed(f"tenant {self.tenant_id} is not running", "", "start it first", phase="preflight")
+        if tenant.info.fenced:
+            raise MigrationFailed(f"tenant {self.tenant_id} is fenced (read-only) on {self.node.name}",
+                                  "an earlier migration has not finished", "see `slacker status`",
+                                  phase="preflight")
+        conn = self.connect()
+        try:
+            log_bin, fmt, version = ops.server_facts(conn)
+            if live and (not log_bin or fmt != "ROW"):
+                raise MigrationFailed(f"tenant {self.tenant_id} cannot migrate live",
+                                      f"binary log is {'on' if log_bin else 'off'}, format {fmt}",
+                                      "it needs log_bin and binlog_format=ROW", phase="preflight")
+            bad = ops.non_transactional_tables(conn) if live else []
+            if bad:
+                raise MigrationFailed(f"tenant {self.tenant_id} cannot migrate live",
+                                      f"{len(bad)} table(s) not in InnoDB: {', '.join(bad[:5])}"
+                                      + (" ..." if len(bad) > 5 else ""),
+                                      "ALTER TABLE ... ENGINE=InnoDB, or use --mode stop-and-copy",
+                                      phase="preflight")
+            warnings = []
+            no_pk = ops.tables_without_primary_key(conn) if live else []
+            if no_pk:
+                warnings.append(f"{len(no_pk)} table(s) without a primary key ({', '.join(no_pk[:5])}): "
+                                "their changes apply slowly on the target")
+        finally:
+            conn.close()
+        return version, warnings
+
+    # ---- freeze and fence ------------------------------------------------------------
+    def freeze(self, lock_timeout_s: float):
+        self.frozen = ops.freeze(lambda: self.connect(timeout_s=max(1.0, lock_timeout_s)), lock_timeout_s)
+        return self.frozen
+
+    def unfreeze(self) -> None:
+        conn, self.frozen = self.frozen, None
+        ops.unfreeze(conn)
+
+    def fence(self) -> None:
+        """read_only, persisted first: no restart, supervisor or lost connection can lift it."""
+        self.fenced = True
+        self.node.tenants.set_fenced(self.tenant(), True, conn=self.frozen)
+
+    def unfence(self) -> None:
+        """Persisted at once; told to the server on the freeze's connection, or a new one. A server
+        that cannot be told (it is down) starts writable from its persisted state."""
+        try:
+            self.node.tenants.set_fenced(self.tenant(), False, conn=self.frozen)
+        except Exception:
+            try:
+                self.node.tenants.set_fenced(self.tenant(), False)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("tenant %s: unfenced on disk, server not told (%s)", self.tenant_id, exc)
+        self.fenced = False
+
+    def retire(self) -> None:
+        if self.node.tenants.exists(self.tenant_id):
+            self.node.tenants.retire(self.tenant())
+        self.node.supervisor.forget(self.tenant_id)

@@ -1,0 +1,386 @@
+"""The target half of a migration, run by the target node's agent.
+
+An incoming tenant lives in the node's tenants directory with desired state
+"incoming" and fenced (read_only, persisted in its config): the supervisor
+leaves it alone and the application account cannot write to it. It becomes
+writable only when the directory names this node ("activate"), and it is
+removed only when the directory shows the flip cannot happen. The source keeps
+a lease on it; when the lease runs out, the target asks the directory itself,
+and if the source could still flip, first bumps the epoch with the source as
+owner so that flip fails — the directory's compare-and-set decides, never a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+
+from .. import mariadb
+from ..backup import select_tool
+from ..delta.applier import ReplicationApplier, SourceLink
+from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
+from ..mariadb import ops
+from ..mariadb.checksums import table_checksums
+from ..procs import kill_group
+from ..tenants import Tenant, port_is_free, validate_tenant_id
+from ..transfer import Receiver
+from .journal import Entry
+
+log = logging.getLogger("slacker.migration.target")
+
+
+class IncomingMigration:
+    def __init__(self, node, entry: Entry, tenant: Tenant, source_host: str = "") -> None:
+        self.node = node
+        self.entry = entry
+        self.id = entry.id
+        self.tenant_id = entry.tenant
+        self.tenant = tenant
+        self.source_host = source_host
+        self.mode = "live"
+        self.created = time.monotonic()
+        self.applier: ReplicationApplier | None = None
+        self.receiver: Receiver | None = None
+        self.position: dict | None = None
+        self.state = entry.state
+        self._prepare_proc = None
+        self._lock = threading.RLock()
+
+    # ---- creation -------------------------------------------------------------------
+    @classmethod
+    def create(cls, node, body: dict) -> "IncomingMigration":
+        tid = body["tenant"]
+        entry = Entry(id=body["migration_id"], tenant=tid, role="target", peer=str(body.get("source_node", "")),
+                      state="receiving", epoch_before=int(body.get("epoch_before") or 0),
+                      source_node=str(body.get("source_node", "")),
+                      lease_until=time.time() + float(body.get("lease_ttl_s") or 10.0))
+        # Journaled before anything exists on disk, so a restart knows what to remove.
+        node.journal.write(entry)
+        try:
+            tenant = node.tenants.new_tenant(tid, int(body["port"]),
+                                             int(body.get("buffer_pool_bytes") or 128 * 1024 * 1024),
+                                             desired_state="incoming")
+        except BaseException:
+            node.journal.remove(entry)
+            raise
+        tenant.info.fenced = True
+        inc = cls(node, entry, tenant, str(body.get("source_host", "")))
+        inc.mode = body.get("mode", "live")
+        try:
+            mariadb.write_secret(tenant.admin_password_file, body["admin_password"] + "\n")
+            mariadb.write_secret(tenant.app_password_file, body["app_password"] + "\n")
+            tenant.save()
+            tenant.datadir.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(tenant.datadir).free
+            expected = int(body.get("expected_bytes") or 0)
+            if expected and free < expected * 1.2 + 64 * 1024 * 1024:
+                raise MigrationFailed(f"target node {node.name} lacks disk space",
+                                      f"{free} bytes free, the copy needs about {expected}",
+                                      "free space on the target or pick another node", phase="preflight")
+            if inc.mode == "stop-and-copy":
+                extract = ["tar", "-x", "-f", "-", "-C", str(tenant.datadir)]
+            else:
+                extract = select_tool().extract_argv(tenant.datadir)
+            inc.receiver = Receiver(inc.id, body["token"], extract, bind_host=node.config.tenant_host)
+            inc.receiver.start()
+        except BaseException:
+            inc.remove()
+            raise
+        return inc
+
+    def describe(self) -> dict:
+        return {"id": self.id, "tenant": self.tenant_id, "state": self.state, "mode": self.mode,
+                "receiver_host": self.node.config.tenant_host,
+                "receiver_port": self.receiver.port if self.receiver else None,
+                "bytes_received": self.receiver.bytes_received if self.receiver else 0,
+                "lease_left_s": round(self.entry.lease_until - time.time(), 1)}
+
+    def _require(self, *states: str) -> None:
+        if self.state not in states:
+            raise Conflict(f"incoming migration {self.id} is {self.state}", f"expected {' or '.join(states)}", "")
+
+    # ---- the steps the source drives ----------------------------------------------------
+    def renew_lease(self, ttl_s: float) -> None:
+        with self._lock:
+            self._require("receiving", "received", "prepared", "started", "catching-up", "promoted")
+            self.node.journal.update(self.entry, lease_until=time.time() + ttl_s)
+
+    def finish_stream(self, timeout_s: float) -> dict:
+        assert self.receiver is not None
+        result = self.receiver.wait(timeout_s)
+        self.state = "received"
+        return {"bytes_received": getattr(result, "bytes_received", self.receiver.bytes_received)}
+
+    def prepare(self) -> dict:
+        tool = select_tool()
+
+        def track(proc):
+            self._prepare_proc = proc
+            if self.state == "aborted":  # removed while starting: take it down with us
+                kill_group(proc.pid)
+
+        try:
+            tool.prepare(self.tenant.datadir, on_start=track)
+        finally:
+            self._prepare_proc = None
+        pos = tool.read_position(self.tenant.datadir)
+        self.position = {"binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos, "gtid": pos.gtid}
+        self.state = "prepared"
+        return self.position
+
+    def start(self, read_only: bool, gtid_state: str | None = None) -> None:
+        """Start the copy fenced. The copy's binlog index names the source's files, so the target
+        starts a log of its own, seeded with the source's GTID state when given."""
+        for stale in self.tenant.datadir.glob("binlog.*"):
+            stale.unlink()
+        self.node.tenants.start_tenant(self.tenant, extra_args=["--skip-slave-start"])
+        if gtid_state:
+            conn = self.tenant.admin_connect(timeout_s=10)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("RESET MASTER")
+                    cur.execute("SET GLOBAL gtid_binlog_state = %s", (gtid_state,))
+                    cur.execute("SET GLOBAL gtid_slave_pos = %s", (gtid_state,))
+            finally:
+                conn.close()
+        self.state = "started"
+
+    def replicate(self, source_host: str, source_port: int, start_gtid: str) -> None:
+        self.applier = ReplicationApplier(lambda: self.tenant.admin_connect(timeout_s=10))
+        self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
+                           start_gtid)
+        self.state = "catching-up"
+
+    def wait_for(self, gtid: str, timeout_s: float) -> float:
+        if self.applier is None:
+            raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase="delta")
+        return self.applier.wait_for(gtid, timeout_s)
+
+    def checksums(self) -> dict:
+        conn = self.tenant.admin_connect(timeout_s=10)
+        try:
+            return table_checksums(conn)
+        finally:
+            conn.close()
+
+    def ready(self, final_gtid: str | None) -> None:
+        """Stop applying at exactly the source's final position and make it durable; still fenced."""
+        with self._lock:
+            self._require("started", "catching-up", "promoted")
+            if self.applier is not None and final_gtid is not None:
+                self.applier.stop_at(final_gtid)
+            conn = self.tenant.admin_connect(timeout_s=10)
+            try:
+                ops.flush_durable(conn)
+            finally:
+                conn.close()
+            self.node.journal.update(self.entry, state="promoted", final_gtid=final_gtid)
+            self.state = "promoted"
+
+    def resume(self) -> None:
+        with self._lock:
+            self._require("promoted", "catching-up")
+            if self.applier is not None:
+                self.applier.resume()
+            self.node.journal.update(self.entry, state="receiving")
+            self.state = "catching-up"
+
+    # ---- the endings ------------------------------------------------------------------
+    def activate(self) -> None:
+        """The directory names this node: make the tenant writable and ours. Checked here, not trusted."""
+        with self._lock:
+            if self.state == "owned":
+                return
+            if self.state == "aborted":
+                raise Conflict(f"incoming migration {self.id} was removed", "its lease ran out before the flip", "")
+            own = self.node.directory.lookup(self.tenant_id)  # AgentUnavailable: retried by the caller
+            if own.node != self.node.name or own.epoch <= (self.entry.epoch_before or 0):
+                raise Conflict(f"tenant {self.tenant_id} is not ours to activate",
+                               f"the directory names {own.node} at epoch {own.epoch}", "")
+            if self.receiver is not None:
+                self.receiver.abort()
+            if not self.tenant.is_running():
+                self.node.tenants.start_tenant(self.tenant, extra_args=["--skip-slave-start"])
+            if self.applier is not None:
+                self.applier.detach()
+            conn = self.tenant.admin_connect(timeout_s=10)
+            try:
+                ops.forget_replication(conn)
+            finally:
+                conn.close()
+            self.node.tenants.set_fenced(self.tenant, False, desired_state="running")
+            self.node.journal.remove(self.entry)
+            self.state = "owned"
+            log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
+
+    def remove(self) -> None:
+        """Remove every trace of the incoming tenant; never raises. Never once it is owned."""
+        with self._lock:
+            if self.state in ("owned", "aborted"):
+                return
+            self.state = "aborted"
+        if self.receiver is not None:
+            try:
+                self.receiver.abort()
+            except Exception:
+                log.exception("receiver abort failed")
+        proc = self._prepare_proc
+        if proc is not None:
+            kill_group(proc.pid)
+        if self.applier is not None:
+            self.applier.abort()
+        try:
+            self.node.tenants.kill_tenant(self.tenant)
+        except Exception:
+            log.exception("killing incoming tenant %s failed", self.tenant_id)
+        shutil.rmtree(self.tenant.root, ignore_errors=True)
+        self.tenant.socket.unlink(missing_ok=True)
+        self.node.journal.remove(self.entry)
+
+    def settle(self) -> str:
+        """The source's lease ran out (or this agent restarted or stops): let the directory decide.
+
+        Returns what happened: "activated", "removed", or "waiting" (directory unreachable, or the
+        flip's outcome still open). Nothing changes state while the directory cannot be reached.
+        """
+        with self._lock:
+            if self.state in ("owned", "aborted"):
+                return "done"
+            try:
+                own = self.node.directory.lookup(self.tenant_id)
+            except NotFound:
+                self.remove()
+                return "removed"
+            except AgentUnavailable:
+                return "waiting"
+            if own.node == self.node.name and own.epoch > (self.entry.epoch_before or 0):
+                try:
+                    self.activate()
+                    return "activated"
+                except SlackerError as exc:
+                    log.warning("activating %s failed: %s", self.tenant_id, exc.one_line())
+                    return "waiting"
+            if self.state == "promoted" and own.epoch == self.entry.epoch_before:
+                # The source may still send its flip: make it fail first by moving the epoch on with the
+                # source as owner. Whichever compare-and-set lands first wins; both sides then agree.
+                try:
+                    self.node.directory.compare_and_set(self.tenant_id, own.epoch, own.node, own.host, own.port)
+                except (AgentUnavailable, Conflict):
+                    return "waiting"
+            log.warning("removing incoming tenant %s of migration %s: no flip to %s (directory names %s)",
+                        self.tenant_id, self.id, self.node.name, own.node)
+            self.remove()
+            return "removed"
+
+
+class IncomingRegistry:
+    def __init__(self, node) -> None:
+        self.node = node
+        self._items: dict[str, IncomingMigration] = {}
+        self._lock = threading.Lock()
+        self._recover()
+
+    def _recover(self) -> None:
+        """After a restart: journaled incoming tenants wait for the directory; unjournaled ones never
+        reached the flip and go."""
+        journaled = {}
+        for e in self.node.journal.entries("target"):
+            if self.node.tenants.exists(e.tenant) and self.node.tenants.get(e.tenant).info.desired_state == "incoming":
+                journaled[e.tenant] = e
+            else:
+                self.node.journal.remove(e)
+        for t in self.node.tenants.list():
+            if t.info.desired_state != "incoming":
+                continue
+            e = journaled.get(t.id)
+            if e is None:
+                log.warning("removing unjournaled incoming tenant %s", t.id)
+                self.node.tenants.kill_tenant(t)
+                shutil.rmtree(t.root, ignore_errors=True)
+                t.socket.unlink(missing_ok=True)
+                continue
+            inc = IncomingMigration(self.node, e, t)
+            if e.state != "promoted":
+                e.lease_until = 0  # its stream and applier died with the old agent: settle at once
+            self.node._claim(t.id)
+            self._items[e.id] = inc
+
+    def create(self, body: dict) -> dict:
+        for key in ("migration_id", "tenant", "port", "admin_password", "app_password", "token"):
+            if key not in body:
+                raise InvalidInput(f"incoming migration lacks {key}", "", "")
+        tid = validate_tenant_id(body["tenant"])
+        port = int(body["port"])
+        if self.node.tenants.exists(tid):
+            raise Conflict(f"node {self.node.name} already has a tenant {tid}",
+                           "a tenant with that id exists there", "delete it first or pick another target")
+        if not port_is_free(self.node.config.tenant_host, port):
+            raise Conflict(f"port {port} is in use on {self.node.config.tenant_host}", "the tenant needs its port",
+                           "stop whatever listens there")
+        self.node._claim(tid)
+        try:
+            inc = IncomingMigration.create(self.node, body)
+        except BaseException:
+            self.node._release(tid)
+            raise
+        with self._lock:
+            self._items[inc.id] = inc
+        return inc.describe()
+
+    def get(self, mid: str) -> IncomingMigration:
+        with self._lock:
+            inc = self._items.get(mid)
+        if inc is None:
+            raise NotFound(f"no incoming migration {mid} on {self.node.name}", "", "")
+        return inc
+
+    def _drop(self, inc: IncomingMigration) -> None:
+        with self._lock:
+            if self._items.pop(inc.id, None) is not None:
+                self.node._release(inc.tenant_id)
+
+    def activate(self, mid: str, tenant_id: str) -> dict:
+        with self._lock:
+            inc = self._items.get(mid)
+        if inc is None:
+            # Settled already (by its own lease check or before a restart): fine if it is ours now.
+            if self.node.tenants.exists(tenant_id):
+                t = self.node.tenants.get(tenant_id)
+                own = self.node.directory.lookup(tenant_id)
+                if t.info.desired_state == "running" and not t.info.fenced and own.node == self.node.name:
+                    return {"activated": True, "already": True}
+            raise NotFound(f"no incoming migration {mid} on {self.node.name}", "", "")
+        inc.activate()
+        self._drop(inc)
+        return {"activated": True}
+
+    def remove(self, mid: str) -> None:
+        inc = self.get(mid)
+        with inc._lock:
+            if inc.state == "owned":
+                raise Conflict(f"tenant {inc.tenant_id} is owned here now", "the directory names this node", "")
+            inc.remove()
+        self._drop(inc)
+
+    def tick(self) -> None:
+        """Settle every incoming migration whose lease ran out."""
+        with self._lock:
+            expired = [i for i in self._items.values() if time.time() > i.entry.lease_until]
+        for inc in expired:
+            if inc.settle() in ("activated", "removed", "done"):
+                self._drop(inc)
+
+    def list(self) -> list[dict]:
+        with self._lock:
+            return [i.describe() for i in self._items.values()]
+
+    def shutdown(self) -> None:
+        """Stopping: settle what the directory can decide now; the rest waits for the next start."""
+        with self._lock:
+            items = list(self._items.values())
+        for inc in items:
+            inc.entry.lease_until = 0
+            if inc.settle() in ("activated", "removed", "done"):
+                self._drop(inc)

@@ -1,0 +1,158 @@
+"""Faults around the ownership flip, and the check every one of them must pass afterwards:
+exactly one server of the tenant accepts writes, it is the one the directory names, every
+acknowledged write is on it, nothing of the migration is left on either node, and it stays
+so after both agents are restarted once more."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from slacker import local_cluster, mariadb
+from slacker.ackwriter import AckedWriter, WriteProber
+from slacker.agent.client import AgentClient, cluster_clients
+from slacker.procs import alive, read_pid, wait_gone
+
+from .migration_helpers import acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning
+
+
+class Scenario:
+    """A loaded tenant on node-1 under a steady acknowledged write load, with a prober writing to
+    every node's copy of it every 100 ms."""
+
+    def __init__(self, cluster, tenant: str = "mig", rows: int = 2000, rate_per_s: float = 50) -> None:
+        self.cluster = cluster
+        self.tenant = tenant
+        create_loaded_tenant(cluster, tenant, rows=rows)
+        self.writer = AckedWriter(follow(cluster, tenant), rate_per_s=rate_per_s).start()
+        _, directory = cluster_clients(cluster)
+        port = directory.lookup(tenant).port
+        password = (node_dir(cluster, "node-1") / "tenants" / tenant / "secrets" / "app.password").read_text().strip()
+        self.password = password
+        self.servers = {n.name: (n.tenant_host, port) for n in cluster.nodes.values()}
+        self.prober = WriteProber(self.servers, mariadb.APP_USER, password).start()
+
+    def stop(self) -> None:
+        self.writer.stop()
+        self.prober.stop()
+
+    # ---- faults ------------------------------------------------------------------------
+    def agent_pid(self, node: str) -> int:
+        return read_pid(node_dir(self.cluster, node) / "agent.pid")
+
+    def kill_agent(self, node: str) -> None:
+        pid = self.agent_pid(node)
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone(pid, 10)
+
+    def restart_agent(self, node: str) -> None:
+        d = node_dir(self.cluster, node)
+        pid = self.agent_pid(node)
+        if pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid, 10)
+        spec = self.cluster.node(node)
+        local_cluster._spawn_agent(d)
+        local_cluster._wait_answering(AgentClient(spec.url, self.cluster.token(), spec.name, timeout_s=5), d)
+
+    def tenant_pid(self, node: str) -> int | None:
+        return read_pid(node_dir(self.cluster, node) / "tenants" / self.tenant / "run" / "mariadbd.pid")
+
+    def kill_tenant_server(self, node: str) -> None:
+        pid = self.tenant_pid(node)
+        assert pid and alive(pid), f"no server of {self.tenant} on {node}"
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone(pid, 10)
+
+    def fenced_on(self, node: str) -> bool:
+        meta = node_dir(self.cluster, node) / "tenants" / self.tenant / "tenant.json"
+        try:
+            return bool(json.loads(meta.read_text()).get("fenced"))
+        except (OSError, ValueError):
+            return False
+
+    def wait_fenced(self, node: str = "node-1", timeout_s: float = 90) -> None:
+        """Until the fence is persisted and live (the server refuses the application's writes)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.fenced_on(node):
+            assert time.monotonic() < deadline, f"{self.tenant} never fenced on {node}"
+            time.sleep(0.02)
+        while node in self.writable():
+            assert time.monotonic() < deadline, f"{self.tenant} fenced on disk but still writable on {node}"
+            time.sleep(0.02)
+
+    # ---- the check -----------------------------------------------------------------------
+    def writable(self) -> list[str]:
+        """Nodes whose copy of the tenant accepts an INSERT through the application account now."""
+        out = []
+        for name, (host, port) in self.servers.items():
+            try:
+                conn = mariadb.connect(user=mariadb.APP_USER, password=self.password, host=host, port=port,
+                                       timeout_s=1)
+            except Exception:
+                continue
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("INSERT INTO acks.probe VALUES (%s, -1, %s)", (name, time.time()))
+                out.append(name)
+            except Exception:
+                pass
+            finally:
+                conn.close()
+        return out
+
+    def owner(self) -> str:
+        _, directory = cluster_clients(self.cluster)
+        return directory.lookup(self.tenant).node
+
+    def leftovers(self, owner: str, mid: str) -> list[str]:
+        found = []
+        for n in self.cluster.nodes:
+            d = node_dir(self.cluster, n)
+            found += [str(p) for p in (d / "journal").glob("*.json")]
+            if (d / "migrations" / mid).exists():
+                found.append(str(d / "migrations" / mid))
+            if n != owner and (d / "tenants" / self.tenant).exists():
+                found.append(str(d / "tenants" / self.tenant))
+                found += [cmd for _, cmd in processes_mentioning(str(d / "tenants" / self.tenant))]
+        found += [cmd for _, cmd in processes_mentioning(mid)]
+        return found
+
+    def settled(self, mid: str, timeout_s: float = 90) -> str:
+        """Wait until the invariant holds; returns the owner. Fails with what still differs."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                owner = self.owner()
+                w = self.writable()
+                left = self.leftovers(owner, mid)
+                if w == [owner] and not left:
+                    return owner
+                state = f"owner {owner}, writable {w}, leftovers {left}"
+            except Exception as exc:  # an agent still coming up
+                state = repr(exc)
+            assert time.monotonic() < deadline, f"not settled after {timeout_s}s: {state}"
+            time.sleep(0.5)
+
+    def check(self, mid: str) -> str:
+        """The full check, then both agents restarted once more and the check again."""
+        owner = self.settled(mid)
+        self.stop()
+        assert self.prober.double_writable == [], f"two writable servers at once: {self.prober.double_writable}"
+        assert acked_ids_present(self.cluster, self.tenant, self.writer.acked) == set()
+        assert len(self.writer.acked) > 20
+        for n in self.cluster.nodes:
+            self.restart_agent(n)
+        time.sleep(3)  # a supervisor tick and a reconciliation on each
+        assert self.settled(mid) == owner
+        assert acked_ids_present(self.cluster, self.tenant, self.writer.acked) == set()
+        return owner
+
+
+def directory_stopped(scenario: Scenario, node: str):
+    """SIGSTOP the agent that serves the directory; returns a function that resumes it."""
+    pid = scenario.agent_pid(node)
+    os.kill(pid, signal.SIGSTOP)
+    return lambda: os.kill(pid, signal.SIGCONT)

@@ -118,7 +118,8 @@ class Node:
     def describe(self, tenant) -> dict:
         return {
             "id": tenant.id, "node": self.name, "host": tenant.host, "port": tenant.port,
-            "desired_state": tenant.info.desired_state, "buffer_pool_bytes": tenant.info.buffer_pool_bytes,
+            "desired_state": tenant.info.desired_state, "fenced": tenant.info.fenced,
+            "buffer_pool_bytes": tenant.info.buffer_pool_bytes,
             "app_user": "app", "app_password_file": str(tenant.app_password_file),
             "datadir": str(tenant.datadir),
         }

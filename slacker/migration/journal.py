@@ -41,6 +41,8 @@ class Journal:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        for stale in self.root.glob("*.tmp"):  # a write cut short by a crash; the .json before it stands
+            stale.unlink(missing_ok=True)
 
     def _path(self, mid: str, role: str) -> Path:
         return self.root / f"{mid}.{role}.json"

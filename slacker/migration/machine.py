@@ -577,7 +577,7 @@ class Migration:
                                                      _one_line(exc)))
             self._undo_handover()
             raise
-        own = self._cas()
+        own = self._cas(deadline)
         if own is None:  # the directory answered: the flip did not happen
             self._cas_started = False
             self.attempts.append(HandoverAttempt(n, "failed", round((time.monotonic() - t0) * 1000, 1), steps,
@@ -658,7 +658,7 @@ class Migration:
         else:
             self._cas_started = False
 
-    def _cas(self):
+    def _cas(self, deadline: float | None = None):
         """Compare-and-set the directory. Returns the new ownership, or None if the flip lost.
 
         An unknown outcome fails closed: the source stays fenced while we ask again, for as long
@@ -672,6 +672,9 @@ class Migration:
                 own = self.node.directory.compare_and_set(self.tenant_id, self.epoch_before, target.name,
                                                           target.tenant_host, tenant.port)
                 self.finishing_reason = ""
+                if deadline is not None and time.monotonic() > deadline:
+                    # Sent in time, answered late: the freeze outlasted its bound waiting on the directory.
+                    self.outage_s = round(time.monotonic() - sent, 3)
                 return own
             except (AgentUnavailable, Conflict) as exc:
                 since = None

@@ -17,7 +17,10 @@ import pytest
 from slacker import local_cluster
 from slacker.client import Endpoint
 from slacker.config import load_cluster
+from slacker.procs import kill_group
 from slacker.tenants import TenantManager
+
+from .migration_helpers import processes_mentioning
 
 # Tests keep their tenants out of the way of a demo cluster (13306-23305 on 127.0.0.2+).
 TEST_PORT_RANGE = (23306, 32305)  # below the kernel's ephemeral ports (32768-60999)
@@ -95,6 +98,9 @@ def make_cluster(short_tmp):
             local_cluster.down(run_dir)
         except Exception:
             pass
+        # Whatever a fault left behind (an agent killed mid-step), no process of this cluster survives it.
+        for pid, _ in processes_mentioning(str(run_dir)):
+            kill_group(pid)
 
 
 @pytest.fixture

@@ -130,7 +130,7 @@ def test_mariadbd_failing_after_install_shows_error_log(tenants, monkeypatch):
 
 def test_missing_package_is_named(tenants, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(mariadb, "_EXTRA_BIN_DIRS", ())
+    monkeypatch.setattr(mariadb.server, "_EXTRA_BIN_DIRS", ())
     with pytest.raises(MissingDependency) as e:
         tenants.create("nopkg")
     assert "mariadb-server" in str(e.value) and "apt-get install" in str(e.value)

@@ -1,6 +1,6 @@
 """Per-tenant server-side transaction latency and transactions/s, sampled by the agent.
 
-Every few seconds (the supervisor's interval) a thread reads every running tenant's performance_schema
+Each supervisor tick reads every running tenant's performance_schema
 transaction summary (Slacker's own account left out) and keeps a sliding
 window; the agent serves the figures at GET /v1/tenant-stats and on /metrics.
 The rebalancer reads the same figures to find hot tenants.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from dataclasses import asdict, dataclass
 
 from prometheus_client.core import GaugeMetricFamily
@@ -107,22 +106,16 @@ class TenantStatsCollector(Collector):
 
 
 def attach(node, server) -> TenantStats:
-    """Start sampling on a thread of its own and expose the figures on the API and /metrics.
-
-    A thread of its own rather than a step of the supervisor: a slow tenant then
-    delays only the statistics, never a restart.
-    """
+    """Sample on every supervisor tick and expose the figures on the API and /metrics."""
     stats = TenantStats(node.name, node.tenants, node.supervisor.busy, step_s=node.supervisor.interval_s)
 
-    def run() -> None:
-        while True:
-            try:
-                stats.tick()
-            except Exception:  # noqa: BLE001 - statistics must never kill their thread
-                log.exception("tenant stats sampling failed")
-            time.sleep(stats.step_s)
+    def sample() -> None:
+        try:
+            stats.tick()
+        except Exception:  # noqa: BLE001 - statistics must never stop the supervisor
+            log.exception("tenant stats sampling failed")
 
-    threading.Thread(target=run, name="tenant-stats", daemon=True).start()
+    node.supervisor.on_tick.append(sample)
     node.registry.register(TenantStatsCollector(stats))
     node.tenant_stats = stats
 

@@ -7,6 +7,7 @@ import time
 
 import click
 
+from ..delta import parse_mpl
 from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from . import main
@@ -48,6 +49,11 @@ POLL_S = 0.5
               help="Give up if the delta has not converged after this many rounds.")
 @click.option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Give up after this many rounds in a row that did not shrink.")
+@click.option("--delta-applier", type=click.Choice(["serial", "concurrent"]), default=None,
+              help="How the target applies the binlog delta: one transaction at a time, or transactions that "
+                   "did not conflict on the source in parallel (default: concurrent, see docs/delta.md).")
+@click.option("--delta-mpl", default=None, metavar="auto|N",
+              help="Parallel appliers for --delta-applier concurrent: auto (adapts to measured apply rate) or N.")
 @click.option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
 @click.option("--finish", "finish_", is_flag=True,
@@ -63,8 +69,9 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
             controller_kind: str | None, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
-            pipe: str | None, max_rounds: int, max_stalled_rounds: int, abort_: bool, finish_: bool,
-            handover_attempts: int, settings: tuple[str, ...], detach: bool, as_json: bool) -> None:
+            pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
+            delta_mpl: str | None, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
+            detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
     \b
@@ -123,6 +130,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
                   "handover_attempts": handover_attempts,
                   "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
+                  **({"delta_applier": delta_applier} if delta_applier else {}),
+                  **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),
                   "rate_bytes_per_s": rate}
     if pipe:
         body["pipe"] = pipe
@@ -239,6 +248,14 @@ def print_summary(doc: dict) -> None:
     rows = [["bytes copied", format_size(doc["bytes_done"])], ["average copy rate", format_rate(avg)]]
     if doc["mode"] == "live":
         rows.append(["delta rounds", len(doc["rounds"])])
+        d = doc.get("delta") or {}
+        if d.get("applier"):
+            how = d["applier"]
+            if d["applier"] == "concurrent" and d.get("mpl") is not None:
+                how += f", MPL {d['mpl']} ({d.get('mpl_mode', 'fixed')})"
+            if d.get("best_apply_tps"):
+                how += f", best apply {d['best_apply_tps']:,.0f}/s"
+            rows.append(["delta applier", how])
     rows.append(["freeze window", f"{doc['freeze_ms']:.0f} ms" if doc.get("freeze_ms") is not None else "-"])
     if len(doc.get("handover_attempts") or []) > 1:
         rows.append(["handover attempts", len(doc["handover_attempts"])])
@@ -254,9 +271,13 @@ def print_summary(doc: dict) -> None:
     print_fields(rows)
     if doc["rounds"]:
         click.echo("")
-        print_table(["ROUND", "TXNS", "BYTES", "DURATION", "LEFT AFTER", "EST. FREEZE"],
+        def rate(v):
+            return "-" if v is None else f"{v:,.0f}/s"
+
+        print_table(["ROUND", "TXNS", "BYTES", "DURATION", "LEFT AFTER", "EST. FREEZE", "WRITES", "APPLY", "MPL"],
                     [[r["n"], r["transactions"], format_size(r["bytes"]), f"{r['duration_s'] * 1000:.0f} ms",
-                      format_size(r["remaining_bytes"]), f"{r['est_freeze_ms']:.0f} ms"] for r in doc["rounds"]])
+                      format_size(r["remaining_bytes"]), f"{r['est_freeze_ms']:.0f} ms", rate(r.get("write_tps")),
+                      rate(r.get("apply_tps")), "-" if r.get("mpl") is None else r["mpl"]] for r in doc["rounds"]])
     if doc.get("error"):
         e = doc["error"]
         click.echo(f"\nfailed in phase {e.get('phase')}: {e.get('what')}: {e.get('why')}")

@@ -105,8 +105,9 @@ def load_cmd(cli: CliContext, tenant: str, workload_files, overrides, driver, da
 @ycsb.command("run")
 @click.argument("tenants")
 @_endpoint_options
-@click.option("--rate", required=True, metavar="TPS[,TPS...]",
-              help="Offered transactions per second: one for all tenants or one per tenant.")
+@click.option("--rate", default=None, metavar="TPS[,TPS...]",
+              help="Offered transactions per second: one for all tenants or one per tenant. "
+                   "Without it the run is closed-loop: --mpl clients per tenant issue back to back.")
 @click.option("--mpl", type=int, default=10, show_default=True, help="Worker connections per tenant.")
 @click.option("--duration", type=DURATION, default="120s", show_default=True, help="Length of the arrival window.")
 @click.option("--rate-step", "rate_steps", multiple=True, metavar="TIME:CHANGE",
@@ -129,7 +130,7 @@ def load_cmd(cli: CliContext, tenant: str, workload_files, overrides, driver, da
 def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, database, host, port, user,
             password_file, rate, mpl, duration, rate_steps, arrival, metrics_port, metrics_addr, out_path, interval,
             seed, retry_timeout, drain_timeout, quiet, as_json) -> None:
-    """Drive TENANTS (comma-separated) with open-loop transactions and report latency.
+    """Drive TENANTS (comma-separated) with open-loop (--rate) or closed-loop transactions; report latency.
 
     Each tenant gets an independent benchmark: its own arrivals, queue and MPL
     worker connections. Latency runs from a transaction's scheduled arrival to
@@ -143,7 +144,7 @@ def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, da
 
     wl = load_workload(workload_files, overrides)
     ids = _tenant_ids(tenants)
-    rates = parse_rates(rate, len(ids))
+    rates: list = parse_rates(rate, len(ids)) if rate is not None else [None] * len(ids)
     steps = [parse_rate_step(s) for s in rate_steps]
     if host:
         if len(ids) != 1:

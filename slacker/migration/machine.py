@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from ..delta import gtid as gtids
+from ..delta.convergence import ConvergenceJudge
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops
 from ..mariadb.checksums import table_checksums
@@ -74,6 +75,8 @@ class Migration:
         self.phases: list[PhaseTiming] = []
         self.rounds: list[RoundReport] = []
         self.attempts: list[HandoverAttempt] = []
+        self.delta_stats: dict = {}  # the applier's last report (MPL, apply rates, samples)
+        self.durable_ms: dict | None = None  # what leaving catch-up mode cost, before the freeze
         self.warnings: list[str] = []
         self.bytes_total = 0
         self.freeze_ms: float | None = None
@@ -173,6 +176,9 @@ class Migration:
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
             "controller": self.controller_state,
+            # which applier, its MPL, best apply rate; what leaving catch-up mode cost
+            "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
+                          applier=self.opts.delta_applier, durable=self.durable_ms),
         }
 
     def run(self) -> None:
@@ -430,7 +436,9 @@ class Migration:
         self._target("start", {"read_only": True}, timeout_s=180)
         tenant = self.src.tenant()
         self._target("replicate", {"source_host": tenant.host, "source_port": tenant.port,
-                                   "start_gtid": self.backup_position.gtid}, timeout_s=60)
+                                   "start_gtid": self.backup_position.gtid,
+                                   "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl},
+                     timeout_s=60)
         self._delta_from = ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
                             self.backup_position.gtid)
         self._apply_rate: float | None = None
@@ -442,9 +450,15 @@ class Migration:
             prev, prev_gtid = self._delta_from
             stalled = 0
             last_remaining = None
+            judge, prev_t = ConvergenceJudge(), None
             for _ in range(self.opts.max_rounds):
                 self._check_abort()
                 p = ops.binlog_position(conn)
+                now = time.monotonic()  # the source's commit rate since the previous round
+                write_tps = None
+                if prev_t is not None:
+                    write_tps = round(gtids.transactions_between(prev_gtid, p.gtid) / max(1e-3, now - prev_t), 1)
+                prev_t = now
                 size = gtids.binlog_bytes_between(p.logs, prev, (p.file, p.pos))
                 txns = gtids.transactions_between(prev_gtid, p.gtid)
                 doc = self._target("wait", {"gtid": p.gtid, "timeout_s": self.opts.round_timeout_s},
@@ -457,13 +471,19 @@ class Migration:
                 remaining = gtids.binlog_bytes_between(p2.logs, (p.file, p.pos), (p2.file, p2.pos))
                 # Until a round has been big enough to time, assume a conservative 1 MB/s.
                 est_freeze_s = remaining / (self._apply_rate or 1e6)
+                stats = doc.get("applier") or {}
+                self.delta_stats = stats
                 self.rounds.append(RoundReport(len(self.rounds) + 1, txns, size, round(dur, 4), remaining,
-                                               round(est_freeze_s * 1000, 1)))
+                                               round(est_freeze_s * 1000, 1), write_tps, stats.get("apply_tps"),
+                                               stats.get("mpl")))
                 prev, prev_gtid = (p.file, p.pos), p.gtid
                 self._delta_from = (prev, prev_gtid)
                 # Leave half the budget for the freeze's own fixed costs (lock, fence, flip).
                 if est_freeze_s <= self.opts.max_freeze_s / 2:
                     return
+                verdict = judge.observe(len(self.rounds), write_tps, stats)  # writes vs best apply
+                if verdict:
+                    raise MigrationFailed(verdict, "", "", phase="delta")
                 if last_remaining is not None and remaining >= last_remaining:
                     stalled += 1
                     if stalled >= self.opts.max_stalled_rounds:
@@ -493,6 +513,9 @@ class Migration:
             ops.close_quietly(conn)
 
     def _handover_live(self) -> None:
+        # leave catch-up mode before any freeze, so its cost never lands in the freeze.
+        self.durable_ms = self._target("durable", {}, timeout_s=120)
+        self.delta_stats["catchup"] = self.durable_ms.get("catchup", False)
         self._phase("handover")
         if self.opts.verify:
             # Both sides run in parallel inside the freeze; allow for the slower one and the lock.
@@ -544,7 +567,14 @@ class Migration:
             mark("locked")
             final = ops.gtid_position(frozen)
             self._hold("frozen")
-            self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
+            try:
+                self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
+            except MigrationFailed as exc:
+                # a target still applying when the budget runs out is over budget (unfreeze, more
+                # delta rounds, retry), not a failed migration; a stopped applier still fails.
+                if exc.what != "the target did not catch up in time":
+                    raise
+                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
             mark("caught_up")
             if self.opts.verify:
                 self._verify(frozen, left("verify"))
@@ -772,6 +802,9 @@ class Migration:
             for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]
+        if self.phase == "delta" and self.delta_stats:  # the MPL and apply rate over time
+            sample["delta_mpl"] = self.delta_stats.get("mpl")
+            sample["apply_tps"] = self.delta_stats.get("apply_tps")
         with self._series_lock:
             self.series_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.series_path, "a") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidInput, MigrationFailed
+from ..delta import APPLIERS, DEFAULT_APPLIER, DEFAULT_MPL, parse_mpl
 from ..transfer import DEFAULT_PIPE
 
 MODES = ("live", "stop-and-copy")
@@ -33,6 +34,8 @@ class MigrationOptions:
     # {"delta": 5} holds 5 s when that phase begins; {"frozen": 2} with the source frozen;
     # {"fenced": 2} fenced, before the compare-and-set; {"flipped": 2} right after it.
     hold_s: dict | None = None
+    delta_applier: str = DEFAULT_APPLIER  # serial | concurrent (see docs/delta.md)
+    delta_mpl: int | str = DEFAULT_MPL    # auto | parallel appliers
 
     def validate(self) -> "MigrationOptions":
         if self.mode not in MODES:
@@ -46,6 +49,9 @@ class MigrationOptions:
             raise InvalidInput("negative rate", "a rate is zero (paused) or positive", "")
         if self.max_rounds < 1 or self.max_stalled_rounds < 1:
             raise InvalidInput("round limits must be at least 1", "", "")
+        if self.delta_applier not in APPLIERS:
+            raise InvalidInput(f"unknown delta applier {self.delta_applier!r}", f"appliers are {', '.join(APPLIERS)}", "")
+        self.delta_mpl = parse_mpl(self.delta_mpl)
         if not 0.1 <= self.step_s <= 60:
             raise InvalidInput(f"step {self.step_s}s is out of range", "use 0.1s to 60s", "")
         if not 2 <= self.lease_ttl_s <= 600:
@@ -61,6 +67,9 @@ class RoundReport:
     duration_s: float
     remaining_bytes: int
     est_freeze_ms: float
+    write_tps: float | None = None   # the source's commit rate since the previous round
+    apply_tps: float | None = None   # the target's latest saturated apply rate
+    mpl: int | None = None           # parallel appliers at the round's end (0: serial)
 
 
 @dataclass

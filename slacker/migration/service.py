@@ -231,13 +231,19 @@ def attach(node, server) -> None:
 
     @server.route("POST", f"/v1/incoming/{MID}/replicate")
     def inc_replicate(srv, body, q, mid):
-        inc.get(mid).replicate(str(body["source_host"]), int(body["source_port"]), str(body["start_gtid"]))
+        inc.get(mid).replicate(str(body["source_host"]), int(body["source_port"]), str(body["start_gtid"]),
+                               applier=str(body.get("applier", "serial")), mpl=body.get("mpl", "auto"))
         return {"replicating": True}
 
     @server.route("POST", f"/v1/incoming/{MID}/wait")
     def inc_wait(srv, body, q, mid):
-        waited = inc.get(mid).wait_for(str(body["gtid"]), float(body.get("timeout_s", 60)))
-        return {"waited_s": waited}
+        m = inc.get(mid)
+        waited = m.wait_for(str(body["gtid"]), float(body.get("timeout_s", 60)))
+        return {"waited_s": waited, "applier": m.applier_stats()}  # apply rate and MPL per round
+
+    @server.route("POST", f"/v1/incoming/{MID}/durable")
+    def inc_durable(srv, body, q, mid):
+        return inc.get(mid).make_durable()  # leave catch-up mode before the freeze
 
     @server.route("POST", f"/v1/incoming/{MID}/checksums")
     def inc_checksums(srv, body, q, mid):

@@ -19,6 +19,7 @@ import time
 
 from .. import mariadb
 from ..backup import select_tool
+from ..delta import make_applier  # serial|concurrent applier, catch-up mode
 from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops
@@ -147,8 +148,11 @@ class IncomingMigration:
                 conn.close()
         self.state = "started"
 
-    def replicate(self, source_host: str, source_port: int, start_gtid: str) -> None:
-        self.applier = ReplicationApplier(lambda: self.tenant.admin_connect(timeout_s=10))
+    def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
+                  mpl: int | str = "auto") -> None:
+        # the applier comes from slacker.delta (serial or concurrent, catch-up mode on).
+        self.applier = make_applier(applier, lambda: self.tenant.admin_connect(timeout_s=10), mpl=mpl,
+                                    datadir=self.tenant.datadir)
         self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
                            start_gtid)
         self.state = "catching-up"
@@ -157,6 +161,16 @@ class IncomingMigration:
         if self.applier is None:
             raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase="delta")
         return self.applier.wait_for(gtid, timeout_s)
+
+    def applier_stats(self) -> dict:
+        return self.applier.stats() if self.applier is not None and hasattr(self.applier, "stats") else {}
+
+    def make_durable(self) -> dict:
+        """Leave catch-up mode before the freeze: durable commits, everything so far on disk."""
+        if self.applier is None or not hasattr(self.applier, "restore_durability"):
+            return {"durable": True, "catchup": False}
+        out = self.applier.restore_durability()
+        return dict(out, durable=True, catchup=self.applier.relaxed)
 
     def checksums(self) -> dict:
         conn = self.tenant.admin_connect(timeout_s=10)

@@ -77,6 +77,11 @@ class RunConfig:
             raise InvalidInput(f"invalid interval {self.interval_s:g}s", "the reporting interval must be >= 10ms",
                                "for example --interval 1s")
         for t in self.targets:
+            if t.rate_tps is None:
+                if self.rate_steps:
+                    raise InvalidInput("--rate-step needs --rate", "a closed-loop run has no offered rate to step",
+                                       "give --rate, or drop --rate-step")
+                continue  # closed loop: MPL clients back to back
             if not math.isfinite(t.rate_tps) or t.rate_tps <= 0:
                 raise InvalidInput(f"invalid rate {t.rate_tps!r} for tenant {t.tenant}", "rates must be positive",
                                    "for example --rate 100")
@@ -121,16 +126,25 @@ class _Worker:
         errors = b.errors
         ack = b.shared.insert_keys.acknowledge
         clock = time.monotonic
+        closed = b.closed_loop
+        harness = b.harness
         try:
             while True:
-                try:
-                    scheduled = get(timeout=0.5)
-                except queue.Empty:
-                    if b.stopping_hard:
+                if closed:
+                    # Closed loop (YCSB without a target): the next transaction starts when the last one ends.
+                    scheduled = clock()
+                    if scheduled >= harness.window_end or harness.stopping:
                         break
-                    continue
-                if scheduled is _STOP:
-                    break
+                    b.count_arrival()
+                else:
+                    try:
+                        scheduled = get(timeout=0.5)
+                    except queue.Empty:
+                        if b.stopping_hard:
+                            break
+                        continue
+                    if scheduled is _STOP:
+                        break
                 if b.stopping_hard:
                     with b.lock:
                         b.unfinished += 1
@@ -237,7 +251,8 @@ class _TenantBench:
         self.errors = db_errors() + getattr(self.driver, "extra_errors", ())
         self.tracker = EndpointTracker(target.tenant, target.resolver)
         self.stats = TenantStats(target.tenant)
-        self.profile = RateProfile(target.rate_tps, list(cfg.rate_steps))
+        self.closed_loop = target.rate_tps is None
+        self.profile = RateProfile(target.rate_tps or 0.0, list(cfg.rate_steps))
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.workers: list[_Worker] = []
         self.shared: SharedKeys | None = None
@@ -323,7 +338,19 @@ class _TenantBench:
                                            daemon=True)
         self.dispatcher.start()
 
+    def count_arrival(self) -> None:
+        with self.lock:
+            self.stats.arrivals += 1
+
     def _dispatch(self, t0: float) -> None:
+        if self.closed_loop:
+            # Workers start their own transactions; the window still ends here, for wait().
+            try:
+                while time.monotonic() < self.harness.window_end and not self.harness.stopping:
+                    time.sleep(0.05)
+            finally:
+                self.dispatch_done.set()
+            return
         rng = random.Random(f"{self.harness.seed}/{self.target.tenant}/arrivals")
         offsets = arrival_offsets(self.cfg.arrival, self.profile, rng)
         put = self.queue.put
@@ -623,7 +650,7 @@ class Harness:
             achieved = completed_in_window / window_s
             ep = b.tracker._endpoint
             tenants.append(TenantResult(
-                tenant=b.target.tenant, target_tps=b.target.rate_tps, arrivals=st.arrivals, completed=st.completed,
+                tenant=b.target.tenant, target_tps=b.target.rate_tps or 0.0, arrivals=st.arrivals, completed=st.completed,
                 completed_in_window=completed_in_window, offered_tps=offered, achieved_tps=achieved,
                 sustained=offered > 0 and achieved >= SUSTAINED_RATIO * offered,
                 queue_max=b.queue_max, queue_at_end=b.queue_at_end, unfinished=b.unfinished + _drop_queue(b.queue),
@@ -635,7 +662,7 @@ class Harness:
         ops_total = sum(t.operations_total for t in tenants)
         return RunResult(
             started_at=self._started_at, duration_s=round(window_s, 3), elapsed_s=round(end - self.t0, 3),
-            arrival=self.cfg.arrival, mpl=self.cfg.mpl, driver=self.benches[0].driver.name,
+            arrival="closed" if all(b.closed_loop for b in self.benches) else self.cfg.arrival, mpl=self.cfg.mpl, driver=self.benches[0].driver.name,
             interval_s=self.cfg.interval_s, seed=self.seed, workload=self.cfg.workload.to_dict(),
             workload_sources=list(self.cfg.workload.sources), tenants=tenants, harness_cpu_s=round(cpu_s, 4),
             operations_total=ops_total, ops_per_cpu_s=ops_total / cpu_s if cpu_s > 0 else None,

@@ -25,11 +25,11 @@ class TenantTarget:
     """One tenant to benchmark: its label, offered rate, and how to find it."""
 
     tenant: str
-    rate_tps: float
+    rate_tps: float | None  # None: closed loop (clients back to back, no offered rate)
     resolver: Resolver
 
     @classmethod
-    def fixed(cls, endpoint: Endpoint, rate_tps: float, tenant: str | None = None) -> "TenantTarget":
+    def fixed(cls, endpoint: Endpoint, rate_tps: float | None, tenant: str | None = None) -> "TenantTarget":
         """A tenant at a fixed address (no directory; reconnects go to the same place)."""
         return cls(tenant or endpoint.tenant, rate_tps, lambda: endpoint)
 

@@ -321,3 +321,28 @@ def test_a_bug_in_a_worker_ends_the_run_with_an_error():
     with pytest.raises(SlackerError, match="ZeroDivisionError: boom"):
         run_benchmark(cfg)
     assert time.monotonic() - t0 < 3
+
+
+# --- closed loop ---------------------------------------------------------------------------------
+
+
+def test_closed_loop_runs_mpl_clients_back_to_back():
+    """No rate: each of MPL workers starts its next transaction when the last one commits (10 ms each)."""
+    server = SimulatedServer(service_time_s=0.01)
+    res = run_benchmark(_config(server, targets=[TenantTarget.fixed(EP, None)], duration=1.0, mpl=4))
+    t = res.tenants[0]
+    assert res.arrival == "closed"
+    # 4 clients x ~100 txn/s each; sleeps run late on a busy machine, so allow a wide margin below.
+    assert 150 <= t.completed <= 410
+    assert t.arrivals == t.completed and t.unfinished == 0 and not t.abandoned
+    # Latency is the service time alone: no queue in a closed loop.
+    assert t.latency.mean_s < 0.05
+    assert res.elapsed_s < 3.0
+
+
+def test_closed_loop_refuses_rate_steps():
+    from slacker.ycsb.arrivals import parse_rate_step
+
+    server = SimulatedServer(service_time_s=0.01)
+    with pytest.raises(InvalidInput, match="--rate-step needs --rate"):
+        run_benchmark(_config(server, targets=[TenantTarget.fixed(EP, None)], rate_steps=[parse_rate_step("1s:x2")]))

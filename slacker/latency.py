@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import InvalidInput
@@ -42,6 +42,10 @@ class LatencySample:
     window_s: float = 0.0  # span the deltas actually cover
     ok: bool = True
     error: str = ""
+    # Transactions the server(s) committed over the same window, from their own
+    # counters (None: not watched). Tells an idle tenant from a source that is blind.
+    server_commits: float | None = None
+    blind: bool = False  # failed because the server committed while the source saw nothing
 
     @property
     def latency_s(self) -> float | None:
@@ -67,6 +71,8 @@ class LatencySample:
             "window_s": self.window_s,
             "ok": self.ok,
             "error": self.error,
+            "server_commits": self.server_commits,
+            "blind": self.blind,
         }
 
 
@@ -333,7 +339,11 @@ _PFS_TABLES = {
     "statements": (
         "events_statements_summary_global_by_event_name",
         "events_statements_summary_by_user_by_event_name",
-        "EVENT_NAME LIKE 'statement/sql/%%'",
+        # Top-level statements however the client sent them: text protocol (and
+        # CALL, PREPARE/EXECUTE in SQL) are statement/sql/*, binary-protocol
+        # executions of server-side prepared statements are statement/com/Execute.
+        # statement/sp/* are nested in a CALL and would count twice.
+        "(EVENT_NAME LIKE 'statement/sql/%%' OR EVENT_NAME = 'statement/com/Execute')",
     ),
     "transactions": (
         "events_transactions_summary_global_by_event_name",
@@ -344,7 +354,7 @@ _PFS_TABLES = {
 _PS_PER_SECOND = 1e12
 
 
-def performance_schema_sql(kind: str = "statements", users: Sequence[str] = (), exclude_users: Sequence[str] = ()) -> tuple[str, list[str]]:
+def performance_schema_sql(kind: str = "transactions", users: Sequence[str] = (), exclude_users: Sequence[str] = ()) -> tuple[str, list[str]]:
     """The snapshot query and its parameters (pymysql %s style)."""
     if kind not in _PFS_TABLES:
         raise InvalidInput(f"invalid performance_schema kind {kind!r}", "expected statements or transactions")
@@ -368,10 +378,13 @@ def performance_schema_sql(kind: str = "statements", users: Sequence[str] = (), 
 class PerformanceSchemaSource(CounterSource):
     """Average server-side latency from performance_schema summary tables.
 
-    `kind="statements"` (default) averages per statement, which works on a stock
-    MariaDB 10.11 with performance_schema=ON; `kind="transactions"` needs the
-    transaction instrument enabled. Per-statement latency is smaller than
-    per-transaction latency, so the setpoint must be chosen in the same terms.
+    `kind="transactions"` (default) averages per transaction, however its
+    statements were sent (text protocol, server-side prepared statements, stored
+    procedures); it needs the `transaction` instrument, which Slacker's tenants
+    enable in their config, and which this source switches on at runtime on a
+    server started without it. `kind="statements"` averages per top-level
+    statement; Slacker's tenants size statement instrumentation out to save
+    memory, so on them it fails with a message saying so.
     `connect` must return a pymysql connection with connect/read timeouts set.
     """
 
@@ -379,7 +392,7 @@ class PerformanceSchemaSource(CounterSource):
         self,
         connect: Callable[[], Any],
         *,
-        kind: str = "statements",
+        kind: str = "transactions",
         users: Sequence[str] = (),
         exclude_users: Sequence[str] = (),
         window_s: float = DEFAULT_WINDOW_S,
@@ -388,6 +401,7 @@ class PerformanceSchemaSource(CounterSource):
         clock: Clock = time.monotonic,
     ) -> None:
         self._sql, self._params = performance_schema_sql(kind, users, exclude_users)
+        self.kind = kind
         self._connect = connect
         self._conn: Any = None
         super().__init__(name=name, window_s=window_s, step_s=step_s, clock=clock)
@@ -396,7 +410,11 @@ class PerformanceSchemaSource(CounterSource):
         try:
             if self._conn is None:
                 conn = self._connect()
-                self._check_enabled(conn)
+                try:
+                    self._check_enabled(conn, self.kind)
+                except Exception:
+                    _close_quietly(conn)
+                    raise
                 self._conn = conn
             with self._conn.cursor() as cur:
                 # Always pass a tuple so pymysql applies %-formatting ('%%' in LIKE).
@@ -410,26 +428,141 @@ class PerformanceSchemaSource(CounterSource):
         return float(row[0] or 0) / _PS_PER_SECOND, float(row[1] or 0)
 
     @staticmethod
-    def _check_enabled(conn: Any) -> None:
+    def _check_enabled(conn: Any, kind: str = "transactions") -> None:
         # With performance_schema off (MariaDB's default) the tables exist but stay
         # empty, which would look like an idle tenant forever.
         with conn.cursor() as cur:
-            cur.execute("SELECT @@GLOBAL.performance_schema")
+            cur.execute("SELECT @@GLOBAL.performance_schema, @@GLOBAL.performance_schema_max_statement_classes")
             row = cur.fetchone()
         if not row or not int(row[0] or 0):
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - the error below is the one that matters
-                pass
             raise RuntimeError("performance_schema is OFF on this server (start it with performance_schema=ON)")
+        if kind == "statements" and len(row) > 1 and row[1] is not None and not int(row[1]):
+            raise RuntimeError("statement instrumentation is sized out on this server "
+                               "(performance_schema_max_statement_classes=0); use table=transactions")
+        if kind == "transactions":
+            enable_transaction_instrument(conn)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - already broken; nothing more to do
-                pass
+            _close_quietly(conn)
+
+
+def enable_transaction_instrument(conn: Any) -> None:
+    """Switch on (and time) the `transaction` instrument if it is off.
+
+    Tenants created by this version have it on from their config; one started
+    with an older config gets it at the first read, and counts from then on.
+    """
+    with conn.cursor() as cur:
+        cur.execute("SELECT ENABLED, TIMED FROM performance_schema.setup_instruments WHERE NAME = 'transaction'")
+        row = cur.fetchone()
+        if row is None:
+            raise RuntimeError("this server has no transaction instrument in performance_schema")
+        if row[0] != "YES" or row[1] != "YES":
+            cur.execute("UPDATE performance_schema.setup_instruments SET ENABLED = 'YES', TIMED = 'YES' "
+                        "WHERE NAME = 'transaction'")
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - already broken or closing; nothing more to do
+        pass
+
+
+class CommitCounter:
+    """The server's own count of commits (`Handler_commit`), to tell idle from blind.
+
+    Handler_commit moves for every statement or transaction a client runs on a
+    transactional table, whatever the protocol, and not for Slacker's own
+    performance_schema reads or SHOW STATUS; so commits with no latency samples
+    mean the latency source does not see the tenant's traffic. `connect` as for
+    PerformanceSchemaSource. Raises on failure (WatchedSource turns that into
+    "unknown").
+    """
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._conn: Any = None
+
+    def __call__(self) -> float:
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            with self._conn.cursor() as cur:
+                cur.execute("SHOW GLOBAL STATUS LIKE 'Handler_commit'")
+                row = cur.fetchone()
+        except Exception:
+            self.close()
+            raise
+        return float(row[1]) if row else 0.0
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_quietly(conn)
+
+
+DEFAULT_BLIND_AFTER_COMMITS = 10
+
+
+class WatchedSource(LatencySource):
+    """A source checked against the server's own commit counters, over the same window.
+
+    An empty window while the servers committed at least `min_commits` is not an
+    idle tenant: the source cannot see the traffic (wrong filter, instrument off,
+    a user filter that leaves the application out). Such a read becomes a failed
+    sample marked `blind`, so the controller's failure rules apply and the reason
+    shows. Every other read passes through with `server_commits` filled in.
+    `commits` returns the total commits of the servers the source covers, summed
+    (one or several callables).
+    """
+
+    def __init__(
+        self,
+        inner: LatencySource,
+        commits: Callable[[], float] | Sequence[Callable[[], float]],
+        *,
+        min_commits: float = DEFAULT_BLIND_AFTER_COMMITS,
+        window_s: float = DEFAULT_WINDOW_S,
+        step_s: float = DEFAULT_STEP_S,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._commits = [commits] if callable(commits) else list(commits)
+        self.min_commits = float(min_commits)
+        self.window = CounterWindow(window_s, step_s)
+        self._clock = clock
+
+    def _commits_in_window(self) -> float | None:
+        t = self._clock()
+        try:
+            total = sum(float(c()) for c in self._commits)
+        except Exception:  # noqa: BLE001 - unknown traffic is no evidence of blindness
+            self.window.clear()
+            return None
+        _, d_count, span = self.window.add(t, 0.0, total)
+        return d_count if span > 0 else None
+
+    def read(self) -> LatencySample:
+        sample = _safe_read(self.inner)
+        commits = self._commits_in_window()
+        if commits is None:
+            return sample
+        if sample.ok and sample.count <= 0 and commits >= self.min_commits:
+            return replace(sample, ok=False, blind=True, server_commits=commits, error=(
+                f"no transactions seen while the server committed {commits:.0f} in the last "
+                f"{sample.window_s or self.window.window_s:.0f}s: the source cannot see this tenant's traffic"))
+        return replace(sample, server_commits=commits)
+
+    def close(self) -> None:
+        self.inner.close()
+        for c in self._commits:
+            close = getattr(c, "close", None)
+            if close is not None:
+                close()
 
 
 def _combine_failures(samples: Sequence[LatencySample]) -> str:
@@ -490,6 +623,11 @@ def _safe_read(source: LatencySource) -> LatencySample:
         return LatencySample.failed(getattr(source, "name", type(source).__name__), time.monotonic(), _describe(exc))
 
 
+def _combined_failure(name: str, t: float, samples: Sequence[LatencySample]) -> LatencySample:
+    failed = [s for s in samples if not s.ok]
+    return replace(LatencySample.failed(name, t, _combine_failures(samples)), blind=all(s.blind for s in failed))
+
+
 def _combined_times(samples: Sequence[LatencySample]) -> tuple[float, float]:
     # The oldest reading and the narrowest window: conservative for staleness checks.
     return min(s.t for s in samples), min(s.window_s for s in samples)
@@ -499,7 +637,7 @@ def max_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
     """Combine samples by taking the one with the highest latency."""
     t, window_s = _combined_times(samples)
     if any(not s.ok for s in samples):
-        return LatencySample.failed(name, t, _combine_failures(samples))
+        return _combined_failure(name, t, samples)
     with_data = [s for s in samples if s.count > 0]
     if not with_data:
         return LatencySample(name, t, window_s=window_s)
@@ -511,7 +649,7 @@ def aggregate_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
     """Combine samples as one population: sum of sums over sum of counts."""
     t, window_s = _combined_times(samples)
     if any(not s.ok for s in samples):
-        return LatencySample.failed(name, t, _combine_failures(samples))
+        return _combined_failure(name, t, samples)
     return LatencySample(
         name,
         t,
@@ -532,7 +670,7 @@ class LatencySourceSpec:
     url: str = ""
     metric_name: str = DEFAULT_METRIC
     labels: Mapping[str, str] = field(default_factory=dict)
-    pfs_kind: str = "statements"
+    pfs_kind: str = "transactions"
     users: tuple[str, ...] = ()
     exclude_users: tuple[str, ...] = ()
     node: str = "source"  # which side's server to read: source or target
@@ -581,7 +719,7 @@ def parse_latency_source_spec(text: str) -> LatencySourceSpec:
             raise InvalidInput(f"invalid latency source {text!r}", "prometheus needs url=http://...", _SPEC_HINT)
         return LatencySourceSpec("prometheus", url=url, metric_name=metric, labels=labels, node=node)
     if kind in ("performance-schema", "performance_schema", "pfs"):
-        pfs_kind, users, excluded = "statements", [], []
+        pfs_kind, users, excluded = "transactions", [], []
         for key, value in pairs:
             if key == "table":
                 pfs_kind = value

@@ -15,42 +15,57 @@ from .controller.baselines import FixedRate, ThresholdThrottle
 from .controller.loop import RatePolicy
 from .controller.metrics import ControllerMetrics
 from .controller.pid import ThrottleConfig
+from .controller.slack import SlackController
 from .errors import InvalidInput
-from .latency import (AggregateOf, LatencySource, MaxOf, PerformanceSchemaSource, PrometheusHistogramSource,
-                      parse_latency_source_spec)
+from .latency import (AggregateOf, CommitCounter, LatencySource, MaxOf, PerformanceSchemaSource,
+                      PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
 
 DEFAULT_MAX_RATE = 200_000_000
-DEFAULT_SOURCES = ("performance-schema,exclude-user=slacker",)
-KINDS = ("pid", "threshold", "fixed")
+# Per transaction, server-side, all of the node's tenants (an SLA per server).
+DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
+KINDS = ("slack", "pid", "threshold", "fixed")
 
 
-def build_source(node, spec_text: str, window_s: float, step_s: float) -> LatencySource:
+def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
+    """The source a --latency-source spec names, watched against the tenants' own commit counters.
+
+    The watch turns "no samples while the server commits" into a visible failure
+    (WatchedSource): a Prometheus endpoint is checked against the migrating
+    tenant, performance_schema against every tenant it reads.
+    """
     spec = parse_latency_source_spec(spec_text)
     if spec.kind == "prometheus":
-        return PrometheusHistogramSource(spec.url, spec.metric_name, dict(spec.labels) or None, window_s=window_s,
-                                         step_s=step_s, name=f"prometheus:{spec.url}")
-    if spec.node != "source":
-        raise InvalidInput(f"latency source {spec_text!r} is not supported",
-                           "performance_schema can only be read on the source node",
-                           "export the target's latency over Prometheus and use prometheus,url=...")
-    # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic.
-    parts = []
-    for t in node.tenants.list():
-        if t.info.desired_state != "running":
-            continue
-        parts.append(PerformanceSchemaSource(
-            (lambda tenant=t: tenant.admin_connect(timeout_s=2)), kind=spec.pfs_kind, users=spec.users,
+        inner: LatencySource = PrometheusHistogramSource(
+            spec.url, spec.metric_name, dict(spec.labels) or None, window_s=window_s, step_s=step_s,
+            name=f"prometheus:{spec.url}")
+        watched = [t for t in node.tenants.list() if t.id == tenant_id]
+    else:
+        if spec.node != "source":
+            raise InvalidInput(f"latency source {spec_text!r} is not supported",
+                               "performance_schema can only be read on the source node",
+                               "export the target's latency over Prometheus and use prometheus,url=...")
+        # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic.
+        watched = [t for t in node.tenants.list() if t.info.desired_state == "running"]
+        parts = [PerformanceSchemaSource(
+            _connector(t), kind=spec.pfs_kind, users=spec.users,
             exclude_users=spec.exclude_users or (mariadb.ADMIN_USER,), window_s=window_s, step_s=step_s,
-            name=f"performance_schema:{t.id}"))
-    if not parts:
-        raise InvalidInput("no tenant to read latency from", f"node {node.name} runs none", "")
-    return parts[0] if len(parts) == 1 else AggregateOf(parts)
+            name=f"performance_schema:{t.id}") for t in watched]
+        if not parts:
+            raise InvalidInput("no tenant to read latency from", f"node {node.name} runs none", "")
+        inner = parts[0] if len(parts) == 1 else AggregateOf(parts)
+    if not watched:
+        return inner
+    return WatchedSource(inner, [CommitCounter(_connector(t)) for t in watched], window_s=window_s, step_s=step_s)
+
+
+def _connector(tenant):
+    return lambda: tenant.admin_connect(timeout_s=2)
 
 
 def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     """Validate the controller settings and measure the latency before any byte moves."""
     c = dict(options.controller or {})
-    kind = c.get("kind") or "pid"
+    kind = c.get("kind") or "slack"
     if kind not in KINDS:
         raise InvalidInput(f"unknown controller {kind!r}", f"choose {', '.join(KINDS)}", "")
     if c.get("setpoint_s") is None:
@@ -58,11 +73,15 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     cfg = ThrottleConfig.from_options(float(c["setpoint_s"]), float(c.get("max_rate_bytes_per_s") or DEFAULT_MAX_RATE),
                                       c.get("gains"), c.get("window_s"), c.get("step_s"))
     specs = list(c.get("latency_sources") or DEFAULT_SOURCES)
-    sources = [build_source(node, s, cfg.window_s, cfg.step_s) for s in specs]
+    sources = [build_source(node, s, cfg.window_s, cfg.step_s, tenant_id) for s in specs]
     source = sources[0] if len(sources) == 1 else MaxOf(sources)
     baseline = measure(source, cfg.window_s)
     if baseline.ok is False:
         source.close()
+        if baseline.blind or "cannot see this tenant's traffic" in (baseline.error or ""):
+            raise InvalidInput("the latency source sees no transactions", baseline.error,
+                               "nothing was copied; check --latency-source (user=/exclude-user= filters, "
+                               "or the tenant's performance_schema)")
         raise InvalidInput("cannot read the latency source", baseline.error or "no answer",
                            "check --latency-source; nothing was copied")
     if (baseline.latency_s is not None and baseline.latency_s >= cfg.setpoint_s and not c.get("force")
@@ -71,7 +90,9 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
         raise InvalidInput(f"setpoint {cfg.setpoint_s * 1000:.0f}ms is below the latency measured now",
                            f"{baseline.latency_s * 1000:.0f}ms before any copying",
                            "the copy could never run: raise --setpoint, or pass --force")
-    if kind == "pid":
+    if kind == "slack":
+        controller = SlackController(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
+    elif kind == "pid":
         controller = cfg.controller()
     elif kind == "threshold":
         controller = ThresholdThrottle(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
@@ -81,6 +102,7 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     options.step_s = cfg.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
     policy.baseline_latency_s = baseline.latency_s
+    policy.baseline_idle = baseline.empty
     policy.kind = kind
     return policy
 

@@ -244,6 +244,8 @@ def serve(node: Node) -> ApiServer:
     except ModuleNotFoundError as exc:
         if exc.name != "slacker.migration.service":
             raise
+    from .tenant_stats import attach as attach_tenant_stats  # per-tenant latency, transactions/s
+    attach_tenant_stats(node, server)
     node.start()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server

@@ -71,3 +71,15 @@ def print_fields(rows: list[list[Any]]) -> None:
     width = max((len(str(r[0])) for r in rows), default=0)
     for name, value in rows:
         click.echo(f"{str(name).ljust(width)}  {value}")
+
+
+def source_state_text(ctl: dict) -> str:
+    """' (tenant idle)', ' (SOURCE BLIND: ...)', ...: empty when the source measured latency."""
+    state = ctl.get("source_state")
+    if state == "idle":
+        return " (tenant idle)"
+    if state == "blind":
+        return f" (LATENCY SOURCE BLIND: {ctl.get('source_error') or 'no samples while the server commits'})"
+    if state == "failed":
+        return f" (latency source failed: {ctl.get('source_error') or 'no answer'})"
+    return ""

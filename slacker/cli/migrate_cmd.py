@@ -11,7 +11,7 @@ from ..delta import parse_mpl
 from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table
+from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text
 
 POLL_S = 0.5
 
@@ -23,13 +23,18 @@ POLL_S = 0.5
               help="Fixed copy rate, e.g. 20MB/s or 512KiB/s (k/M/G x1000, Ki/Mi/Gi x1024). 0 starts paused.")
 @click.option("--unthrottled", is_flag=True, help="Copy as fast as the pipe goes (the default without --rate/--setpoint).")
 @click.option("--setpoint", type=DURATION, default=None,
-              help="Latency target, e.g. 1500ms: a PID controller sets the copy rate every step to hold it.")
+              help="Latency target, e.g. 1500ms: the controller sets the copy rate every step to hold it.")
 @click.option("--max-rate", type=RATE, default=None, help="Upper bound of the controller's rate (default 200MB/s).")
 @click.option("--latency-source", "latency_sources", multiple=True,
               help="Where the controller reads latency (repeatable; the max wins): "
-                   "prometheus,url=URL[,tenant=ID][,metric=NAME] or performance-schema[,exclude-user=U]. "
-                   "Default: performance_schema of every tenant on the source node.")
-@click.option("--gains", default=None, help="PID gains kp,ki,kd (see docs/controller.md).")
+                   "prometheus,url=URL[,tenant=ID][,metric=NAME] or "
+                   "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
+                   "Default: per-transaction latency from performance_schema, over every tenant on the source "
+                   "node. A source that sees nothing while the tenant commits is refused (blind).")
+@click.option("--controller", "controller_kind", type=click.Choice(["slack", "pid", "threshold"]), default=None,
+              help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
+                   "remembers the knee), pid (the paper's velocity PID), threshold (on/off).")
+@click.option("--gains", default=None, help="PID gains kp,ki,kd, with --controller pid (see docs/controller.md).")
 @click.option("--window", type=DURATION, default=None, help="Latency averaging window (default 3s).")
 @click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")
 @click.option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
@@ -61,7 +66,8 @@ POLL_S = 0.5
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
 @pass_cli
 def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | None, unthrottled: bool,
-            setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...], gains: str | None,
+            setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
+            controller_kind: str | None, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
@@ -133,8 +139,10 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
                               "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
                               "step_s": step, "force": force}
-    elif any(x is not None for x in (max_rate, gains, window, step)) or latency_sources or force:
-        raise InvalidInput("controller options need --setpoint", "--max-rate, --gains, --window, --step, "
+        if controller_kind:
+            body["controller"]["kind"] = controller_kind
+    elif any(x is not None for x in (max_rate, gains, window, step, controller_kind)) or latency_sources or force:
+        raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
                            "--latency-source and --force only apply to a latency-targeting migration", "")
     doc = source.request("POST", "/v1/migrations", body, timeout_s=120)
     mid = doc["id"]
@@ -219,6 +227,7 @@ def progress_line(doc: dict) -> str:
         lat = ctl.get("latency_s")
         line += f"  latency {lat * 1000:.0f}ms" if lat is not None else "  latency -"
         line += f"/{ctl['setpoint_s'] * 1000:.0f}ms"
+        line += source_state_text(ctl)
     if doc.get("eta_s") is not None:
         line += f"  ETA {format_duration(doc['eta_s'])}"
     if doc.get("rounds") and doc["phase"] == "delta":

@@ -1,4 +1,4 @@
-"""Controllers that set the copy rate: the PID throttle and its baselines.
+"""Controllers that set the copy rate: the default slack finder, the PID throttle and baselines.
 
 The migration loop reads a latency sample once per step, calls `step()` and
 applies `rate_bytes_per_s`. Prometheus gauges live in `slacker.controller.metrics`.
@@ -8,6 +8,7 @@ from .base import ControllerStep, RateController
 from .baselines import FixedRate, ThresholdThrottle
 from .loop import RatePolicy
 from .pid import DEFAULT_GAINS, Gains, ThrottleConfig, ThrottleController, parse_gains
+from .slack import SlackController
 
 __all__ = [
     "DEFAULT_GAINS",
@@ -16,6 +17,7 @@ __all__ = [
     "Gains",
     "RateController",
     "RatePolicy",
+    "SlackController",
     "ThresholdThrottle",
     "ThrottleConfig",
     "ThrottleController",

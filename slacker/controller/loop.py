@@ -16,6 +16,17 @@ from .metrics import ControllerMetrics
 log = logging.getLogger(__name__)
 
 
+def source_state(sample: LatencySample) -> str:
+    """One word for what the latency source gave this step, for status lines and the series.
+
+    ok: latency measured; idle: nothing ran on the tenant(s), nothing to measure;
+    blind: the servers committed transactions the source did not see; failed: no answer.
+    """
+    if sample.ok:
+        return "idle" if sample.count <= 0 else "ok"
+    return "blind" if sample.blind else "failed"
+
+
 class RatePolicy:
     def __init__(
         self,
@@ -50,6 +61,10 @@ class RatePolicy:
         state = out.to_dict()
         state["source"] = sample.source
         state["window_count"] = sample.count
+        state["server_commits"] = sample.server_commits
+        state["source_state"] = source_state(sample)
+        if not sample.ok:
+            state["source_error"] = sample.error
         return out.rate_bytes_per_s, state
 
     def close(self) -> None:

@@ -172,6 +172,7 @@ class ThrottleController(RateController):
         # Drop the measurement history so the first step after a gap has no P or D kick.
         self._y1: float | None = None  # y_{k-1}, seconds
         self._slope1: float | None = None  # normalised dy/dt at k-1
+        self._pd_debt = 0.0  # P+D drop clipped at 0, owed against the next rises
 
     def _dt(self, now: float) -> float:
         # A late or doubled call must not scale the integral or derivative wildly.
@@ -212,6 +213,12 @@ class ThrottleController(RateController):
             self._forget()
             return self._record(now, None, True, bytes_done, "no transactions in window; holding rate")
 
+        new, note, p, i, d = self._law(latency_s, dt)
+        self._fraction = new
+        return self._record(now, latency_s, True, bytes_done, note, p, i, d)
+
+    def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
+        """The velocity-form PID step: (new fraction, note, p, i, d)."""
         sp = self.setpoint_s
         g = self.gains
         e = (sp - latency_s) / sp
@@ -224,7 +231,18 @@ class ThrottleController(RateController):
             d = -g.kd * (slope - self._slope1)
         self._y1, self._slope1 = latency_s, slope
 
-        delta = p + i + d
+        # P and D act on changes of the measurement: a spike's drop and its recovery
+        # cancel. When the drop was clipped at 0 the recovery must be clipped too, or
+        # the rate ends above where it was before the spike (the kick noted in
+        # docs/results.md). So the part of a P+D drop lost at the bottom is a debt,
+        # paid from later positive P+D before they raise the rate. Only the bottom:
+        # bookkeeping must never delay a slowdown.
+        pd = p + d
+        if pd > 0 and self._pd_debt > 0:
+            paid = min(pd, self._pd_debt)
+            self._pd_debt -= paid
+            pd -= paid
+        delta = pd + i
         note = ""
         if delta > self.max_increase_per_step:
             delta = self.max_increase_per_step
@@ -233,9 +251,10 @@ class ThrottleController(RateController):
         if new >= 1.0:
             new, note = 1.0, "at max rate"
         elif new <= 0.0:
+            lost = -new  # what the clamp cut off this step's drop
+            self._pd_debt += min(lost, max(0.0, -(p + d)))
             new, note = 0.0, "stopped: latency above setpoint"
-        self._fraction = new
-        return self._record(now, latency_s, True, bytes_done, note, p, i, d)
+        return new, note, p, i, d
 
     def _record(
         self,

@@ -57,6 +57,30 @@ def server_id_for(node: str, tenant_id: str) -> int:
     return (zlib.crc32(f"{node}/{tenant_id}".encode()) & 0x7FFFFFFF) or 1
 
 
+# performance_schema sized to what Slacker reads: per-user transaction summaries
+# (latency source, per-tenant stats). Everything else it would allocate up front
+# (statement/stage/wait/memory summaries per thread, histories, digests, table
+# and file instances) is sized to 0: with the defaults an idle tenant with a
+# 16 MiB buffer pool was 191 MiB RSS, pfs alone 94 MiB; sized like this it is
+# ~99 MiB, pfs 3 MiB (docs/results.md, "performance_schema's cost").
+PERFORMANCE_SCHEMA_OPTIONS = (
+    "performance_schema = ON",
+    "performance_schema_instrument = 'transaction=ON'",
+    "performance_schema_consumer_statements_digest = OFF",
+    *(f"performance_schema_{name} = 0" for name in (
+        "digests_size", "max_digest_length", "max_sql_text_length",
+        "events_statements_history_size", "events_statements_history_long_size",
+        "events_stages_history_size", "events_stages_history_long_size",
+        "events_waits_history_size", "events_waits_history_long_size",
+        "events_transactions_history_size", "events_transactions_history_long_size",
+        "max_table_instances", "max_table_handles", "max_index_stat", "max_table_lock_stat",
+        "max_file_instances", "max_memory_classes", "accounts_size", "hosts_size",
+        "max_stage_classes", "max_mutex_classes", "max_rwlock_classes", "max_cond_classes",
+        "max_file_classes", "max_socket_classes", "max_statement_classes")),
+    "performance_schema_max_statement_stack = 2",
+)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """The generated my.cnf of one tenant. No secrets in here."""
@@ -99,7 +123,7 @@ class ServerConfig:
             "innodb_flush_log_at_trx_commit = 1",
             f"innodb_buffer_pool_size = {self.buffer_pool_bytes}",
             "innodb_log_file_size = 64M",
-            "performance_schema = ON",
+            *PERFORMANCE_SCHEMA_OPTIONS,
             "skip-name-resolve",
             "max_connections = 300",
             "character-set-server = utf8mb4",

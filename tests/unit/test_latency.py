@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
@@ -20,6 +21,7 @@ from slacker.latency import (
     LatencySource,
     MaxOf,
     PerformanceSchemaSource,
+    WatchedSource,
     PrometheusHistogramSource,
     parse_histogram_totals,
     parse_latency_source_spec,
@@ -351,7 +353,11 @@ class FakeCursor:
             raise OSError("Lost connection to server during query")
         self.conn.queries.append((sql, params))
         if "@@GLOBAL.performance_schema" in sql:
-            self.row = (self.conn.pfs_on,)
+            self.row = (self.conn.pfs_on, self.conn.statement_classes)
+        elif "FROM performance_schema.setup_instruments" in sql:
+            self.row = self.conn.instrument
+        elif sql.startswith("UPDATE performance_schema.setup_instruments"):
+            self.conn.instrument = ("YES", "YES")
         else:
             self.row = (self.conn.timer_ps, self.conn.count)
 
@@ -360,8 +366,10 @@ class FakeCursor:
 
 
 class FakeConn:
-    def __init__(self, pfs_on: int = 1) -> None:
+    def __init__(self, pfs_on: int = 1, statement_classes: int = 0, instrument=("YES", "YES")) -> None:
         self.pfs_on = pfs_on
+        self.statement_classes = statement_classes
+        self.instrument = instrument
         self.timer_ps = 0
         self.count = 0
         self.broken = False
@@ -380,13 +388,28 @@ def test_performance_schema_window_in_seconds_from_picoseconds() -> None:
     clock = [0.0]
     src = PerformanceSchemaSource(lambda: conn, exclude_users=["slacker"], clock=lambda: clock[0])
     assert src.read().empty
-    conn.timer_ps += 50 * 20_000_000_000  # 50 statements of 20 ms
+    conn.timer_ps += 50 * 20_000_000_000  # 50 transactions of 20 ms
     conn.count += 50
     clock[0] = 1.0
     s = src.read()
     assert s.ok and s.count == 50 and s.latency_s == pytest.approx(0.020)
     sql, params = conn.queries[-1]
-    assert "events_statements_summary_by_user_by_event_name" in sql and params == ("slacker",)
+    assert "events_transactions_summary_by_user_by_event_name" in sql and params == ("slacker",)
+
+
+def test_performance_schema_switches_the_transaction_instrument_on() -> None:
+    conn = FakeConn(instrument=("NO", "NO"))  # a tenant started with an older config
+    assert PerformanceSchemaSource(lambda: conn).read().ok
+    assert conn.instrument == ("YES", "YES")
+    assert any(q.startswith("UPDATE performance_schema.setup_instruments") for q, _ in conn.queries)
+
+
+def test_performance_schema_statements_on_a_sized_out_server_say_so() -> None:
+    conn = FakeConn(statement_classes=0)
+    s = PerformanceSchemaSource(lambda: conn, kind="statements").read()
+    assert not s.ok and "performance_schema_max_statement_classes=0" in s.error and conn.closed
+    conn = FakeConn(statement_classes=222)
+    assert PerformanceSchemaSource(lambda: conn, kind="statements").read().ok
 
 
 def test_performance_schema_off_is_a_clear_failure() -> None:
@@ -420,8 +443,11 @@ def test_performance_schema_connect_failure_is_a_failed_sample() -> None:
 
 def test_performance_schema_sql_choices() -> None:
     sql, params = performance_schema_sql()
+    assert "events_transactions_summary_global_by_event_name" in sql and params == []
+    sql, params = performance_schema_sql("statements")
     assert "events_statements_summary_global_by_event_name" in sql and params == []
     assert "statement/sql/%%" in sql  # pymysql turns %% into % because we always pass params
+    assert "statement/com/Execute" in sql  # binary-protocol executions of prepared statements
     sql, params = performance_schema_sql("transactions", users=["app"], exclude_users=["slacker", "root"])
     assert "events_transactions_summary_by_user_by_event_name" in sql
     assert "USER IN (%s)" in sql and "USER NOT IN (%s, %s)" in sql
@@ -477,6 +503,54 @@ def test_combinators_fail_if_any_source_fails_or_raises() -> None:
     assert not s.ok and "bug in a plugin" in s.error
     with pytest.raises(InvalidInput):
         MaxOf([])
+
+
+# --- idle or blind: the source checked against the server's commits ------------------------
+
+
+def _watched(commits: list[float], counts: list[float], min_commits: float = 10):
+    clock = [0.0]
+    state = {"count": 0.0, "commits": 0.0}
+    inner = CounterSource(lambda: (state["count"] * 0.01, state["count"]), name="pfs", clock=lambda: clock[0])
+    src = WatchedSource(inner, lambda: state["commits"], min_commits=min_commits, clock=lambda: clock[0])
+    out = []
+    for c, n in zip(commits, counts):
+        state["commits"] += c
+        state["count"] += n
+        out.append(src.read())
+        clock[0] += 1.0
+    return out
+
+
+def test_a_source_that_sees_nothing_while_the_server_commits_is_blind() -> None:
+    samples = _watched(commits=[0, 50, 50, 50], counts=[0, 0, 0, 0])
+    assert samples[0].ok  # the first read has no window yet: no evidence either way
+    last = samples[-1]
+    assert not last.ok and last.blind and last.server_commits == 150
+    assert "committed 150" in last.error and "cannot see" in last.error
+
+
+def test_an_idle_tenant_is_not_blind_and_a_seeing_source_passes_through() -> None:
+    idle = _watched(commits=[0, 1, 0, 2], counts=[0, 0, 0, 0])  # a stray commit or two: below the bar
+    assert all(s.ok and s.empty and not s.blind for s in idle)
+    assert idle[-1].server_commits == 3
+    busy = _watched(commits=[0, 50, 50], counts=[0, 50, 50])
+    assert busy[-1].ok and busy[-1].count == 100 and busy[-1].latency_s == pytest.approx(0.01)
+
+
+def test_blindness_survives_combining_and_unknown_traffic_is_no_evidence() -> None:
+    blind = Fixed("a", replace(LatencySample.failed("a", 10.0, "no transactions seen"), blind=True))
+    down = Fixed("b", LatencySample.failed("b", 10.0, "connection refused"))
+    good = Fixed("c", ls("c", 1, 10))
+    assert MaxOf([blind, good]).read().blind
+    assert not MaxOf([blind, down]).read().blind  # one of them is simply down: not only blindness
+    inner = Fixed("d", LatencySample("d", 10.0, window_s=3.0))
+
+    def broken() -> float:
+        raise OSError("gone")
+
+    s = WatchedSource(inner, broken).read()
+    assert s.ok and s.empty and s.server_commits is None
 
 
 # --- --latency-source ------------------------------------------------------------------------

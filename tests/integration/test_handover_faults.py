@@ -168,6 +168,18 @@ def test_source_server_killed_after_flip(scenario):
 
 
 # ---- SIGKILL of the target tenant's server --------------------------------------------------------
+def test_target_server_killed_while_frozen(scenario):
+    """Before the flip: the target cannot confirm the final position, the source is unfrozen."""
+    s = scenario
+    mid = migrate(s, hold_s={"frozen": 3}, max_freeze_s=30)
+    wait_phase(s.cluster, "node-1", mid, "handover", timeout_s=90)
+    time.sleep(0.5)
+    s.kill_tenant_server("node-2")
+    doc = wait_migration(s.cluster, "node-1", mid, timeout_s=90)
+    assert doc["result"] == "failed" and doc["epoch_after"] is None
+    assert s.check(mid) == "node-1"
+
+
 def test_target_server_killed_after_flip(scenario):
     """Promoted, durable, then killed: restarted by the activation, nothing acknowledged lost."""
     s = scenario

@@ -164,10 +164,17 @@ def test_new_owner_killed_right_after_the_flip_loses_nothing(cluster):
         wait_phase(cluster, "node-1", doc["id"], "cleanup", timeout_s=180)
         # The directory names node-2 now. Kill its server at once, as a power cut would.
         tpid = read_pid(target_dir / "run" / "mariadbd.pid")
+        # The cleanup phase activates the target first; wait until it takes writes (read_only off).
         admin = _target_admin(cluster)
-        with admin.cursor() as cur:
-            cur.execute("SELECT @@GLOBAL.sync_binlog, @@GLOBAL.innodb_flush_log_at_trx_commit, @@GLOBAL.read_only")
-            durability = cur.fetchone()
+        deadline = time.monotonic() + 30
+        while True:
+            with admin.cursor() as cur:
+                cur.execute("SELECT @@GLOBAL.sync_binlog, @@GLOBAL.innodb_flush_log_at_trx_commit, "
+                            "@@GLOBAL.read_only")
+                durability = cur.fetchone()
+            if durability[2] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         admin.close()
         os.kill(tpid, signal.SIGKILL)
         assert wait_gone(tpid, 30)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import time
 import uuid
@@ -20,15 +19,9 @@ from slacker.directory.etcd import _b64
 from slacker.errors import Conflict, DirectoryUnavailable
 from tests.directory_contract import *  # noqa: F401,F403  (the contract's tests run here on etcd)
 
+from .conftest import _free_port  # noqa: E402
+
 pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed")
-
-
-def _free_port(host: str) -> int:
-    s = socket.socket()
-    s.bind((host, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def start_etcd(tmp: Path) -> tuple[Path, list[str]]:

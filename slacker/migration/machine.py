@@ -433,7 +433,7 @@ class Migration:
         self._phase("prepare")
         pos = self._target("prepare", {}, timeout_s=3600)
         self.backup_position = BackupPosition(pos["binlog_file"], int(pos["binlog_pos"]), pos["gtid"])
-        self._target("start", {"read_only": True}, timeout_s=180)
+        self._target("start", {}, timeout_s=180)
         tenant = self.src.tenant()
         self._target("replicate", {"source_host": tenant.host, "source_port": tenant.port,
                                    "start_gtid": self.backup_position.gtid,
@@ -737,7 +737,7 @@ class Migration:
         self.src.frozen = None
         self._stream(["tar", "-C", str(tenant.datadir), "-c", "-f", "-", "."], self.opts.snapshot_timeout_s)
         self._phase("handover")
-        self._target("start", {"read_only": True, "gtid_state": final}, timeout_s=300)
+        self._target("start", {"gtid_state": final}, timeout_s=300)
         if self.opts.verify:
             dst = self._target("checksums", {}, timeout_s=600)["checksums"]
             if dst != self._source_checksums:

@@ -226,7 +226,7 @@ def attach(node, server) -> None:
 
     @server.route("POST", f"/v1/incoming/{MID}/start")
     def inc_start(srv, body, q, mid):
-        inc.get(mid).start(bool(body.get("read_only", True)), body.get("gtid_state"))
+        inc.get(mid).start(body.get("gtid_state"))
         return {"started": True}
 
     @server.route("POST", f"/v1/incoming/{MID}/replicate")

@@ -131,7 +131,7 @@ class IncomingMigration:
         self.state = "prepared"
         return self.position
 
-    def start(self, read_only: bool, gtid_state: str | None = None) -> None:
+    def start(self, gtid_state: str | None = None) -> None:
         """Start the copy fenced. The copy's binlog index names the source's files, so the target
         starts a log of its own, seeded with the source's GTID state when given."""
         for stale in self.tenant.datadir.glob("binlog.*"):

@@ -8,6 +8,7 @@ $SLACKER_CLUSTER, ./run/cluster.toml, or /etc/slacker/cluster.toml.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ class Cluster:
     directory_backend: str = "sqlite"  # "sqlite": served by directory_node; "etcd": etcd_endpoints
     etcd_endpoints: tuple[str, ...] = ()
     etcd_prefix: str = "/slacker"
+    # Addresses on a bridge inside this machine (`cluster up --netns`): plain-text links there never
+    # leave the machine, like loopback. Empty on real hosts.
+    local_subnet: str = ""
 
     def node(self, name: str) -> NodeSpec:
         if name not in self.nodes:
@@ -127,6 +131,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         backend = str(doc.get("directory_backend", "sqlite"))
         endpoints = doc.get("etcd_endpoints", [])
         prefix = str(doc.get("etcd_prefix", "/slacker"))
+        local_subnet = str(doc.get("local_subnet", ""))
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
@@ -148,9 +153,15 @@ def load_cluster(explicit: str | None = None) -> Cluster:
                            "etcd_endpoints is empty", "list the etcd members' client URLs")
     if not prefix.startswith("/") or prefix.endswith("/") or len(prefix) < 2:
         raise InvalidInput(f"cluster file {path}: bad etcd_prefix {prefix!r}", "expected /NAME", "for example /slacker")
+    if local_subnet:
+        try:
+            ipaddress.IPv4Network(local_subnet)
+        except ValueError as exc:
+            raise InvalidInput(f"cluster file {path}: bad local_subnet {local_subnet!r}", str(exc),
+                               "for example 10.77.0.0/24, or leave it out") from None
     cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes,
                       directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
-                      etcd_prefix=prefix)
+                      etcd_prefix=prefix, local_subnet=local_subnet)
     cluster.node(directory)  # the directory node must be one of the nodes
     return cluster
 

@@ -6,6 +6,9 @@ node gets its own 127.0.0.x address, so a tenant keeps its port when it moves
 between local nodes, and its own data root. With `directory="etcd"` a
 three-member etcd cluster (local_etcd.py) starts first, on the first three
 node addresses, and every agent uses it instead of node-1's SQLite file.
+With `netns=True` each node lives in a network namespace of its own on a
+bridge (netns.py): its own address, so its API, tenants, the copy and
+replication cross a real interface; etcd then listens on the bridge.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from pathlib import Path
 
 from .agent.client import AgentClient
-from . import cgroups, local_etcd
+from . import cgroups, local_etcd, netns as netns_mod
 from .config import DIRECTORY_BACKENDS, load_agent_config, load_cluster, write_toml
 from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError
 from .mariadb import write_secret
@@ -34,7 +37,8 @@ START_TIMEOUT_S = 90.0
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
-       cpu_per_node: float | None = None) -> Path:
+       cpu_per_node: float | None = None, netns: bool = False, netns_subnet: str = netns_mod.DEFAULT_SUBNET
+       ) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
@@ -42,7 +46,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     cluster on the first three node addresses); `fault_injection` lets migrations pause at named
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
     and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
-    their group; the quota itself is updated)."""
+    their group; the quota itself is updated). `netns` puts each node in a network namespace of its
+    own with an address from `netns_subnet` (first_address is then unused)."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
     if directory not in DIRECTORY_BACKENDS:
@@ -52,12 +57,15 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
                            "give each its own port")
     if not 1 <= nodes <= 64:
         raise InvalidInput(f"--nodes {nodes} is out of range", "a local cluster has 1 to 64 nodes", "")
+    if netns:
+        netns_mod.check_privileges()
+        netns_mod.plan(run_dir, [f"node-{i + 1}" for i in range(nodes)], netns_subnet)  # validates early
     try:
         base = ipaddress.IPv4Address(first_address)
     except ValueError:
         raise InvalidInput(f"invalid address {first_address!r}", "expected an IPv4 loopback address",
                            "for example 127.0.0.2") from None
-    if not base.is_loopback or not (base + max(nodes, 3) - 1).is_loopback:
+    if not netns and (not base.is_loopback or not (base + max(nodes, 3) - 1).is_loopback):
         raise InvalidInput(f"address {first_address} with {nodes} nodes leaves 127.0.0.0/8",
                            "a local cluster lives on loopback", "use 127.0.0.2")
     run_dir = run_dir.resolve()
@@ -66,24 +74,29 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     token_file = run_dir / "token"
     if cluster_file.exists():
         existing = load_cluster(str(cluster_file))
-        if len(existing.nodes) != nodes or existing.directory_backend != directory:
+        if len(existing.nodes) != nodes or existing.directory_backend != directory \
+                or (run_dir / "netns.json").exists() != netns:
             raise Conflict(f"a cluster with {len(existing.nodes)} nodes and the {existing.directory_backend} "
                            f"directory is already set up in {run_dir}", f"you asked for {nodes} and {directory}",
                            f"run `slacker cluster down --purge --dir {run_dir}` first")
     if not token_file.exists():
         write_secret(token_file, secrets.token_hex(32) + "\n")
+    names = [f"node-{i + 1}" for i in range(nodes)]
+    net = netns_mod.setup(run_dir, names, netns_subnet) if netns else None
     specs = []
-    for i in range(nodes):
-        name = f"node-{i + 1}"
-        host = str(base + i)
+    for i, name in enumerate(names):
+        host = net.node(name).address if net else str(base + i)
         specs.append({"name": name, "url": f"http://{host}:{api_port}", "tenant_host": host})
     if directory_node not in {s["name"] for s in specs}:
         raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
                            "it must be node-1 ... node-N", "for example --directory-node node-1")
     top = {"token_file": str(token_file), "directory": directory_node}
+    if net:
+        top["local_subnet"] = net.subnet  # a bridge on this machine: plain-text links here stay on it
     if directory == "etcd":
         # Three members whatever the node count: one may fail and a majority remains.
-        members = local_etcd.plan([str(base + i) for i in range(3)], etcd_client_port, etcd_peer_port)
+        hosts = list(net.etcd_addresses) if net else [str(base + i) for i in range(3)]
+        members = local_etcd.plan(hosts, etcd_client_port, etcd_peer_port)
         endpoints = local_etcd.start(run_dir / "etcd", members)
         top |= {"directory_backend": "etcd", "etcd_endpoints": endpoints, "etcd_prefix": "/slacker"}
     write_toml(cluster_file, top, {"nodes": specs}, header="Slacker cluster file, written by `slacker cluster up`.")
@@ -120,11 +133,20 @@ def _answers(client: AgentClient) -> bool:
 
 def _spawn_agent(node_dir: Path, group: "cgroups.CpuGroup | None" = None) -> None:
     log = open(node_dir / "agent.log", "ab")
-    # Join the node's cgroup before exec, so nothing the agent starts ever runs outside it.
-    join = (lambda: group.add(os.getpid())) if group is not None else None
+    net = netns_mod.load(node_dir.parent)
+    namespace = net.node(node_dir.name).namespace if net else None
+
+    # Join the node's cgroup and network namespace before exec, so nothing the agent starts
+    # (tenants, backups, pipes) ever runs outside them.
+    def join() -> None:
+        if group is not None:
+            group.add(os.getpid())
+        if namespace is not None:
+            netns_mod.enter(namespace)
     proc = subprocess.Popen([sys.executable, "-m", "slacker", "agent", "--config", str(node_dir / "agent.toml")],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, close_fds=True, preexec_fn=join)
+                            start_new_session=True, close_fds=True,
+                            preexec_fn=join if group is not None or namespace is not None else None)
     log.close()
     (node_dir / "agent.pid").write_text(f"{proc.pid}\n")
 
@@ -147,6 +169,9 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
     """Stop every agent of the local cluster and its tenants; `purge` also removes the run dir."""
     run_dir = run_dir.resolve()
     cluster_file = run_dir / "cluster.toml"
+    if not cluster_file.exists() and (run_dir / "netns.json").exists():  # `up` failed half-way
+        netns_mod.teardown(run_dir)
+        return ["network namespaces"]
     if not cluster_file.exists():
         raise SlackerError(f"no local cluster in {run_dir}", "cluster.toml is missing",
                            "pass --dir, or nothing is running")
@@ -181,6 +206,9 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
     if (run_dir / "etcd").exists():  # after the agents: they may use the directory while stopping
         local_etcd.stop(run_dir / "etcd")
         stopped.append("etcd")
+    if (run_dir / "netns.json").exists():  # last: etcd listened on the bridge
+        netns_mod.teardown(run_dir)
+        stopped.append("network namespaces")
     if purge:
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)

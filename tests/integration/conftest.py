@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from slacker import local_cluster
+from slacker import local_cluster, netns
 from slacker.client import Endpoint
 from slacker.config import load_cluster
+from slacker.errors import Conflict
 from slacker.procs import kill_group
 from slacker.tenants import TenantManager
 
@@ -77,14 +78,17 @@ def make_cluster(short_tmp):
     made = []
 
     def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run",
-             directory_node: str = "node-1", directory: str = "sqlite", cpu_per_node: float | None = None):
+             directory_node: str = "node-1", directory: str = "sqlite", cpu_per_node: float | None = None,
+             netns: bool = False):
+        run_dir = short_tmp / name
+        made.append(run_dir)
+        if netns:
+            return _make_netns(run_dir, nodes, port_range, directory_node, directory, cpu_per_node)
         # A distinct 127.0.x.0/24 block per cluster keeps sockets of earlier tests apart.
         _next_block[0] += 1
         block = 100 + (os.getpid() + _next_block[0]) % 150
         first = f"127.0.{block}.2"
         port = _free_port(first)
-        run_dir = short_tmp / name
-        made.append(run_dir)
         etcd_ports = {}
         if directory == "etcd":  # three members on the block's first three addresses, ports of their own
             client = _free_port(first)
@@ -109,6 +113,35 @@ def make_cluster(short_tmp):
         # Whatever a fault left behind (an agent killed mid-step), no process of this cluster survives it.
         for pid, _ in processes_mentioning(str(run_dir)):
             kill_group(pid)
+        try:
+            netns.teardown(run_dir)  # namespaces, veths and the bridge, even if `down` failed
+        except Exception:
+            pass
+
+
+def _make_netns(run_dir: Path, nodes: int, port_range, directory_node: str, directory: str,
+                cpu_per_node: float | None):
+    """A cluster whose nodes are network namespaces on a bridge with a /24 of this run's own:
+    several test runs (and demo clusters on 10.77.0.0/24) can live side by side."""
+    last = None
+    for _ in range(20):
+        _next_block[0] += 1
+        subnet = f"10.{78 + _next_block[0] % 8}.{(os.getpid() + _next_block[0] * 37) % 250}.0/24"
+        try:
+            path = local_cluster.up(run_dir, nodes=nodes, api_port=7701, port_range="%d-%d" % port_range,
+                                    directory_node=directory_node, fault_injection=True, directory=directory,
+                                    cpu_per_node=cpu_per_node, netns=True, netns_subnet=subnet)
+        except Conflict as exc:  # another run holds that subnet: try the next one
+            last = exc
+            netns.teardown(run_dir)
+            continue
+        os.environ["SLACKER_CLUSTER"] = str(path)
+        return load_cluster(str(path))
+    raise last
+
+
+netns_available = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                     reason="network namespaces need root and iproute2")
 
 
 @pytest.fixture

@@ -76,11 +76,14 @@ def test_live_migration_on_the_etcd_directory(etcd_cluster):
 def test_etcd_leader_killed_mid_migration(etcd_cluster):
     """SIGKILL the etcd leader while the migration copies: the flip waits out the election and the
     migration succeeds with no acknowledged write lost; the directory names exactly one owner."""
+    etcd_leader_killed_mid_migration(etcd_cluster)
+
+
+def etcd_leader_killed_mid_migration(c) -> None:
     from slacker.ackwriter import AckedWriter
 
     from .migration_helpers import acked_ids_present, create_loaded_tenant, follow
 
-    c = etcd_cluster
     create_loaded_tenant(c, "mig", rows=6000)
     _, directory = cluster_clients(c)
     etcd_dir = c.path.parent / "etcd"
@@ -115,15 +118,24 @@ def test_no_etcd_quorum_at_the_flip_fails_closed(etcd_cluster):
     """Two of three etcd members die while the source is fenced just before the compare-and-set:
     the migration neither flips nor unfences; it waits with the source fenced, says why, and once the
     quorum is back the directory's answer decides. Never two owners, no acknowledged write lost."""
+    no_etcd_quorum_at_the_flip(etcd_cluster)
+
+
+def no_etcd_quorum_at_the_flip(c) -> None:
     from slacker.ackwriter import AckedWriter
     from slacker.errors import DirectoryUnavailable
 
     from .migration_helpers import acked_ids_present, create_loaded_tenant, follow
 
-    c = etcd_cluster
+    from slacker.ackwriter import WriteProber
+    from slacker.client import resolve
+
     create_loaded_tenant(c, "mig", rows=1000)
     agents, directory = cluster_clients(c)
     etcd_dir = c.path.parent / "etcd"
+    ep = resolve("mig", c)
+    # A write tried on every node's copy every 100 ms: two accepting at once would be two owners.
+    prober = WriteProber({n.name: (n.tenant_host, ep.port) for n in c.nodes.values()}, ep.user, ep.password).start()
     writer = AckedWriter(follow(c, "mig"), rate_per_s=100).start()
     try:
         time.sleep(0.5)
@@ -154,6 +166,9 @@ def test_no_etcd_quorum_at_the_flip_fails_closed(etcd_cluster):
         time.sleep(1.0)
     finally:
         writer.stop()
+        prober.stop()
+    assert prober.double_writable == [], f"two writable servers at once: {prober.double_writable}"
+    assert prober.rounds > 50
     assert doc["result"] == "succeeded", doc.get("error")
     assert doc["directory_outage_s"] and doc["directory_outage_s"] >= 5
     own = directory.lookup("mig")

@@ -1,0 +1,110 @@
+"""Nodes as separate network hosts (`cluster up --netns`): each node in a network namespace of its
+own on a bridge, on the etcd directory. The curated CI set of migration and failure tests that runs
+across real interfaces: a live migration under load, an etcd member killed mid-migration, and no etcd
+quorum at the flip."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slacker import netns
+from slacker.agent.client import cluster_clients
+from slacker.cli import main
+from slacker.client import resolve
+from slacker.procs import read_pid
+
+from .conftest import netns_available
+from .migration_helpers import node_dir, processes_mentioning
+from .test_etcd_cluster import etcd_leader_killed_mid_migration, no_etcd_quorum_at_the_flip
+from .test_migration import run_migration_under_load
+
+pytestmark = [netns_available]
+
+
+@pytest.fixture
+def netns_cluster(make_cluster):
+    return make_cluster(nodes=3, directory="etcd", netns=True)
+
+
+def _tx_bytes(dev: str) -> int:
+    return int(Path(f"/sys/class/net/{dev}/statistics/tx_bytes").read_text())
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_nodes_are_separate_hosts_and_down_removes_them(netns_cluster):
+    c = netns_cluster
+    run_dir = c.path.parent
+    plan = netns.load(run_dir)
+    root_ns = netns.namespace_of_pid(1)
+    spaces = {netns.namespace_of_pid(read_pid(node_dir(c, n) / "agent.pid")) for n in c.nodes}
+    assert len(spaces) == 3 and root_ns not in spaces  # three namespaces, none of them the root's
+    addresses = {n.tenant_host for n in c.nodes.values()}
+    assert addresses == {n.address for n in plan.nodes}
+    assert all(a.startswith("10.") for a in addresses)
+    assert all(e.split("//")[1].split(":")[0] in plan.etcd_addresses for e in c.etcd_endpoints)
+
+    agents, _ = cluster_clients(c)
+    agents["node-2"].request("POST", "/v1/tenants", {"id": "t1", "buffer_pool_bytes": 32 << 20}, timeout_s=180)
+    ep = resolve("t1", c)
+    assert ep.host == c.node("node-2").tenant_host  # the namespace's address, not 127.x
+    conn = ep.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1")
+    conn.close()
+    # The tenant listens inside node-2's namespace only: not on the root's loopback, nor on node-1's.
+    assert not _reachable("127.0.0.1", ep.port)
+    r = CliRunner().invoke(main, ["locate", "t1", "--json"])
+    assert r.exit_code == 0 and f'"{ep.host}"' in r.output, r.output
+
+    r = CliRunner().invoke(main, ["cluster", "down", "--dir", str(run_dir)])
+    assert r.exit_code == 0 and "network namespaces" in r.output, r.output
+    assert not {n.namespace for n in plan.nodes} & netns._namespaces()
+    assert not netns._link_exists(plan.bridge)
+    assert not any(netns._link_exists(n.veth_root) for n in plan.nodes)
+    assert processes_mentioning(str(run_dir)) == []
+    assert netns.teardown(run_dir) == []  # again: nothing left to do
+
+
+def test_live_migration_across_interfaces(netns_cluster):
+    """A live migration under an acknowledged write load between two namespaces: 0 lost, and the
+    copy really crossed the target's interface."""
+    plan = netns.load(netns_cluster.path.parent)
+    into_target = plan.node("node-2").veth_root  # its root end transmits what enters node-2's namespace
+    before = _tx_bytes(into_target)
+    doc, writer = run_migration_under_load(netns_cluster)
+    assert doc["mode"] == "live"
+    assert _tx_bytes(into_target) - before >= doc["bytes_total"] > 5_000_000
+    _, directory = cluster_clients(netns_cluster)
+    assert directory.lookup("mig").host == netns_cluster.node("node-2").tenant_host
+
+
+def test_etcd_member_killed_mid_migration(netns_cluster):
+    etcd_leader_killed_mid_migration(netns_cluster)
+
+
+def test_no_etcd_quorum_at_the_flip_fails_closed(netns_cluster):
+    no_etcd_quorum_at_the_flip(netns_cluster)
+
+
+def test_netns_needs_root(monkeypatch, tmp_path):
+    from slacker import local_cluster
+    from slacker.errors import SlackerError
+
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    with pytest.raises(SlackerError, match="--netns needs root"):
+        local_cluster.up(tmp_path / "run", nodes=2, netns=True)
+    monkeypatch.setattr(netns.shutil, "which", lambda name: None)
+    monkeypatch.setattr(netns.os, "access", lambda p, m: False)
+    with pytest.raises(SlackerError, match="ip command is not installed"):
+        local_cluster.up(tmp_path / "run", nodes=2, netns=True)

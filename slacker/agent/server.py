@@ -29,17 +29,57 @@ _STATUS = {InvalidInput: 400, Unauthorized: 401, NotFound: 404, Conflict: 409, A
 _MAX_BODY = 1 << 20
 
 
+# A connection that sends nothing (or stalls mid-request, or idles between keep-alive requests)
+# for this long is dropped; long polls (watch) are not reads and are not cut by it.
+REQUEST_TIMEOUT_S = 10.0
+# At most this many requests are handled at once (watches included); beyond it a connection gets
+# an immediate 503 instead of a thread, so a flood cannot exhaust the agent's memory or threads.
+MAX_WORKERS = 128
+
+
 class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64
 
-    def __init__(self, node: Node, host: str, port: int) -> None:
+    def __init__(self, node: Node, host: str, port: int, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 max_workers: int = MAX_WORKERS) -> None:
         self.node = node
         self.routes: list[tuple[str, re.Pattern, callable]] = []
         self.shutdown_requested = threading.Event()
         self.stop_tenants_on_shutdown = False
+        self.request_timeout_s = request_timeout_s
+        self.max_workers = max_workers
+        self._slots = threading.BoundedSemaphore(max_workers)
         super().__init__((host, port), _Handler)
         _add_core_routes(self)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self._refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse_busy(self, request) -> None:
+        body = json.dumps(AgentUnavailable("agent busy", f"{self.max_workers} requests in progress",
+                                           "retry shortly").to_dict()).encode()
+        try:
+            request.settimeout(1.0)
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def route(self, method: str, pattern: str):
         def deco(fn):
@@ -51,6 +91,10 @@ class ApiServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: ApiServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout_s  # applied to the socket by StreamRequestHandler
+        super().setup()
 
     def log_message(self, fmt, *args):  # route access logs through logging, at debug level
         log.debug("%s %s", self.address_string(), fmt % args)
@@ -82,16 +126,25 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/metrics" and method == "GET":
             self._send(200, generate_latest(self.server.node.registry), CONTENT_TYPE_LATEST)
             return
+        allowed = []
         for m, pattern, fn in self.server.routes:
             match = pattern.match(url.path)
             if match and m == method:
                 break
+            if match:
+                allowed.append(m)
         else:
-            self._json(404, NotFound(f"no such endpoint {method} {url.path}", "", "").to_dict())
+            self.rfile.read(min(int(self.headers.get("Content-Length") or 0), _MAX_BODY))
+            if allowed:
+                self._json(405, InvalidInput(f"method {method} not allowed on {url.path}",
+                                             f"it takes {', '.join(sorted(set(allowed)))}", "").to_dict())
+            else:
+                self._json(404, NotFound(f"no such endpoint {method} {url.path}", "", "").to_dict())
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
             if length > _MAX_BODY:
+                self.close_connection = True  # its body stays unread: the connection cannot be reused
                 raise InvalidInput("request body too large", f"{length} bytes", "")
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else {}

@@ -138,6 +138,8 @@ class Tenant:
     socket = property(lambda self: self.sock_dir / f"{self.info.id}.sock")
     admin_password_file = property(lambda self: self.root / "secrets" / "admin.password")
     app_password_file = property(lambda self: self.root / "secrets" / "app.password")
+    backup_password_file = property(lambda self: self.root / "secrets" / "backup.password")
+    repl_password_file = property(lambda self: self.root / "secrets" / "repl.password")
     admin_defaults_file = property(lambda self: self.root / "secrets" / "admin.cnf")
     meta_file = property(lambda self: self.root / "tenant.json")
 
@@ -154,6 +156,27 @@ class Tenant:
 
     def app_password(self) -> str:
         return self.app_password_file.read_text().strip()
+
+    def backup_password(self) -> str:
+        return self.backup_password_file.read_text().strip()
+
+    def repl_password(self) -> str:
+        return self.repl_password_file.read_text().strip()
+
+    def ensure_service_accounts(self) -> None:
+        """Give a tenant created before the backup and replication accounts existed its own pair."""
+        if self.backup_password_file.exists() and self.repl_password_file.exists():
+            return
+        for f in (self.backup_password_file, self.repl_password_file):
+            if not f.exists():
+                mariadb.write_secret(f, secrets.token_urlsafe(24) + "\n")
+        conn = self.admin_connect()
+        try:
+            with conn.cursor() as cur:
+                for stmt in mariadb.service_accounts_sql(self.backup_password(), self.repl_password()):
+                    cur.execute(stmt)
+        finally:
+            conn.close()
 
     def admin_connect(self, timeout_s: float = 5.0, **kwargs):
         return mariadb.connect(user=mariadb.ADMIN_USER, password=self.admin_password(),
@@ -318,11 +341,14 @@ class TenantManager:
         try:
             mariadb.write_secret(tenant.admin_password_file, secrets.token_urlsafe(24) + "\n")
             mariadb.write_secret(tenant.app_password_file, secrets.token_urlsafe(24) + "\n")
+            mariadb.write_secret(tenant.backup_password_file, secrets.token_urlsafe(24) + "\n")
+            mariadb.write_secret(tenant.repl_password_file, secrets.token_urlsafe(24) + "\n")
             tenant.write_config()
             tenant.save()
             self._install_db(tenant, install_db)
             init_file = tenant.root / "secrets" / "init.sql"
-            mariadb.write_secret(init_file, mariadb.bootstrap_sql(tenant.admin_password(), tenant.app_password()))
+            mariadb.write_secret(init_file, mariadb.bootstrap_sql(tenant.admin_password(), tenant.app_password(),
+                                                                 tenant.backup_password(), tenant.repl_password()))
             try:
                 self._start(tenant, mariadbd, extra_args=[f"--init-file={init_file}"])
             finally:

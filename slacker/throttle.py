@@ -48,7 +48,7 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
         watched = [t for t in node.tenants.list() if t.info.desired_state == "running"]
         parts = [PerformanceSchemaSource(
             _connector(t), kind=spec.pfs_kind, users=spec.users,
-            exclude_users=spec.exclude_users or (mariadb.ADMIN_USER,), window_s=window_s, step_s=step_s,
+            exclude_users=spec.exclude_users or mariadb.SERVICE_USERS, window_s=window_s, step_s=step_s,
             name=f"performance_schema:{t.id}") for t in watched]
         if not parts:
             raise InvalidInput("no tenant to read latency from", f"node {node.name} runs none", "")

@@ -55,7 +55,7 @@ class TenantStats:
         if src is None:
             src = self._sources[tenant.id] = PerformanceSchemaSource(
                 lambda: tenant.admin_connect(timeout_s=2), kind="transactions",
-                exclude_users=(mariadb.ADMIN_USER,), window_s=self.window_s, step_s=self.step_s,
+                exclude_users=mariadb.SERVICE_USERS, window_s=self.window_s, step_s=self.step_s,
                 name=f"performance_schema:{tenant.id}")
         return src
 

@@ -19,6 +19,17 @@ from ..errors import MissingDependency, TenantError
 
 ADMIN_USER = "slacker"
 APP_USER = "app"
+# Least privilege: each of Slacker's channels logs in as an account that can do its job and no more.
+# The admin account (everything) only over the tenant's unix socket, so never from another host;
+# the backup account only what mariabackup checks for and uses (BACKUP STAGE/FTWRL need RELOAD,
+# its lock on non-InnoDB tables LOCK TABLES, the list of running queries PROCESS, the binlog
+# position BINLOG MONITOR), also socket only; the replication account REPLICATION SLAVE from
+# anywhere (the target connects over the network). Neither of the two can read or write user tables.
+BACKUP_USER = "slacker_backup"
+REPL_USER = "slacker_repl"
+BACKUP_PRIVILEGES = "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR"
+REPL_PRIVILEGES = "REPLICATION SLAVE"
+SERVICE_USERS = (ADMIN_USER, BACKUP_USER, REPL_USER)
 
 # Where distributions put server binaries; /usr/sbin is often not on a user's PATH.
 _EXTRA_BIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
@@ -166,8 +177,22 @@ def write_secret(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def bootstrap_sql(admin_password: str, app_password: str) -> str:
-    """Accounts a new tenant gets: Slacker's admin, and the application's.
+def service_accounts_sql(backup_password: str, repl_password: str) -> list[str]:
+    """The backup and replication accounts (idempotent statements)."""
+    b = pymysql.converters.escape_string(backup_password)
+    r = pymysql.converters.escape_string(repl_password)
+    return [
+        f"CREATE USER IF NOT EXISTS '{BACKUP_USER}'@'localhost' IDENTIFIED BY '{b}'",
+        f"GRANT {BACKUP_PRIVILEGES} ON *.* TO '{BACKUP_USER}'@'localhost'",
+        f"CREATE USER IF NOT EXISTS '{REPL_USER}'@'%' IDENTIFIED BY '{r}'",
+        f"GRANT {REPL_PRIVILEGES} ON *.* TO '{REPL_USER}'@'%'",
+    ]
+
+
+def bootstrap_sql(admin_password: str, app_password: str, backup_password: str | None = None,
+                  repl_password: str | None = None) -> str:
+    """Accounts a new tenant gets: Slacker's admin (socket only), the backup and replication
+    accounts, and the application's.
 
     The application account has no SUPER/READ_ONLY ADMIN so `read_only` holds it
     off a migration target until the handover.
@@ -179,14 +204,17 @@ def bootstrap_sql(admin_password: str, app_password: str) -> str:
         "LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, "
         "TRIGGER, REFERENCES, SHOW DATABASES, PROCESS"
     )
-    stmts = []
+    stmts = [
+        f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'localhost' IDENTIFIED BY '{a}'",
+        f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'localhost' WITH GRANT OPTION",
+    ]
     for host in ("%", "localhost"):
         stmts += [
-            f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'{host}' IDENTIFIED BY '{a}'",
-            f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'{host}' WITH GRANT OPTION",
             f"CREATE USER IF NOT EXISTS '{APP_USER}'@'{host}' IDENTIFIED BY '{p}'",
             f"GRANT {app_privs} ON *.* TO '{APP_USER}'@'{host}'",
         ]
+    if backup_password is not None and repl_password is not None:
+        stmts += service_accounts_sql(backup_password, repl_password)
     return "\n".join(s + ";" for s in stmts) + "\n"
 
 

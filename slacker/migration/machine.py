@@ -360,6 +360,7 @@ class Migration:
             log.warning("migration %s: %s", self.id, w)
         self.tool = select_tool(version)
         tenant = self.src.tenant()
+        tenant.ensure_service_accounts()
         binlog_bytes = sum(p.stat().st_size for p in tenant.datadir.glob("binlog.*"))
         data_bytes = directory_bytes(tenant.datadir)
         self.bytes_total = data_bytes if self.opts.mode == "stop-and-copy" else max(0, data_bytes - binlog_bytes)
@@ -372,7 +373,8 @@ class Migration:
             "migration_id": self.id, "tenant": self.tenant_id, "port": tenant.port, "source_node": self.source,
             "source_host": tenant.host, "epoch_before": own.epoch, "lease_ttl_s": self.opts.lease_ttl_s,
             "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
-            "app_password": tenant.app_password(), "token": self.transfer_token, "mode": self.opts.mode,
+            "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
+            "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
             "expected_bytes": self.bytes_total}, phase="preflight")
         self._lease_ok_at = time.monotonic()
         threading.Thread(target=self._lease_loop, name=f"lease-{self.id}", daemon=True).start()
@@ -425,7 +427,7 @@ class Migration:
         tenant = self.src.tenant()
         defaults = self.work_dir / "backup.cnf"
         mariadb.write_secret(defaults, self.tool.backup_defaults(
-            tenant.config_file.read_text(), mariadb.ADMIN_USER, tenant.admin_password(), tenant.socket))
+            tenant.config_file.read_text(), mariadb.BACKUP_USER, tenant.backup_password(), tenant.socket))
         (self.work_dir / "tmp").mkdir(exist_ok=True)
         self._stream(self.tool.stream_argv(defaults, self.work_dir / "tmp"), self.opts.snapshot_timeout_s)
 

@@ -72,6 +72,9 @@ class IncomingMigration:
         try:
             mariadb.write_secret(tenant.admin_password_file, body["admin_password"] + "\n")
             mariadb.write_secret(tenant.app_password_file, body["app_password"] + "\n")
+            for key, f in (("backup_password", tenant.backup_password_file), ("repl_password", tenant.repl_password_file)):
+                if body.get(key):  # the accounts come with the copy; their passwords with this request
+                    mariadb.write_secret(f, body[key] + "\n")
             tenant.save()
             tenant.datadir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(tenant.datadir).free
@@ -153,7 +156,7 @@ class IncomingMigration:
         # the applier comes from slacker.delta (serial or concurrent, catch-up mode on).
         self.applier = make_applier(applier, lambda: self.tenant.admin_connect(timeout_s=10), mpl=mpl,
                                     datadir=self.tenant.datadir)
-        self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
+        self.applier.start(SourceLink(source_host, source_port, mariadb.REPL_USER, self.tenant.repl_password()),
                            start_gtid)
         self.state = "catching-up"
 

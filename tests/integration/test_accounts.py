@@ -1,0 +1,140 @@
+"""Least privilege on a real server: the backup and replication accounts can do their job and nothing
+else, the admin account cannot log in over the network, and a migration uses them without a password
+ever showing up in a process's argv, an agent log or an API answer."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from slacker import mariadb
+from slacker.backup import MariaBackup
+from slacker.errors import TenantError
+
+from .migration_helpers import create_loaded_tenant, follow, node_dir, start_migration, wait_migration
+
+ACCESS_DENIED = (1044, 1045, 1142, 1227)  # db, login, table, "you need the X privilege"
+
+
+def _user_table(tenant) -> None:
+    conn = tenant.admin_connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(20))")
+        cur.execute("INSERT INTO shop.items VALUES (1, 'one')")
+    conn.close()
+
+
+def _denied(conn, sql: str) -> int:
+    with pytest.raises(pymysql.err.MySQLError) as info:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    return info.value.args[0]
+
+
+def test_backup_and_replication_accounts_cannot_touch_user_tables(tenant):
+    _user_table(tenant)
+    backup = mariadb.connect(user=mariadb.BACKUP_USER, password=tenant.backup_password(), socket=tenant.socket)
+    repl = mariadb.connect(user=mariadb.REPL_USER, password=tenant.repl_password(), host=tenant.host,
+                           port=tenant.port)
+    for conn in (backup, repl):
+        for sql in ("INSERT INTO shop.items VALUES (2, 'two')", "UPDATE shop.items SET name = 'x'",
+                    "DELETE FROM shop.items", "SELECT * FROM shop.items", "DROP TABLE shop.items",
+                    "CREATE USER 'evil'@'%'", "SET GLOBAL read_only = OFF"):
+            assert _denied(conn, sql) in ACCESS_DENIED, sql
+        conn.close()
+    # The admin account exists only on the unix socket: no login from the network.
+    with pytest.raises(TenantError, match="Access denied"):
+        mariadb.connect(user=mariadb.ADMIN_USER, password=tenant.admin_password(), host=tenant.host,
+                        port=tenant.port)
+    # The backup account is not reachable over the network either.
+    with pytest.raises(TenantError, match="Access denied"):
+        mariadb.connect(user=mariadb.BACKUP_USER, password=tenant.backup_password(), host=tenant.host,
+                        port=tenant.port)
+    conn = tenant.admin_connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*), MAX(name) FROM shop.items")
+        assert cur.fetchone() == (1, "one")
+    conn.close()
+
+
+def test_mariabackup_runs_with_the_backup_account_alone(tenant, short_tmp):
+    _user_table(tenant)
+    tool = MariaBackup()
+    defaults = short_tmp / "backup.cnf"
+    mariadb.write_secret(defaults, tool.backup_defaults(tenant.config_file.read_text(), mariadb.BACKUP_USER,
+                                                        tenant.backup_password(), tenant.socket))
+    (short_tmp / "work").mkdir()
+    proc = subprocess.run(tool.stream_argv(defaults, short_tmp / "work"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "missing required privilege" not in proc.stderr
+    assert "completed OK" in proc.stderr
+    assert tenant.backup_password() not in proc.stderr
+
+
+def test_migration_uses_its_accounts_and_never_shows_a_password(cluster):
+    from slacker.ackwriter import AckedWriter
+    from slacker.agent.client import cluster_clients
+    from slacker.tenants import TenantManager
+
+    create_loaded_tenant(cluster, "mig", rows=1500)
+    passwords = _secrets_on(cluster, "node-1", "mig")
+    src = TenantManager(node_dir(cluster, "node-1"), node="node-1").get("mig")
+    seen_argv: list[str] = []
+    dump_users: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for d in Path("/proc").iterdir():
+                if d.name.isdigit():
+                    try:
+                        cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    except OSError:
+                        continue
+                    if any(p in cmd for p in passwords):
+                        seen_argv.append(cmd)
+            try:
+                conn = src.admin_connect(timeout_s=1)
+                with conn.cursor() as cur:
+                    cur.execute("SELECT USER FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+                    dump_users.update(r[0] for r in cur.fetchall())
+                conn.close()
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    writer = AckedWriter(follow(cluster, "mig"), rate_per_s=100).start()
+    watcher.start()
+    try:
+        time.sleep(0.5)
+        doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=3_000_000)
+        doc = wait_migration(cluster, "node-1", doc["id"])
+    finally:
+        stop.set()
+        writer.stop()
+        watcher.join(10)
+    assert doc["result"] == "succeeded", doc.get("error")
+    assert seen_argv == []  # mariabackup and everything else got them through 0600 files
+    assert dump_users == {mariadb.REPL_USER}  # the replication link logged in as its own account
+    agents, _ = cluster_clients(cluster)
+    answers = [agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}"),
+               agents["node-1"].request("GET", "/v1/migrations"),
+               agents["node-2"].request("GET", "/v1/tenants/mig")]
+    logs = [(node_dir(cluster, n) / "agent.log").read_text(errors="replace") for n in ("node-1", "node-2")]
+    for text in [str(a) for a in answers] + logs:
+        assert not any(p in text for p in passwords)
+    # The target holds the same four accounts' passwords (it is the source of the next migration).
+    assert _secrets_on(cluster, "node-2", "mig") == passwords
+
+
+def _secrets_on(cluster, node: str, tenant_id: str) -> list[str]:
+    d = node_dir(cluster, node) / "tenants" / tenant_id / "secrets"
+    return [(d / f"{name}.password").read_text().strip() for name in ("admin", "app", "backup", "repl")]

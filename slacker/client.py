@@ -1,7 +1,9 @@
 """Connect to a tenant by id and follow it across migrations (the paper's frontend, §2.2).
 
-`resolve()` asks the directory where a tenant lives and reads the application
-password from its 0600 file. `TenantClient` keeps a connection to the current
+`resolve()` asks the directory where a tenant lives and the owner's agent for
+the application's credentials (a caller holding the cluster token; the agent
+sends them only over TLS or inside this machine, see channels.py), so a client
+on any host needs no node's disk. `TenantClient` keeps a connection to the current
 owner; after a connection error it re-resolves and, while the owner is frozen
 for a handover, waits on the directory's watch call for the next epoch.
 """
@@ -9,8 +11,7 @@ for a handover, waits on the directory's watch call for the next epoch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Callable
 
 import pymysql
@@ -25,7 +26,7 @@ class Endpoint:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)  # never in a log line or an assertion message
     node: str = ""
     epoch: int = 0
 
@@ -44,9 +45,11 @@ def resolve(tenant_id: str, cluster=None, directory: DirectoryStore | None = Non
 
         agents, directory = cluster_clients(cluster if cluster is not None else load_cluster(None))
     own = directory.lookup(tenant_id)
-    detail = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}")
-    password = Path(detail["app_password_file"]).read_text().strip()
-    return Endpoint(tenant=tenant_id, host=own.host, port=own.port, user=detail["app_user"], password=password,
+    if own.node not in agents:
+        raise TenantError(f"tenant {tenant_id} is owned by {own.node}", "that node is not in the cluster file",
+                          "update the cluster file")
+    cred = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}/credentials")
+    return Endpoint(tenant=tenant_id, host=own.host, port=own.port, user=cred["user"], password=cred["password"],
                     node=own.node, epoch=own.epoch)
 
 

@@ -77,6 +77,12 @@ class Unauthorized(SlackerError):
     exit_code = 7
 
 
+class InsecureChannel(SlackerError):
+    """A secret (a password) would cross a link that is neither TLS nor inside this machine."""
+
+    exit_code = 7
+
+
 class MigrationFailed(SlackerError):
     """A migration failed; `phase` names where. The source keeps serving."""
 
@@ -105,6 +111,7 @@ ERROR_CLASSES = {
         AgentUnavailable,
         DirectoryUnavailable,
         Unauthorized,
+        InsecureChannel,
         MigrationFailed,
     )
 }

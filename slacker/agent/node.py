@@ -138,6 +138,12 @@ class Node:
     def tenant_detail(self, tenant_id: str) -> dict:
         return self.describe(self.tenants.get(tenant_id))
 
+    def tenant_credentials(self, tenant_id: str) -> dict:
+        """The application account of a tenant this node holds (the API checks the channel first)."""
+        tenant = self.tenants.get(tenant_id)
+        return {"tenant": tenant.id, "node": self.name, "host": tenant.host, "port": tenant.port,
+                "user": "app", "password": tenant.app_password()}
+
     def status(self) -> dict:
         doc = {"node": self.name, "url": self.cluster.node(self.name).url, "tenant_host": self.config.tenant_host,
                "serves_directory": self.local_directory is not None, "uptime_s": round(time.time() - self.started_at, 1),

@@ -12,20 +12,33 @@ import json
 import logging
 import re
 import signal
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..errors import (AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError,
-                      Unauthorized)
+from ..channels import host_is_machine_local
+from ..errors import (AgentUnavailable, Conflict, InsecureChannel, InvalidInput, MigrationFailed, NotFound,
+                      SlackerError, Unauthorized)
 from .node import Node
 
 log = logging.getLogger("slacker.agent.http")
 
-_STATUS = {InvalidInput: 400, Unauthorized: 401, NotFound: 404, Conflict: 409, AgentUnavailable: 502,
-           MigrationFailed: 500}
+_STATUS = {InvalidInput: 400, Unauthorized: 401, InsecureChannel: 403, NotFound: 404, Conflict: 409,
+           AgentUnavailable: 502, MigrationFailed: 500}
+# The connection the current handler thread serves: (peer address, TLS?), for routes that send secrets.
+_request = threading.local()
+
+
+def require_private_channel(node) -> None:
+    """Refuse to answer with a secret unless this request came over TLS or from inside this machine."""
+    peer, tls = getattr(_request, "peer", ""), getattr(_request, "tls", False)
+    if not tls and not host_is_machine_local(peer, node.cluster.local_subnet):
+        raise InsecureChannel("credentials are not sent over plain HTTP to another host",
+                              f"the request came from {peer} without TLS",
+                              "use the agent's https:// API (TLS), or ask from the node itself")
 _MAX_BODY = 1 << 20
 
 
@@ -115,6 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
         return hmac.compare_digest(header.encode(), expected.encode())
 
     def _dispatch(self, method: str) -> None:
+        _request.peer = self.client_address[0] if self.client_address else ""
+        _request.tls = isinstance(self.connection, ssl.SSLSocket)
         if not self._authorized():
             # Drain the body so the connection stays well-formed.
             self.rfile.read(min(int(self.headers.get("Content-Length") or 0), _MAX_BODY))
@@ -194,6 +209,11 @@ def _add_core_routes(server: ApiServer) -> None:
     @server.route("GET", f"/v1/tenants/{TID}")
     def get_tenant(srv, body, q, tid):
         return node.tenant_detail(tid)
+
+    @server.route("GET", f"/v1/tenants/{TID}/credentials")
+    def tenant_credentials(srv, body, q, tid):
+        require_private_channel(node)
+        return node.tenant_credentials(tid)
 
     @server.route("DELETE", f"/v1/tenants/{TID}")
     def delete_tenant(srv, body, q, tid):

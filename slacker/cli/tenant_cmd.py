@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..errors import NotFound
@@ -178,14 +180,24 @@ def _migration_line(m: dict) -> str:
 @click.argument("tenant_id")
 @click.option("--json", "as_json", is_flag=True,
               help="Print node, host, port, epoch, application user and its password file.")
+@click.option("--defaults-file", "defaults_file", type=click.Path(dir_okay=False),
+              help="Also write the application's credentials, host and port to this file (mode 0600), for "
+                   "`mariadb --defaults-extra-file=FILE`. They come from the owner's agent (TLS or this machine "
+                   "only), never on the terminal.")
 @pass_cli
-def locate(cli: CliContext, tenant_id: str, as_json: bool) -> None:
+def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | None) -> None:
     """Print HOST:PORT of TENANT_ID's current owner."""
     from ..tenants import validate_tenant_id
 
     validate_tenant_id(tenant_id)
     _, agents, directory = _clients(cli)
     own = directory.lookup(tenant_id)
+    if defaults_file:
+        from ..client import resolve
+        from ..mariadb import client_defaults, write_secret
+
+        ep = resolve(tenant_id, directory=directory, agents=agents)
+        write_secret(Path(defaults_file), client_defaults(ep.user, ep.password, host=ep.host, port=ep.port))
     if not as_json:
         click.echo(f"{own.host}:{own.port}")
         return

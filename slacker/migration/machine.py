@@ -23,6 +23,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from ..delta import gtid as gtids
 from ..delta.convergence import ConvergenceJudge
@@ -365,6 +366,11 @@ class Migration:
         data_bytes = directory_bytes(tenant.datadir)
         self.bytes_total = data_bytes if self.opts.mode == "stop-and-copy" else max(0, data_bytes - binlog_bytes)
         self.transfer_token = new_token()
+        target_url = self.node.cluster.node(self.opts.target).url
+        if not url_may_carry_secrets(target_url, self.node.cluster.local_subnet):
+            raise MigrationFailed(f"refusing to send {self.tenant_id}'s account passwords to {self.opts.target}",
+                                  f"{target_url} is plain HTTP to another host",
+                                  "give the agents TLS (https:// URLs in the cluster file)", phase="preflight")
         self.peer.call("GET", "/v1/status", timeout_s=10, phase="preflight")
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)

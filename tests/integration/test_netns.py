@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pymysql
 import pytest
 from click.testing import CliRunner
 
@@ -66,6 +67,16 @@ def test_nodes_are_separate_hosts_and_down_removes_them(netns_cluster):
     assert not _reachable("127.0.0.1", ep.port)
     r = CliRunner().invoke(main, ["locate", "t1", "--json"])
     assert r.exit_code == 0 and f'"{ep.host}"' in r.output, r.output
+    # The credentials come from node-2's agent over the bridge, into a 0600 file, not the terminal.
+    creds = run_dir / "t1.cnf"
+    r = CliRunner().invoke(main, ["locate", "t1", "--defaults-file", str(creds)])
+    assert r.exit_code == 0 and ep.password not in r.output, r.output
+    assert creds.stat().st_mode & 0o777 == 0o600
+    conn = pymysql.connect(read_default_file=str(creds), ssl_disabled=True)
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        assert cur.fetchone()[0].startswith("app@")
+    conn.close()
 
     r = CliRunner().invoke(main, ["cluster", "down", "--dir", str(run_dir)])
     assert r.exit_code == 0 and "network namespaces" in r.output, r.output

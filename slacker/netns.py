@@ -176,6 +176,7 @@ def setup(run_dir: Path, node_names: list[str], subnet: str = DEFAULT_SUBNET) ->
         if f"{a}/{prefix}" not in have:
             _ip("addr", "add", f"{a}/{prefix}", "dev", p.bridge)
     _ip("link", "set", p.bridge, "up")
+    _check_subnet_free(p)  # again: another cluster may have taken the subnet since the first check
     present = _namespaces()
     for n in p.nodes:
         if n.namespace not in present:

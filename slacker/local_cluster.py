@@ -134,20 +134,24 @@ def _answers(client: AgentClient) -> bool:
 def _spawn_agent(node_dir: Path, group: "cgroups.CpuGroup | None" = None) -> None:
     log = open(node_dir / "agent.log", "ab")
     net = netns_mod.load(node_dir.parent)
-    namespace = net.node(node_dir.name).namespace if net else None
+    ns_fd, enter_ns = netns_mod.prepare_enter(net.node(node_dir.name).namespace) if net else (None, None)
 
     # Join the node's cgroup and network namespace before exec, so nothing the agent starts
     # (tenants, backups, pipes) ever runs outside them.
     def join() -> None:
         if group is not None:
             group.add(os.getpid())
-        if namespace is not None:
-            netns_mod.enter(namespace)
-    proc = subprocess.Popen([sys.executable, "-m", "slacker", "agent", "--config", str(node_dir / "agent.toml")],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, close_fds=True,
-                            preexec_fn=join if group is not None or namespace is not None else None)
-    log.close()
+        if enter_ns is not None:
+            enter_ns()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "slacker", "agent", "--config", str(node_dir / "agent.toml")],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True,
+                                preexec_fn=join if group is not None or enter_ns is not None else None)
+    finally:
+        log.close()
+        if ns_fd is not None:
+            os.close(ns_fd)
     (node_dir / "agent.pid").write_text(f"{proc.pid}\n")
 
 

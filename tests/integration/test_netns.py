@@ -72,7 +72,8 @@ def test_nodes_are_separate_hosts_and_down_removes_them(netns_cluster):
     r = CliRunner().invoke(main, ["locate", "t1", "--defaults-file", str(creds)])
     assert r.exit_code == 0 and ep.password not in r.output, r.output
     assert creds.stat().st_mode & 0o777 == 0o600
-    conn = pymysql.connect(read_default_file=str(creds), ssl_disabled=True)
+    ca = getattr(c, "tls_ca", None)  # a TLS cluster's tenants refuse plain text
+    conn = pymysql.connect(read_default_file=str(creds), **({"ssl": {"ca": str(ca)}} if ca else {"ssl_disabled": True}))
     with conn.cursor() as cur:
         cur.execute("SELECT CURRENT_USER()")
         assert cur.fetchone()[0].startswith("app@")

@@ -5,6 +5,8 @@ quorum at the flip."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from slacker import netns
 from slacker.agent.client import cluster_clients
 from slacker.cli import main
 from slacker.client import resolve
-from slacker.procs import read_pid
+from slacker.procs import read_pid, wait_gone
 
 from .conftest import netns_available
 from .migration_helpers import node_dir, processes_mentioning
@@ -120,3 +122,43 @@ def test_netns_needs_root(monkeypatch, tmp_path):
     monkeypatch.setattr(netns.os, "access", lambda p, m: False)
     with pytest.raises(SlackerError, match="ip command is not installed"):
         local_cluster.up(tmp_path / "run", nodes=2, netns=True)
+
+
+def test_no_password_crosses_plain_http_to_another_host(make_cluster):
+    """The same nodes, but the cluster file no longer says their bridge stays inside this machine
+    (as on real hosts without TLS): the agents refuse to hand out credentials and a migration
+    refuses to send the tenant's passwords, before anything is copied."""
+    from slacker import local_cluster
+    from slacker.agent.client import AgentClient
+    from slacker.errors import InsecureChannel, SlackerError
+
+    from .migration_helpers import start_migration, wait_migration
+
+    c = make_cluster(nodes=2, netns=True)
+    agents, _ = cluster_clients(c)
+    agents["node-1"].request("POST", "/v1/tenants", {"id": "t1", "buffer_pool_bytes": 32 << 20}, timeout_s=180)
+    text = c.path.read_text()
+    c.path.write_text("".join(line + "\n" for line in text.splitlines() if not line.startswith("local_subnet")))
+    for n in c.nodes:
+        d = node_dir(c, n)
+        pid = read_pid(d / "agent.pid")
+        os.kill(pid, signal.SIGTERM)
+        assert wait_gone(pid, 30)
+        local_cluster._spawn_agent(d)
+        local_cluster._wait_answering(AgentClient(c.node(n).url, c.token(), n, timeout_s=5), d)
+    with pytest.raises(InsecureChannel, match="not sent over plain HTTP"):
+        resolve("t1", c)
+    r = CliRunner().invoke(main, ["locate", "t1", "--defaults-file", str(c.path.parent / "t1.cnf")])
+    assert r.exit_code != 0 and "not sent over plain HTTP" in r.output, r.output
+    assert not (c.path.parent / "t1.cnf").exists()
+    try:  # refused at the start, or failed in its preflight: either way before any request to node-2
+        doc = wait_migration(c, "node-1", start_migration(c, "t1", target="node-2")["id"], timeout_s=60)
+        assert doc["result"] == "failed"
+        message = str(doc["error"])
+    except SlackerError as exc:
+        message = exc.one_line()
+    assert "refusing to send t1's account passwords to node-2" in message
+    assert "plain HTTP to another host" in message
+    assert not (node_dir(c, "node-2") / "tenants" / "t1").exists()
+    _, directory = cluster_clients(c)
+    assert directory.lookup("t1").node == "node-1"

@@ -21,8 +21,10 @@ from slacker.client import resolve
 from slacker.procs import read_pid, wait_gone
 
 from .conftest import netns_available
+from .fault_helpers import Scenario
 from .migration_helpers import node_dir, processes_mentioning
 from .test_etcd_cluster import etcd_leader_killed_mid_migration, no_etcd_quorum_at_the_flip
+from .test_handover_faults import test_source_agent_killed_after_flip as source_agent_killed_after_flip
 from .test_migration import run_migration_under_load
 
 pytestmark = [netns_available]
@@ -109,6 +111,19 @@ def test_etcd_member_killed_mid_migration(netns_cluster):
 
 def test_no_etcd_quorum_at_the_flip_fails_closed(netns_cluster):
     no_etcd_quorum_at_the_flip(netns_cluster)
+
+
+def test_source_agent_killed_after_flip_on_netns_hosts(netns_cluster):
+    """A handover fault with the full check: the source's agent SIGKILLed past the flip and started
+    again inside its namespace; afterwards exactly one server (the directory's) accepts writes, no
+    acknowledged write is lost, and so it stays after every agent is restarted once more."""
+    s = Scenario(netns_cluster)
+    try:
+        source_agent_killed_after_flip(s)
+    finally:
+        s.stop()
+    spaces = {netns.namespace_of_pid(read_pid(node_dir(netns_cluster, n) / "agent.pid")) for n in netns_cluster.nodes}
+    assert len(spaces) == 3 and netns.namespace_of_pid(1) not in spaces  # restarted agents are back in theirs
 
 
 def test_netns_needs_root(monkeypatch, tmp_path):

@@ -713,7 +713,8 @@ class Migration:
                 self.finishing_reason = ""
                 if deadline is not None and time.monotonic() > deadline:
                     # Sent in time, answered late: the freeze outlasted its bound waiting on the directory.
-                    self.outage_s = round(time.monotonic() - sent, 3)
+                    # A resend after an outage must not shrink the outage already measured.
+                    self.outage_s = max(self.outage_s or 0.0, round(time.monotonic() - sent, 3))
                 return own
             except (AgentUnavailable, Conflict) as exc:
                 since = None

@@ -108,3 +108,19 @@ def follow(cluster, tenant_id: str) -> TenantClient:
 
 def node_dir(cluster, node: str) -> Path:
     return cluster.path.parent / node
+
+
+def wait_writer_on(writer, node: str, timeout_s: float = 30) -> None:
+    """Until the acknowledged writer has followed the tenant to `node` and committed there. After a
+    directory outage its reconnect may sit in a watch for a few seconds after the flip."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ep = writer.client.endpoint
+        if ep is not None and ep.node == node:
+            break
+        assert time.monotonic() < deadline, f"the writer is still on {ep.node if ep else None}, not {node}"
+        time.sleep(0.1)
+    acked = len(writer.acked)
+    while len(writer.acked) <= acked:
+        assert time.monotonic() < deadline, f"the writer reached {node} but commits nothing there"
+        time.sleep(0.1)

@@ -125,7 +125,7 @@ def no_etcd_quorum_at_the_flip(c) -> None:
     from slacker.ackwriter import AckedWriter
     from slacker.errors import DirectoryUnavailable
 
-    from .migration_helpers import acked_ids_present, create_loaded_tenant, follow
+    from .migration_helpers import acked_ids_present, create_loaded_tenant, follow, wait_writer_on
 
     from slacker.ackwriter import WriteProber
     from slacker.client import resolve
@@ -163,7 +163,8 @@ def no_etcd_quorum_at_the_flip(c) -> None:
             directory.lookup("mig")
         local_etcd.start(etcd_dir, [])  # the quorum returns
         doc = wait_migration(c, "node-1", doc["id"], timeout_s=120)
-        time.sleep(1.0)
+        if doc["result"] == "succeeded":
+            wait_writer_on(writer, "node-2")
     finally:
         writer.stop()
         prober.stop()

@@ -67,6 +67,7 @@ class Receiver:
         accept_timeout_s: float = 300.0,
         header_timeout_s: float = 5.0,
         extract_exit_timeout_s: float = 300.0,
+        ssl_context=None,
     ) -> None:
         self.migration_id = migration_id
         try:
@@ -83,6 +84,9 @@ class Receiver:
         self.accept_timeout_s = accept_timeout_s
         self.header_timeout_s = header_timeout_s
         self.extract_exit_timeout_s = extract_exit_timeout_s
+        # TLS (slacker.tls.server_context): a connection that does not complete a TLS handshake
+        # within the header timeout is refused like one with a wrong token.
+        self.ssl_context = ssl_context
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._conn: socket.socket | None = None
@@ -254,6 +258,16 @@ class Receiver:
                 return None  # listener closed by abort()
             peer = f"{addr[0]}:{addr[1]}"
             try:
+                if self.ssl_context is not None:
+                    conn.settimeout(min(self.header_timeout_s, max(0.1, deadline - time.monotonic())))
+                    try:
+                        conn = self.ssl_context.wrap_socket(conn, server_side=True)
+                    except (OSError, ValueError) as exc:
+                        self._rejected += 1
+                        log.warning("receiver %s: refused connection from %s: no TLS (%s)",
+                                    self.migration_id, peer, exc)
+                        conn.close()
+                        continue
                 header = protocol.read_header(conn, min(self.header_timeout_s,
                                                         max(0.1, deadline - time.monotonic())))
                 ok = header.matches(self._mid, self._token)
@@ -384,7 +398,7 @@ def _send_verdict(conn: socket.socket, verdict: bytes, drain_s: float = VERDICT_
     try:
         conn.settimeout(2.0)
         conn.sendall(verdict)
-        conn.shutdown(socket.SHUT_WR)
+        protocol.half_close(conn)
         deadline = time.monotonic() + drain_s
         sink = bytearray(1 << 16)
         while (remaining := deadline - time.monotonic()) > 0:

@@ -80,22 +80,33 @@ class AgentClient:
         conn.close()
 
     def warm(self, connections: int = 2, timeout_s: float = 5.0) -> None:
-        """Open (and check) up to `connections` kept-open connections now, so the next calls
-        reuse them. A no-op in plain text, where a connect costs no handshake."""
+        """Have `connections` fresh kept-open connections ready (stale or closed ones are replaced),
+        so the next calls need no handshake. A no-op in plain text, where a connect is cheap."""
         if not self.tls:
             return
+        now = time.monotonic()
         with self._idle_lock:
-            missing = connections - len(self._idle)
-        conns = []
+            idle, self._idle = self._idle, []
+        keep = []
+        for since, conn in idle:
+            # Young enough to last through the calls that follow (a freeze lasts well under a second).
+            if now - since < self.IDLE_MAX_AGE_S / 2 and not _dropped(conn.sock):
+                keep.append((since, conn))
+            else:
+                conn.close()
+        fresh = []
         try:
-            for _ in range(max(0, missing)):
+            for _ in range(max(0, connections - len(keep))):
                 conn = self._new_conn(timeout_s)
+                fresh.append(conn)
                 conn.request("GET", "/v1/status", headers=self._headers())
                 conn.getresponse().read()
-                conns.append(conn)
         except (OSError, http.client.HTTPException):
-            pass  # the real call will report it
-        for conn in conns:
+            conn = fresh.pop()  # the real call will report the problem
+            conn.close()
+        with self._idle_lock:
+            self._idle.extend(keep)
+        for conn in fresh:
             self._give_back(conn)
 
     def close(self) -> None:

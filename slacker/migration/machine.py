@@ -557,6 +557,7 @@ class Migration:
     def _handover_attempt(self, n: int) -> None:
         budget = self.opts.max_freeze_s
         steps: dict[str, float] = {}
+        self._warm_connections()  # before the clock starts: opening them is not part of the freeze
         t0 = time.monotonic()
         deadline = t0 + budget
 
@@ -573,7 +574,6 @@ class Migration:
         # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip.
         self._lease_ttl_s = max(self.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S)
         self._renew_lease(timeout_s=5)
-        self._warm_connections()
         try:
             frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
             mark("locked")

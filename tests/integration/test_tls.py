@@ -128,6 +128,14 @@ def test_tls_cluster_refuses_plain_text_and_migrates_without_loss(make_cluster):
     with pytest.raises(OSError, match="certificate verify failed"):
         conn.request("GET", "/v1/status")
     assert agents["node-1"].request("GET", "/v1/status")["node"] == "node-1"
+    # Kept-open connections: after warm() the calls reuse them (no TLS handshake, as in a freeze).
+    client = AgentClient(n1.url, cluster.token(), ca_file=cluster.tls_ca)
+    client.warm(2)
+    opened = {id(conn.sock) for _, conn in client._idle}
+    for _ in range(3):
+        client.request("GET", "/v1/status")
+    assert len(opened) == 2 and {id(conn.sock) for _, conn in client._idle} <= opened
+    client.close()
 
     # A migration over TLS under writes: 0 acknowledged writes lost, equal checksums.
     create_loaded_tenant(cluster, "mig", rows=1500)

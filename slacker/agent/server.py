@@ -70,6 +70,9 @@ class ApiServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: ApiServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; on a kept-open connection Nagle would hold the body
+    # back until the client's delayed ACK (~40 ms a call, measured with HTTPS).
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):  # route access logs through logging, at debug level
         log.debug("%s %s", self.address_string(), fmt % args)

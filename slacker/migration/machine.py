@@ -575,6 +575,7 @@ class Migration:
         # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip.
         self._lease_ttl_s = max(self.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S)
         self._renew_lease(timeout_s=5)
+        mark("lease")
         try:
             frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
             mark("locked")

@@ -153,10 +153,15 @@ def test_tls_cluster_refuses_plain_text_and_migrates_without_loss(make_cluster):
     writer = AckedWriter(follow(cluster, "mig"), rate_per_s=150).start()
     try:
         time.sleep(1.0)
-        doc = start_migration(cluster, "mig", target="node-2", verify=True, hold_s={"delta": 2})
+        doc = start_migration(cluster, "mig", target="node-2", verify=True, hold_s={"delta": 5})
         wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=120)
         # Replication from the source is MASTER_SSL with the source's certificate verified.
-        st = _target_replication_status(cluster, "mig")
+        deadline = time.monotonic() + 4
+        while True:  # the IO thread may still be connecting ("Preparing", "Connecting")
+            st = _target_replication_status(cluster, "mig")
+            if st["Slave_IO_Running"] == "Yes" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert st["Master_SSL_Allowed"] == "Yes" and st["Master_SSL_Verify_Server_Cert"] == "Yes"
         assert st["Slave_IO_Running"] == "Yes", st.get("Last_IO_Error")
         doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=180)

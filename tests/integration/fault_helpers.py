@@ -32,7 +32,8 @@ class Scenario:
         password = (node_dir(cluster, "node-1") / "tenants" / tenant / "secrets" / "app.password").read_text().strip()
         self.password = password
         self.servers = {n.name: (n.tenant_host, port) for n in cluster.nodes.values()}
-        self.prober = WriteProber(self.servers, mariadb.APP_USER, password).start()
+        self.prober = WriteProber(self.servers, mariadb.APP_USER, password,
+                                  ssl_ca=str(cluster.tls_ca) if cluster.tls_ca else None).start()
 
     def stop(self) -> None:
         self.writer.stop()
@@ -55,7 +56,8 @@ class Scenario:
             wait_gone(pid, 10)
         spec = self.cluster.node(node)
         local_cluster._spawn_agent(d)
-        local_cluster._wait_answering(AgentClient(spec.url, self.cluster.token(), spec.name, timeout_s=5), d)
+        local_cluster._wait_answering(AgentClient(spec.url, self.cluster.token(), spec.name, timeout_s=5,
+                                                  ca_file=self.cluster.tls_ca), d)
 
     def tenant_pid(self, node: str) -> int | None:
         return read_pid(node_dir(self.cluster, node) / "tenants" / self.tenant / "run" / "mariadbd.pid")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -352,8 +353,15 @@ class Receiver:
         buf = bytearray(hold + RECV_CHUNK_BYTES)
         view = memoryview(buf)
         held = 0  # bytes kept back, stored at buf[hold - held:hold]
+        # A TLS socket hands out one record (16 KiB) per read; gather what is already there into one
+        # chunk, or the relay spends its time in per-record Python and 16 KiB pipe writes.
+        tls = isinstance(conn, ssl.SSLSocket)
+        eof = False
         while True:
-            n = conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
+            n = 0 if eof else conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
+            if n and tls:
+                more, eof = _drain_ready(conn, view[hold + n:hold + RECV_CHUNK_BYTES])
+                n += more
             if n == 0:
                 return bytes(buf[hold - held:hold])
             self._received += n
@@ -373,6 +381,24 @@ class Receiver:
                 self._proc.stdin.close()
         except OSError:
             pass
+
+
+def _drain_ready(conn: ssl.SSLSocket, view: memoryview) -> tuple[int, bool]:
+    """Read what can be read without waiting into `view`; returns (bytes, reached the end)."""
+    got = 0
+    conn.setblocking(False)
+    try:
+        while got < len(view):
+            try:
+                n = conn.recv_into(view[got:])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                return got, False
+            if n == 0:
+                return got, True
+            got += n
+        return got, False
+    finally:
+        conn.settimeout(None)
 
 
 def _write_all(fd: int, data: memoryview) -> None:

@@ -27,6 +27,7 @@ class AgentClient:
 
     MAX_IDLE = 4
     IDLE_MAX_AGE_S = 20.0  # never reuse a connection idle longer (an agent may time idle ones out)
+    WARM_KEEP_S = 1.0  # warm() replaces connections idle for longer than this
 
     def __init__(self, url: str, token: str, name: str | None = None, timeout_s: float = 30.0,
                  ca_file: str | Path | None = None) -> None:
@@ -89,8 +90,9 @@ class AgentClient:
             idle, self._idle = self._idle, []
         keep = []
         for since, conn in idle:
-            # Young enough to last through the calls that follow (a freeze lasts well under a second).
-            if now - since < self.IDLE_MAX_AGE_S / 2 and not _dropped(conn.sock):
+            # Only one used a moment ago is kept: it must outlast the calls that follow whatever idle
+            # timeout the agent's server applies (a freeze lasts well under a second).
+            if now - since < self.WARM_KEEP_S and not _dropped(conn.sock):
                 keep.append((since, conn))
             else:
                 conn.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .errors import InvalidInput, NotFound
+from .tls import TlsFiles
 from .tenants import DEFAULT_PORT_RANGE, parse_port_range
 
 DEFAULT_CLUSTER_PATHS = (Path("run/cluster.toml"), Path("/etc/slacker/cluster.toml"))
@@ -43,6 +44,8 @@ class Cluster:
     # Addresses on a bridge inside this machine (`cluster up --netns`): plain-text links there never
     # leave the machine, like loopback. Empty on real hosts.
     local_subnet: str = ""
+    # The cluster CA: agents' https:// URLs and tenants' TLS are verified against it.
+    tls_ca: Path | None = None
 
     def node(self, name: str) -> NodeSpec:
         if name not in self.nodes:
@@ -71,6 +74,11 @@ class AgentConfig:
     path: Path | None = None
     # Honour migrations' hold_s (pauses at named points) for tests and rehearsals; off in production.
     fault_injection: bool = False
+    # This node's certificate, key and the cluster CA: the API is HTTPS, the snapshot stream, the
+    # tenants and replication use TLS. None: plain text (the single-machine loopback default).
+    tls: TlsFiles | None = None
+    # With TLS: tenants refuse TCP clients without TLS (require_secure_transport; the unix socket stays open).
+    tenant_require_tls: bool = True
 
 
 def read_token(path: Path) -> str:
@@ -132,6 +140,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         endpoints = doc.get("etcd_endpoints", [])
         prefix = str(doc.get("etcd_prefix", "/slacker"))
         local_subnet = str(doc.get("local_subnet", ""))
+        tls_ca = _path(doc["tls_ca"], path) if doc.get("tls_ca") else None
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
@@ -159,9 +168,18 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         except ValueError as exc:
             raise InvalidInput(f"cluster file {path}: bad local_subnet {local_subnet!r}", str(exc),
                                "for example 10.77.0.0/24, or leave it out") from None
+    for n in nodes.values():
+        scheme = urlparse(n.url).scheme
+        if scheme not in ("http", "https"):
+            raise InvalidInput(f"cluster file {path}: node {n.name} has a bad url {n.url!r}",
+                               "expected http(s)://HOST:PORT", "see docs/configuration.md")
+        if scheme == "https" and tls_ca is None:
+            raise InvalidInput(f"cluster file {path}: node {n.name} is https but no tls_ca is given",
+                               "agents' certificates are checked against the cluster CA",
+                               "add tls_ca = \"PATH/ca.crt\" (docs/deployment.md)")
     cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes,
                       directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
-                      etcd_prefix=prefix, local_subnet=local_subnet)
+                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet)
     cluster.node(directory)  # the directory node must be one of the nodes
     return cluster
 
@@ -170,6 +188,22 @@ def _bool(value, key: str, path: Path) -> bool:
     if isinstance(value, bool):
         return value
     raise InvalidInput(f"agent config {path}: {key} must be true or false", f"got {value!r}", "")
+
+
+def _path(value, relative_to: Path) -> Path:
+    p = Path(str(value))
+    return p if p.is_absolute() else relative_to.parent / p
+
+
+def _agent_tls(doc: dict, path: Path) -> TlsFiles | None:
+    keys = ("tls_ca", "tls_cert", "tls_key")
+    given = [k for k in keys if doc.get(k)]
+    if not given:
+        return None
+    if len(given) != len(keys):
+        raise InvalidInput(f"agent config {path}: TLS needs tls_ca, tls_cert and tls_key together",
+                           f"only {', '.join(given)} given", "see docs/deployment.md")
+    return TlsFiles(*(_path(doc[k], path) for k in keys)).check(f"agent config {path}")
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
@@ -190,6 +224,8 @@ def load_agent_config(path: str | Path) -> AgentConfig:
             tenant_host=str(doc.get("tenant_host") or host or "127.0.0.1"),
             port_range=parse_port_range(doc.get("port_range", "%d-%d" % DEFAULT_PORT_RANGE)), path=path,
             fault_injection=_bool(doc.get("fault_injection", False), "fault_injection", path),
+            tls=_agent_tls(doc, path),
+            tenant_require_tls=_bool(doc.get("tenant_require_tls", True), "tenant_require_tls", path),
         )
     except KeyError as exc:
         raise InvalidInput(f"agent config {path} lacks {exc.args[0]!r}", "required key missing",

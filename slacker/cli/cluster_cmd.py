@@ -41,12 +41,15 @@ def cluster() -> None:
 @click.option("--netns-subnet", default="10.77.0.0/24", show_default=True,
               help="With --netns: the bridge's subnet (root gets the first address, node-k the (k+1)-th, etcd "
                    "the last three).")
+@click.option("--tls", is_flag=True,
+              help="Make a cluster CA and a certificate per node (RUN_DIR/tls/): the agent API is HTTPS, the "
+                   "snapshot stream, replication and tenant connections use TLS. Default: plain text on loopback.")
 @click.option("--fault-injection", is_flag=True,
               help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               netns: bool, netns_subnet: str, fault_injection: bool, as_json: bool) -> None:
+               netns: bool, netns_subnet: str, tls: bool, fault_injection: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone. With
@@ -64,18 +67,19 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
               directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
               etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,
-              netns=netns, netns_subnet=netns_subnet)
+              netns=netns, netns_subnet=netns_subnet, tls=tls)
     c = load_cluster(str(path))
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
                     "directory": c.directory_node, "directory_backend": c.directory_backend,
                     "etcd_endpoints": list(c.etcd_endpoints), "cpu_per_node": cpu_per_node,
-                    "netns_subnet": c.local_subnet or None})
+                    "netns_subnet": c.local_subnet or None, "tls_ca": str(c.tls_ca) if c.tls_ca else None})
         return
     click.echo(f"cluster up: {len(c.nodes)} nodes, directory {where}"
                + (f", {cpu_per_node:g} CPU per node" if cpu_per_node else "")
-               + (f", one network namespace per node on {c.local_subnet}" if c.local_subnet else ""))
+               + (f", one network namespace per node on {c.local_subnet}" if c.local_subnet else "")
+               + (f", TLS (CA {c.tls_ca})" if c.tls_ca else ", plain text"))
     for n in c.nodes.values():
         click.echo(f"  {n.name:8} {n.url:28} tenants on {n.tenant_host}")
     click.echo(f"cluster file: {path}")

@@ -197,7 +197,10 @@ def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | 
         from ..mariadb import client_defaults, write_secret
 
         ep = resolve(tenant_id, directory=directory, agents=agents)
-        write_secret(Path(defaults_file), client_defaults(ep.user, ep.password, host=ep.host, port=ep.port))
+        text = client_defaults(ep.user, ep.password, host=ep.host, port=ep.port)
+        if ep.ssl_ca:  # a TLS cluster's tenants refuse plain text: check them against the cluster CA
+            text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
+        write_secret(Path(defaults_file), text)
     if not as_json:
         click.echo(f"{own.host}:{own.port}")
         return

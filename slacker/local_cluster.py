@@ -34,7 +34,7 @@ START_TIMEOUT_S = 90.0
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
-       cpu_per_node: float | None = None) -> Path:
+       cpu_per_node: float | None = None, stats_interval_s: float | None = None) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
@@ -42,7 +42,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     cluster on the first three node addresses); `fault_injection` lets migrations pause at named
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
     and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
-    their group; the quota itself is updated)."""
+    their group; the quota itself is updated). `stats_interval_s` sets the agents' load-history
+    interval (default a minute; seconds in tests, see docs/rebalance.md)."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
     if directory not in DIRECTORY_BACKENDS:
@@ -93,7 +94,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         write_toml(node_dir / "agent.toml", {
             "node": spec["name"], "cluster": str(cluster_file), "data_root": str(node_dir),
             "listen": f"{spec['tenant_host']}:{api_port}", "tenant_host": spec["tenant_host"],
-            "port_range": port_range, "fault_injection": fault_injection},
+            "port_range": port_range, "fault_injection": fault_injection,
+            **({"stats_interval": float(stats_interval_s)} if stats_interval_s is not None else {})},
             header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
     cluster = load_cluster(str(cluster_file))
     token = cluster.token()

@@ -440,6 +440,9 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
                 reason=f"{src.name} {reports[src.name].reason}; {c.tenant} relieves the most load per byte copied "
                        f"({_fmt_load(c.load)} CPU s/s, {c.score:.3g} per GB); {tgt.name} stays below the limit "
                        f"({_fmt_load(t_load)} -> {_fmt_load(after_t)})")
+            for other in node_candidates:
+                if not other.verdict:
+                    other.verdict = f"not needed: {c.tenant} ranks higher"
             candidates.extend(node_candidates)
             return done("move", f"move {c.tenant} {src.name} -> {tgt.name}", candidates, move)
         candidates.extend(node_candidates)

@@ -62,6 +62,14 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
+def _metrics(c, node: str) -> str:
+    import urllib.request
+
+    req = urllib.request.Request(c.node(node).url + "/metrics", headers={"Authorization": f"Bearer {c.token()}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.read().decode()
+
+
 def _plan() -> dict:
     rc, out, err = slacker("rebalance", "--json", *RULES)
     assert rc == 0, err
@@ -92,6 +100,16 @@ def test_rebalance_moves_one_tenant_off_the_hot_node_then_cools_down(make_cluste
         assert nodes["node-1"]["hot"] and not nodes["node-2"]["hot"] and not nodes["node-3"]["hot"]
         assert p["move"]["source"] == "node-1" and p["move"]["tenant"] in HOT
         assert not doc["executed"]
+        # The signals it decided on: each agent's history (CPU s/s, txn/s, latency, data size) and /metrics.
+        stats = agents["node-1"].request("GET", "/v1/tenant-stats")
+        assert stats["interval_s"] == INTERVAL_S and set(HOT) <= set(stats["history"])
+        last = stats["history"]["h1"][-1]
+        assert last["cpu_s_per_s"] > 0.01 and last["transactions_per_s"] > 1 and last["data_bytes"] > 1_000_000
+        assert last["latency_s"] is not None and abs(last["interval_s"] - INTERVAL_S) < 1.5
+        metrics = _metrics(c, "node-1")
+        assert 'slacker_tenant_load_cpu_seconds_per_second{node="node-1",tenant="h1"}' in metrics
+        assert 'slacker_tenant_data_bytes{node="node-1",tenant="h1"}' in metrics
+        assert 'slacker_tenant_cpu_seconds_total{node="node-1",tenant="h1"}' in metrics
         assert {o.tenant: o.node for o in directory.list()}["h1"] == "node-1"  # a dry run moves nothing
 
         rc, out, err = slacker("rebalance", "--execute", *RULES)

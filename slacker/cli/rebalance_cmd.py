@@ -58,6 +58,8 @@ FRACTION = _Fraction()
 @click.option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
               help="The migration's setpoint is the higher of --sla and the source's latency plus this margin.")
 @click.option("--max-rate", type=RATE, default=None, help="Upper bound of the migration's copy rate (default 200MB/s).")
+@click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
+              help="The migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
 @click.option("--lock-ttl", type=DURATION, default="60s", show_default=True,
               help="TTL of the cluster lock, refreshed while the move runs: a crashed run's lock is free after it.")
 @click.option("--max-wait", type=DURATION, default="4h", show_default=True,
@@ -66,7 +68,8 @@ FRACTION = _Fraction()
 @pass_cli
 def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, load_floor: float, samples: int,
               min_tenant_share: float, min_tenant_load: float, min_gap_shrink: float, tenant_cooldown: float,
-              node_cooldown: float, no_return: float, setpoint_margin: float, max_rate: int | None, lock_ttl: float,
+              node_cooldown: float, no_return: float, setpoint_margin: float, max_rate: int | None, max_freeze: float,
+              lock_ttl: float,
               max_wait: float, as_json: bool) -> None:
     """Find a node whose tenants break the latency SLA or carry far more load than the others, and move
     one tenant off it with a live, latency-targeting migration. Meant for cron: one pass, at most one move.
@@ -92,7 +95,8 @@ def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, 
                         min_gap_shrink=min_gap_shrink, tenant_cooldown_s=tenant_cooldown,
                         node_cooldown_s=node_cooldown, no_return_s=no_return,
                         setpoint_margin=setpoint_margin).validate()
-    opts = RunOptions(execute=execute, lock_ttl_s=lock_ttl, max_rate_bytes_per_s=max_rate, max_wait_s=max_wait)
+    opts = RunOptions(execute=execute, lock_ttl_s=lock_ttl, max_rate_bytes_per_s=max_rate, max_freeze_s=max_freeze,
+                      max_wait_s=max_wait)
     agents, directory = cluster_clients(cli.cluster())
 
     def say(msg: str) -> None:
@@ -158,6 +162,8 @@ def print_plan(res, execute: bool) -> None:
         m = res.migration
         freeze = f", freeze {m['freeze_ms']:.0f} ms" if m.get("freeze_ms") is not None else ""
         click.echo(f"  result:   {res.result} (migration {m['id']}, {m.get('duration_s') or 0:.1f} s{freeze})")
+        if res.error:
+            click.echo(f"  error:    {res.error}")
     elif res.result:
         click.echo(f"  result:   {res.result}: {res.error}")
     for g in res.guard:

@@ -32,6 +32,7 @@ class RunOptions:
     execute: bool = False
     lock_ttl_s: float = 60.0
     max_rate_bytes_per_s: float | None = None
+    max_freeze_s: float = 0.5           # the migration's write-freeze budget (as `slacker migrate --max-freeze`)
     max_wait_s: float = 4 * 3600.0      # give up following a migration after this (it goes on; result unknown)
     poll_s: float = 2.0
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
@@ -184,7 +185,7 @@ def _execute(agents: dict, directory, settings: Settings, opts: RunOptions, res:
     _put_move(directory, record)
     res.executed = True
     body = migration_body(mv.tenant, mv.target, setpoint=mv.setpoint_s, max_rate=opts.max_rate_bytes_per_s,
-                          force=True)
+                          force=True, max_freeze=opts.max_freeze_s)
     say(f"moving {mv.tenant}: {mv.source} -> {mv.target} with setpoint {mv.setpoint_s * 1000:.0f}ms")
     try:
         doc = start_migration(source, body)

@@ -345,6 +345,11 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
         reports[n.name] = rep
 
     def done(decision: str, reason: str, candidates=(), move=None) -> Plan:
+        if decision != "move" and (node_until or tenant_until) and "cool-down" not in reason:
+            # Right after a move its nodes and tenant rest: say so, whatever else held this run back.
+            parts = [f"{n} {u - now:.0f}s" for n, u in sorted(node_until.items())]
+            parts += [f"{t} {u - now:.0f}s" for t, u in sorted(tenant_until.items())]
+            reason += f" (in cool-down after recent moves: {', '.join(parts)})"
         return Plan(decision, reason, now, None if mean_load is None else round(mean_load, 4),
                     None if hot_limit is None else round(hot_limit, 4),
                     [reports[n.name] for n in nodes], list(candidates), move, in_flight, settings)

@@ -173,6 +173,14 @@ def test_never_back_to_the_node_it_just_left():
     assert plan(nodes, State(moves=[left]), s, NOW + 7200).move.tenant == "a"
 
 
+def test_a_run_right_after_a_move_says_cool_down_even_when_nothing_is_hot():
+    done = Move("b", "node-1", "node-3", started_at=NOW - 60, finished_at=NOW - 10, load=0.15, result="succeeded")
+    calm = cluster(**{"node-1": {"a": flat(0.1)}, "node-2": {"d": flat(0.1)}, "node-3": {"b": flat(0.1)}})
+    p = plan(calm, State(moves=[done]), Settings(), NOW)
+    assert p.decision == "none" and "no node was hot" in p.reason
+    assert "in cool-down after recent moves: node-1 590s, node-3 590s, b 1790s" in p.reason
+
+
 def test_a_failed_move_cools_down_and_may_be_retried_after_it():
     failed = Move("b", "node-1", "node-3", started_at=NOW - 120, finished_at=NOW - 60, load=0.15, result="failed")
     s = Settings(node_cooldown_s=300, tenant_cooldown_s=600)

@@ -345,7 +345,8 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
         reports[n.name] = rep
 
     def done(decision: str, reason: str, candidates=(), move=None) -> Plan:
-        if decision != "move" and (node_until or tenant_until) and "cool-down" not in reason:
+        if (decision != "move" and (node_until or tenant_until) and "cool-down" not in reason
+                and not state.lock_holder and not in_flight):
             # Right after a move its nodes and tenant rest: say so, whatever else held this run back.
             parts = [f"{n} {u - now:.0f}s" for n, u in sorted(node_until.items())]
             parts += [f"{t} {u - now:.0f}s" for t, u in sorted(tenant_until.items())]

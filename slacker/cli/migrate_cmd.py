@@ -54,6 +54,9 @@ POLL_S = 0.5
                    "did not conflict on the source in parallel (default: concurrent, see docs/delta.md).")
 @click.option("--delta-mpl", default=None, metavar="auto|N",
               help="Parallel appliers for --delta-applier concurrent: auto (adapts to measured apply rate) or N.")
+@click.option("--catchup-mode/--no-catchup-mode", "catchup_mode", default=True, show_default=True,
+              help="Relax the target's fsyncs during the delta phase (restored before the freeze). "
+                   "--no-catchup-mode keeps every commit durable: slower, for comparisons.")
 @click.option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
 @click.option("--finish", "finish_", is_flag=True,
@@ -70,7 +73,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
-            delta_mpl: str | None, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
+            delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
@@ -127,7 +130,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                           max_rate=max_rate, latency_sources=latency_sources, controller_kind=controller_kind,
                           gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
                           pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
-                          delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts)
+                          delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
+                          catchup_mode=catchup_mode)
     doc = start_migration(source, body)
     mid = doc["id"]
     if detach:

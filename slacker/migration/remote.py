@@ -21,7 +21,8 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    gains: str | None = None, window: float | None = None, step: float | None = None,
                    force: bool = False, max_freeze: float = 0.5, verify: bool = False, pipe: str | None = None,
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
-                   delta_mpl: str | int | None = None, handover_attempts: int = 3) -> dict:
+                   delta_mpl: str | int | None = None, handover_attempts: int = 3,
+                   catchup_mode: bool = True) -> dict:
     """The body of POST /v1/migrations on the source agent."""
     chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
                                     ("--setpoint", setpoint is not None)) if on]
@@ -32,6 +33,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                   "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
                   **({"delta_applier": delta_applier} if delta_applier else {}),
                   **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),
+                  **({} if catchup_mode else {"delta_catchup": False}),
                   "rate_bytes_per_s": rate}
     if pipe:
         body["pipe"] = pipe

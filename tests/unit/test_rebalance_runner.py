@@ -38,3 +38,38 @@ def test_moves_are_read_settled_and_pruned(tmp_path):
     assert got["done"].result == "succeeded"
     assert got["lost"].result == "unknown" and got["lost"].finished_at == NOW  # no agent runs it: settled
     assert got["live"].result == "running" and got["manual"].result == "running"
+
+
+class _Agent:
+    """Stands in for an agent's HTTP API: the target's tenant-stats, the source's /set route."""
+
+    def __init__(self) -> None:
+        self.latency_s = 0.01
+        self.sets: list[dict] = []
+
+    def request(self, method, path, body=None, query=None, timeout_s=None):
+        if path == "/v1/tenant-stats":
+            return {"tenants": [{"tenant": "x", "latency_s": self.latency_s, "transactions_per_s": 50.0}]}
+        self.sets.append(body)
+        return {}
+
+
+def test_target_guard_pauses_the_copy_while_the_target_is_above_the_sla():
+    from slacker.rebalance.runner import TargetGuard
+
+    target, source, events = _Agent(), _Agent(), []
+    guard = TargetGuard(target, source, "m1", 0.050, events, lambda msg: None)
+    copying = {"active": True, "phase": "snapshot"}
+    guard.check(copying)
+    assert source.sets == []
+    target.latency_s = 0.080
+    guard.check(copying)
+    guard.check(copying)  # still above: paused once, not twice
+    assert source.sets == [{"pause": True}]
+    target.latency_s = 0.030
+    guard.check(copying)
+    assert source.sets == [{"pause": True}, {"resume": True}]
+    # Past the copy the guard lets the migration be.
+    target.latency_s = 0.5
+    guard.check({"active": True, "phase": "delta"})
+    assert len(source.sets) == 2 and [e["action"] for e in events] == ["paused", "resumed"]

@@ -279,7 +279,9 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
         if m.result not in ("running", "succeeded", "unknown") or not recent:
             continue
         hist = eff.get(m.source, {}).pop(m.tenant, None) if m.result == "running" else None
-        if m.target in eff:
+        # A finished move counts only if the directory shows the tenant on its target (a move whose
+        # outcome is unknown may have failed, and then the tenant's history is still on its source).
+        if m.target in eff and (m.result == "running" or m.tenant in eff[m.target]):
             have = eff[m.target].get(m.tenant) or []
             if hist and len(hist) > len(have):
                 have = hist

@@ -281,3 +281,12 @@ def test_steady_noise_alone_triggers_no_moves():
 def test_no_ping_pong_for_any_day(seed, noise):
     s = Settings(samples=3, tenant_cooldown_s=1800, node_cooldown_s=600, no_return_s=7200)
     assert_no_ping_pong(simulate_day(seed, minutes=8 * 60, noise=noise, s=s), s)
+
+
+def test_a_move_of_unknown_outcome_counts_where_the_directory_puts_the_tenant():
+    unknown = Move("b", "node-1", "node-3", started_at=NOW - 200, finished_at=NOW - 100, load=0.15, result="unknown")
+    # The migration failed after all: b is still on node-1 (its history there), node-3 is empty.
+    p = plan(three_nodes(), State(moves=[unknown]), Settings(), NOW)
+    rep = {r.name: r for r in p.nodes}
+    assert rep["node-3"].load == 0 and rep["node-1"].load == pytest.approx(0.45)
+    assert "in cool-down" in rep["node-1"].reason  # its cool-down holds either way

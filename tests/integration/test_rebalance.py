@@ -3,8 +3,9 @@
 Three tenants on node-1 are driven closed-loop by `slacker ycsb run`, one on
 node-2 lightly, none on node-3: node-1 runs at its quota while the others idle.
 `rebalance --execute` moves one tenant off node-1 with nothing acknowledged
-lost (two runs started at once: one moves, the lock stops the other), and
-the next run moves nothing and says why (the cool-down).
+lost (two runs started at once: one moves, the lock stops the other), the
+next run moves nothing and says why (the cool-down), and an agent that stops
+answering is skipped and named.
 """
 
 from __future__ import annotations
@@ -143,6 +144,19 @@ def test_rebalance_moves_one_tenant_off_the_hot_node_then_cools_down(make_cluste
         print(out)
         assert "cool-down" in next(line for line in out.splitlines() if line.startswith("no move:")), out
         assert {o.tenant: o.node for o in directory.list()} == owners
+
+        # An agent that does not answer is skipped, said so, and never chosen (its tenants keep running).
+        agents["node-2"].request("POST", "/v1/shutdown", {"stop_tenants": False})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            doc = _plan()
+            nodes = {n["name"]: n for n in doc["plan"]["nodes"]}
+            if not nodes["node-2"]["reachable"]:
+                break
+            time.sleep(1)
+        assert not nodes["node-2"]["reachable"] and "unreachable" in nodes["node-2"]["reason"], nodes["node-2"]
+        assert "cannot reach agent node-2" in nodes["node-2"]["error"]
+        assert doc["plan"]["decision"] == "none"
     finally:
         for w in writers.values():
             w.stop()

@@ -74,6 +74,10 @@ class AgentConfig:
     path: Path | None = None
     # Honour migrations' hold_s (pauses at named points) for tests and rehearsals; off in production.
     fault_injection: bool = False
+    # Per-tenant load history (GET /v1/tenant-stats, read by `slacker rebalance`): one sample every
+    # stats_interval_s, the last stats_history kept. A minute in production, seconds in tests.
+    stats_interval_s: float = 60.0
+    stats_history: int = 30
     # This node's certificate, key and the cluster CA: the API is HTTPS, the snapshot stream, the
     # tenants and replication use TLS. None: plain text (the single-machine loopback default).
     tls: TlsFiles | None = None
@@ -190,6 +194,26 @@ def _bool(value, key: str, path: Path) -> bool:
     raise InvalidInput(f"agent config {path}: {key} must be true or false", f"got {value!r}", "")
 
 
+def _stats_interval(value, path: Path) -> float:
+    from .units import parse_duration
+
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError, InvalidInput):
+        seconds = -1.0
+    if isinstance(value, bool) or not 1.0 <= seconds <= 3600.0:
+        raise InvalidInput(f"agent config {path}: stats_interval {value!r} is out of range",
+                           "it is 1s to 1h", 'for example stats_interval = "60s" (seconds in tests)')
+    return seconds
+
+
+def _stats_history(value, path: Path) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 10_000:
+        raise InvalidInput(f"agent config {path}: stats_history {value!r} is out of range",
+                           "it is a number of samples, 3 to 10000", "for example stats_history = 30")
+    return value
+
+
 def _path(value, relative_to: Path) -> Path:
     p = Path(str(value))
     return p if p.is_absolute() else relative_to.parent / p
@@ -224,6 +248,8 @@ def load_agent_config(path: str | Path) -> AgentConfig:
             tenant_host=str(doc.get("tenant_host") or host or "127.0.0.1"),
             port_range=parse_port_range(doc.get("port_range", "%d-%d" % DEFAULT_PORT_RANGE)), path=path,
             fault_injection=_bool(doc.get("fault_injection", False), "fault_injection", path),
+            stats_interval_s=_stats_interval(doc.get("stats_interval", 60.0), path),
+            stats_history=_stats_history(doc.get("stats_history", 30), path),
             tls=_agent_tls(doc, path),
             tenant_require_tls=_bool(doc.get("tenant_require_tls", True), "tenant_require_tls", path),
         )

@@ -38,7 +38,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
        cpu_per_node: float | None = None, netns: bool = False, netns_subnet: str = netns_mod.DEFAULT_SUBNET,
-       tls: bool = False) -> Path:
+       stats_interval_s: float | None = None, tls: bool = False) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
@@ -47,9 +47,11 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
     and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
     their group; the quota itself is updated). `netns` puts each node in a network namespace of its
-    own with an address from `netns_subnet` (first_address is then unused). `tls` makes a cluster CA
-    and a certificate per node (RUN_DIR/tls/) and turns on HTTPS for the agents, TLS for the snapshot
-    stream, the tenants and replication; without it everything is plain text."""
+    own with an address from `netns_subnet` (first_address is then unused). `stats_interval_s` sets
+    the agents' load-history interval (default a minute; seconds in tests, see docs/rebalance.md).
+    `tls` makes a cluster CA and a certificate per node (RUN_DIR/tls/) and turns on HTTPS for the
+    agents, TLS for the snapshot stream, the tenants and replication; without it everything is plain
+    text."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
     if directory not in DIRECTORY_BACKENDS:
@@ -118,6 +120,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
             "node": spec["name"], "cluster": str(cluster_file), "data_root": str(node_dir),
             "listen": f"{spec['tenant_host']}:{api_port}", "tenant_host": spec["tenant_host"],
             "port_range": port_range, "fault_injection": fault_injection,
+            **({"stats_interval": float(stats_interval_s)} if stats_interval_s is not None else {}),
             **({f"tls_{k}": v for k, v in pki[spec["name"]].to_dict().items()} if tls else {})},
             header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
     cluster = load_cluster(str(cluster_file))

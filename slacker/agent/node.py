@@ -34,7 +34,8 @@ class Node:
         self.local_directory, self.directory = node_directory(self.cluster, self.name, config.data_root, self.token)
         from ..migration.journal import Journal
         self.journal = Journal(config.data_root / "journal")
-        self.supervisor = Supervisor(self.tenants)
+        # The supervisor's tick also closes the stats history intervals: never coarser than them.
+        self.supervisor = Supervisor(self.tenants, interval_s=min(2.0, config.stats_interval_s))
         self.registry = make_registry(self.name, self.supervisor)
         self._lock = threading.Lock()
         self._peers: dict[str, AgentClient] = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import CliContext, pass_cli, print_json
+from .common import DURATION, CliContext, pass_cli, print_json
 
 
 @main.group("cluster")
@@ -41,6 +41,8 @@ def cluster() -> None:
 @click.option("--netns-subnet", default="10.77.0.0/24", show_default=True,
               help="With --netns: the bridge's subnet (root gets the first address, node-k the (k+1)-th, etcd "
                    "the last three).")
+@click.option("--stats-interval", type=DURATION, default=None,
+              help="Agents' load-history interval read by `slacker rebalance` (default 60s; e.g. 2s for a demo).")
 @click.option("--tls", is_flag=True,
               help="Make a cluster CA and a certificate per node (RUN_DIR/tls/): the agent API is HTTPS, the "
                    "snapshot stream, replication and tenant connections use TLS. Default: plain text on loopback.")
@@ -49,7 +51,8 @@ def cluster() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               netns: bool, netns_subnet: str, tls: bool, fault_injection: bool, as_json: bool) -> None:
+               netns: bool, netns_subnet: str, stats_interval: float | None, tls: bool, fault_injection: bool,
+               as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone. With
@@ -67,7 +70,7 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
               directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
               etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,
-              netns=netns, netns_subnet=netns_subnet, tls=tls)
+              netns=netns, netns_subnet=netns_subnet, stats_interval_s=stats_interval, tls=tls)
     c = load_cluster(str(path))
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:

@@ -79,11 +79,12 @@ def make_cluster(short_tmp):
 
     def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run",
              directory_node: str = "node-1", directory: str = "sqlite", cpu_per_node: float | None = None,
-             netns: bool = False, tls: bool = False):
+             netns: bool = False, stats_interval_s: float | None = None, tls: bool = False):
         run_dir = short_tmp / name
         made.append(run_dir)
         if netns:
-            return _make_netns(run_dir, nodes, port_range, directory_node, directory, cpu_per_node, tls)
+            return _make_netns(run_dir, nodes, port_range, directory_node, directory, cpu_per_node, tls,
+                               stats_interval_s)
         # A distinct 127.0.x.0/24 block per cluster keeps sockets of earlier tests apart.
         _next_block[0] += 1
         block = 100 + (os.getpid() + _next_block[0]) % 150
@@ -99,7 +100,7 @@ def make_cluster(short_tmp):
         path = local_cluster.up(run_dir, nodes=nodes, first_address=first, api_port=port,
                                 port_range="%d-%d" % port_range, directory_node=directory_node,
                                 fault_injection=True, directory=directory, cpu_per_node=cpu_per_node,
-                                tls=tls, **etcd_ports)
+                                stats_interval_s=stats_interval_s, tls=tls, **etcd_ports)
         os.environ["SLACKER_CLUSTER"] = str(path)
         return load_cluster(str(path))
 
@@ -120,7 +121,7 @@ def make_cluster(short_tmp):
 
 
 def _make_netns(run_dir: Path, nodes: int, port_range, directory_node: str, directory: str,
-                cpu_per_node: float | None, tls: bool = False):
+                cpu_per_node: float | None, tls: bool = False, stats_interval_s: float | None = None):
     """A cluster whose nodes are network namespaces on a bridge with a /24 of this run's own:
     several test runs (and demo clusters on 10.77.0.0/24) can live side by side."""
     last = None
@@ -130,7 +131,8 @@ def _make_netns(run_dir: Path, nodes: int, port_range, directory_node: str, dire
         try:
             path = local_cluster.up(run_dir, nodes=nodes, api_port=7701, port_range="%d-%d" % port_range,
                                     directory_node=directory_node, fault_injection=True, directory=directory,
-                                    cpu_per_node=cpu_per_node, netns=True, netns_subnet=subnet, tls=tls)
+                                    cpu_per_node=cpu_per_node, netns=True, netns_subnet=subnet, tls=tls,
+                                    stats_interval_s=stats_interval_s)
         except Conflict as exc:  # another run holds that subnet: try the next one
             last = exc
             netns.teardown(run_dir)

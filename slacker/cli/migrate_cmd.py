@@ -60,6 +60,9 @@ POLL_S = 0.5
                    "did not conflict on the source in parallel (default: concurrent, see docs/delta.md).")
 @click.option("--delta-mpl", default=None, metavar="auto|N",
               help="Parallel appliers for --delta-applier concurrent: auto (adapts to measured apply rate) or N.")
+@click.option("--catchup-mode/--no-catchup-mode", "catchup_mode", default=True, show_default=True,
+              help="Relax the target's fsyncs during the delta phase (restored before the freeze). "
+                   "--no-catchup-mode keeps every commit durable: slower, for comparisons.")
 @click.option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
 @click.option("--finish", "finish_", is_flag=True,
@@ -76,7 +79,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
-            delta_mpl: str | None, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
+            delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
@@ -138,6 +141,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                   "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
                   **({"delta_applier": delta_applier} if delta_applier else {}),
                   **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),
+                  **({} if catchup_mode else {"delta_catchup": False}),
                   "rate_bytes_per_s": rate}
     if pipe:
         body["pipe"] = pipe

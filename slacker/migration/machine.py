@@ -437,7 +437,8 @@ class Migration:
         tenant = self.src.tenant()
         self._target("replicate", {"source_host": tenant.host, "source_port": tenant.port,
                                    "start_gtid": self.backup_position.gtid,
-                                   "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl},
+                                   "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl,
+                                   "catchup": self.opts.delta_catchup},
                      timeout_s=60)
         self._delta_from = ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
                             self.backup_position.gtid)

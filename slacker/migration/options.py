@@ -36,6 +36,8 @@ class MigrationOptions:
     hold_s: dict | None = None
     delta_applier: str = DEFAULT_APPLIER  # serial | concurrent (see docs/delta.md)
     delta_mpl: int | str = DEFAULT_MPL    # auto | parallel appliers
+    # Relax the target's fsyncs while it is not the owner (docs/delta.md); off only for comparisons.
+    delta_catchup: bool = True
 
     def validate(self) -> "MigrationOptions":
         if self.mode not in MODES:

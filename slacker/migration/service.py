@@ -232,7 +232,8 @@ def attach(node, server) -> None:
     @server.route("POST", f"/v1/incoming/{MID}/replicate")
     def inc_replicate(srv, body, q, mid):
         inc.get(mid).replicate(str(body["source_host"]), int(body["source_port"]), str(body["start_gtid"]),
-                               applier=str(body.get("applier", "serial")), mpl=body.get("mpl", "auto"))
+                               applier=str(body.get("applier", "serial")), mpl=body.get("mpl", "auto"),
+                               catchup_mode=bool(body.get("catchup", True)))
         return {"replicating": True}
 
     @server.route("POST", f"/v1/incoming/{MID}/wait")

@@ -149,10 +149,10 @@ class IncomingMigration:
         self.state = "started"
 
     def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
-                  mpl: int | str = "auto") -> None:
-        # the applier comes from slacker.delta (serial or concurrent, catch-up mode on).
+                  mpl: int | str = "auto", catchup_mode: bool = True) -> None:
+        # the applier comes from slacker.delta (serial or concurrent; catch-up mode unless turned off).
         self.applier = make_applier(applier, lambda: self.tenant.admin_connect(timeout_s=10), mpl=mpl,
-                                    datadir=self.tenant.datadir)
+                                    datadir=self.tenant.datadir, catchup_mode=catchup_mode)
         self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
                            start_gtid)
         self.state = "catching-up"

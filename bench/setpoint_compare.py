@@ -48,8 +48,11 @@ def ramp_s(migration: dict, tail_exclude_s: float) -> float | None:
     t0, t1 = migration["snapshot_start"], migration["snapshot_end"] - tail_exclude_s
     from datetime import datetime
 
+    series = migration.get("series")
+    if series is None and migration.get("series_path") and Path(migration["series_path"]).exists():
+        series = [json.loads(x) for x in Path(migration["series_path"]).read_text().splitlines() if x.strip()]
     pts = []
-    for s in migration.get("series") or []:
+    for s in series or []:
         if s.get("phase") != "snapshot" or s.get("throughput_bytes_per_s") is None:
             continue
         t = datetime.fromisoformat(s["ts"].replace("Z", "+00:00")).timestamp()

@@ -80,8 +80,9 @@ class WriteProber:
     """
 
     def __init__(self, servers: dict[str, tuple[str, int]], user: str, password: str,
-                 interval_s: float = 0.1) -> None:
+                 interval_s: float = 0.1, ssl_ca: str | None = None) -> None:
         self.servers = servers
+        self.ssl_ca = ssl_ca  # a TLS cluster's CA: the probes connect with TLS
         self.user = user
         self.password = password
         self.interval_s = interval_s
@@ -112,8 +113,12 @@ class WriteProber:
         try:
             if conn is None:
                 host, port = self.servers[name]
+                tls = None
+                if self.ssl_ca:
+                    from slacker.tls import client_context
+                    tls = client_context(self.ssl_ca)
                 conn = mariadb.connect(user=self.user, password=self.password, host=host, port=port,
-                                       timeout_s=0.5)
+                                       timeout_s=0.5, ssl_context=tls)
                 self._conns[name] = conn
             with conn.cursor() as cur:
                 cur.execute("INSERT INTO acks.probe VALUES (%s, %s, %s)", (name, n, time.time()))

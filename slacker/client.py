@@ -28,11 +28,19 @@ class Endpoint:
     password: str
     node: str = ""
     epoch: int = 0
+    # The cluster CA when the cluster uses TLS: the tenant's certificate is checked against it and
+    # the connection is encrypted. None: plain text (never PyMySQL's default of the system CA store).
+    ssl_ca: str | None = None
 
     def connect(self, database: str | None = None, timeout_s: float = 5.0, autocommit: bool = True, **kwargs):
+        if self.ssl_ca:
+            from .tls import client_context
+            tls = {"ssl": client_context(self.ssl_ca)}
+        else:
+            tls = {"ssl_disabled": True}
         return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
                                database=database, connect_timeout=timeout_s, autocommit=autocommit,
-                               charset="utf8mb4", **{"ssl_disabled": True, **kwargs})
+                               charset="utf8mb4", **{**tls, **kwargs})
 
 
 def resolve(tenant_id: str, cluster=None, directory: DirectoryStore | None = None, agents: dict | None = None
@@ -46,8 +54,9 @@ def resolve(tenant_id: str, cluster=None, directory: DirectoryStore | None = Non
     own = directory.lookup(tenant_id)
     detail = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}")
     password = Path(detail["app_password_file"]).read_text().strip()
+    ca = getattr(agents[own.node], "ca_file", None)
     return Endpoint(tenant=tenant_id, host=own.host, port=own.port, user=detail["app_user"], password=password,
-                    node=own.node, epoch=own.epoch)
+                    node=own.node, epoch=own.epoch, ssl_ca=str(ca) if ca else None)
 
 
 class TenantClient:

@@ -34,7 +34,7 @@ START_TIMEOUT_S = 90.0
 def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port: int = DEFAULT_API_PORT,
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
-       cpu_per_node: float | None = None) -> Path:
+       cpu_per_node: float | None = None, stats_interval_s: float | None = None, tls: bool = False) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
@@ -42,7 +42,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     cluster on the first three node addresses); `fault_injection` lets migrations pause at named
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
     and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
-    their group; the quota itself is updated)."""
+    their group; the quota itself is updated). `stats_interval_s` sets the agents' load-history
+    interval (default a minute; seconds in tests, see docs/rebalance.md). `tls` makes a cluster CA
+    and a certificate per node (RUN_DIR/tls/) and turns on HTTPS for the agents, TLS for the
+    snapshot stream, the tenants and replication; without it everything is plain text on loopback."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
     if directory not in DIRECTORY_BACKENDS:
@@ -66,6 +69,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     token_file = run_dir / "token"
     if cluster_file.exists():
         existing = load_cluster(str(cluster_file))
+        if (existing.tls_ca is not None) != tls:
+            raise Conflict(f"a cluster {'with' if existing.tls_ca else 'without'} TLS is already set up in {run_dir}",
+                           f"you asked for {'TLS' if tls else 'plain text'}",
+                           f"run `slacker cluster down --purge --dir {run_dir}` first")
         if len(existing.nodes) != nodes or existing.directory_backend != directory:
             raise Conflict(f"a cluster with {len(existing.nodes)} nodes and the {existing.directory_backend} "
                            f"directory is already set up in {run_dir}", f"you asked for {nodes} and {directory}",
@@ -76,11 +83,16 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     for i in range(nodes):
         name = f"node-{i + 1}"
         host = str(base + i)
-        specs.append({"name": name, "url": f"http://{host}:{api_port}", "tenant_host": host})
+        specs.append({"name": name, "url": f"{'https' if tls else 'http'}://{host}:{api_port}", "tenant_host": host})
     if directory_node not in {s["name"] for s in specs}:
         raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
                            "it must be node-1 ... node-N", "for example --directory-node node-1")
     top = {"token_file": str(token_file), "directory": directory_node}
+    pki = {}
+    if tls:
+        from .tls import ensure_cluster_pki
+        pki = ensure_cluster_pki(run_dir / "tls", {s["name"]: [s["tenant_host"], s["name"]] for s in specs})
+        top["tls_ca"] = str(next(iter(pki.values())).ca)
     if directory == "etcd":
         # Three members whatever the node count: one may fail and a majority remains.
         members = local_etcd.plan([str(base + i) for i in range(3)], etcd_client_port, etcd_peer_port)
@@ -93,7 +105,9 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         write_toml(node_dir / "agent.toml", {
             "node": spec["name"], "cluster": str(cluster_file), "data_root": str(node_dir),
             "listen": f"{spec['tenant_host']}:{api_port}", "tenant_host": spec["tenant_host"],
-            "port_range": port_range, "fault_injection": fault_injection},
+            "port_range": port_range, "fault_injection": fault_injection,
+            **({"stats_interval": float(stats_interval_s)} if stats_interval_s is not None else {}),
+            **({f"tls_{k}": v for k, v in pki[spec["name"]].to_dict().items()} if tls else {})},
             header=f"Agent config of {spec['name']}, written by `slacker cluster up`.")
     cluster = load_cluster(str(cluster_file))
     token = cluster.token()
@@ -101,12 +115,13 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     specs.sort(key=lambda s: s["name"] != directory_node)
     groups = {s["name"]: cgroups.create(run_dir, s["name"], cpu_per_node) for s in specs} if cpu_per_node else {}
     for spec in specs:
-        client = AgentClient(spec["url"], token, spec["name"], timeout_s=5)
+        client = AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca)
         if _answers(client):
             continue
         _spawn_agent(run_dir / spec["name"], groups.get(spec["name"]))
     for spec in specs:
-        _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5), run_dir / spec["name"])
+        _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca),
+                        run_dir / spec["name"])
     return cluster_file
 
 
@@ -155,7 +170,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
     stopped = []
     for spec in reversed(list(cluster.nodes.values())):  # the directory node last
         node_dir = run_dir / spec.name
-        client = AgentClient(spec.url, token, spec.name, timeout_s=10)
+        client = AgentClient(spec.url, token, spec.name, timeout_s=10, ca_file=cluster.tls_ca)
         pid = _read_pid(node_dir / "agent.pid")
         try:
             client.request("POST", "/v1/shutdown", {"stop_tenants": True})

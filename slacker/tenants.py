@@ -123,10 +123,12 @@ class TenantInfo:
 class Tenant:
     """Paths and credentials of one tenant on this node."""
 
-    def __init__(self, root: Path, info: TenantInfo, sock_dir: Path) -> None:
+    def __init__(self, root: Path, info: TenantInfo, sock_dir: Path, tls=None, require_tls: bool = False) -> None:
         self.root = root
         self.info = info
         self.sock_dir = sock_dir
+        self.tls = tls  # the node's TlsFiles: rendered into my.cnf at every start
+        self.require_tls = require_tls
 
     id = property(lambda self: self.info.id)
     host = property(lambda self: self.info.host)
@@ -147,6 +149,8 @@ class Tenant:
             error_log=self.error_log, host=self.host, port=self.port, server_id=self.info.server_id,
             buffer_pool_bytes=self.info.buffer_pool_bytes, tmpdir=self.root / "tmp",
             read_only=self.info.fenced,
+            ssl_ca=self.tls.ca if self.tls else None, ssl_cert=self.tls.cert if self.tls else None,
+            ssl_key=self.tls.key if self.tls else None, require_secure_transport=bool(self.tls and self.require_tls),
         )
 
     def admin_password(self) -> str:
@@ -219,8 +223,10 @@ class TenantManager:
     """Creates, starts, stops and deletes the tenants under one node's data root."""
 
     def __init__(self, data_root: Path | str, host: str = "127.0.0.1", node: str = "local",
-                 port_range: tuple[int, int] = DEFAULT_PORT_RANGE) -> None:
+                 port_range: tuple[int, int] = DEFAULT_PORT_RANGE, tls=None, require_tls: bool = False) -> None:
         self.data_root = Path(data_root).resolve()
+        self.tls = tls  # the node's TlsFiles (tenants accept TLS), or None
+        self.require_tls = require_tls
         self.host = host
         self.node = node
         self.port_range = parse_port_range(port_range)
@@ -241,7 +247,7 @@ class TenantManager:
                            f"{root} holds no tenant",
                            "see `slacker tenant list` for the tenants that exist")
         info = TenantInfo(**json.loads(meta.read_text()))
-        return Tenant(root, info, self.sock_dir)
+        return Tenant(root, info, self.sock_dir, self.tls, self.require_tls)
 
     def exists(self, tenant_id: str) -> bool:
         return (self.tenant_dir(tenant_id) / "tenant.json").exists()
@@ -287,7 +293,7 @@ class TenantManager:
         for sub in ("log", "run", "secrets", "tmp"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(root / "secrets", 0o700)
-        return Tenant(root, info, self.sock_dir)
+        return Tenant(root, info, self.sock_dir, self.tls, self.require_tls)
 
     def _automatic_port(self, tenant_id: str, taken: set[int]) -> int:
         """The id's port in the range, stepping over ports another process holds (say, a

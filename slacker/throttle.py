@@ -64,7 +64,7 @@ def build_target_guard(node, target: str, tenant_id: str, window_s: float, step_
 
     def fetch() -> dict:
         # Short timeout: a step must not wait on a slow agent (a failed read holds, then cuts, the rate).
-        return peer.request("GET", "/v1/tenant-stats", query={"counters": 1, "exclude": tenant_id},
+        return peer.request("GET", "/v1/tenant-stats", query={"counters": 1, "history": 0, "exclude": tenant_id},
                             timeout_s=min(2.0, max(0.5, step_s)))
 
     return NodeCountersSource(fetch, name=f"target:{target}", window_s=window_s, step_s=step_s)

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
+import ssl
+import threading
+import time
+from pathlib import Path
 from urllib.parse import quote, urlencode, urlparse
 
 from ..directory import DirectoryStore, EtcdStore, LockInfo, Ownership, SQLiteStore
@@ -16,36 +21,133 @@ from ..errors import AgentUnavailable, SlackerError, Unauthorized, error_from_di
 
 
 class AgentClient:
-    def __init__(self, url: str, token: str, name: str | None = None, timeout_s: float = 30.0) -> None:
+    """One agent's API. With an https:// URL the agent's certificate is checked against the
+    cluster CA (`ca_file`) and connections are kept open and reused, so a call in a migration's
+    freeze does not pay a TLS handshake (`warm()` opens them beforehand)."""
+
+    MAX_IDLE = 4
+    IDLE_MAX_AGE_S = 20.0  # never reuse a connection idle longer (an agent may time idle ones out)
+    WARM_KEEP_S = 1.0  # warm() replaces connections idle for longer than this
+
+    def __init__(self, url: str, token: str, name: str | None = None, timeout_s: float = 30.0,
+                 ca_file: str | Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.name = name or self.url
         self.timeout_s = timeout_s
         parsed = urlparse(self.url)
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise AgentUnavailable(f"bad agent URL {url!r}", "expected http://HOST:PORT", "fix the cluster file")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise AgentUnavailable(f"bad agent URL {url!r}", "expected http(s)://HOST:PORT", "fix the cluster file")
         self._host = parsed.hostname
-        self._port = parsed.port or 80
+        self.tls = parsed.scheme == "https"
+        self._port = parsed.port or (443 if self.tls else 80)
+        self._ssl = None
+        self.ca_file = ca_file  # the cluster CA (agents and tenants are checked against it)
+        if self.tls:
+            if ca_file is None:
+                raise AgentUnavailable(f"agent {self.name} is https but no cluster CA is known",
+                                       "its certificate cannot be checked", "set tls_ca in the cluster file")
+            from ..tls import client_context
+            self._ssl = client_context(ca_file)
+        self._idle: list[tuple[float, http.client.HTTPConnection]] = []
+        self._idle_lock = threading.Lock()
+
+    def _new_conn(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self.tls:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout_s, context=self._ssl)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout_s)
+
+    def _take(self, timeout_s: float) -> tuple[http.client.HTTPConnection, bool]:
+        """An open connection to reuse (TLS only), else a new one; and whether it was reused."""
+        now = time.monotonic()
+        while self.tls:
+            with self._idle_lock:
+                if not self._idle:
+                    break
+                since, conn = self._idle.pop()
+            if now - since > self.IDLE_MAX_AGE_S or _dropped(conn.sock):
+                conn.close()
+                continue
+            conn.timeout = timeout_s
+            conn.sock.settimeout(timeout_s)
+            return conn, True
+        return self._new_conn(timeout_s), False
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        with self._idle_lock:
+            if self.tls and conn.sock is not None and len(self._idle) < self.MAX_IDLE:
+                self._idle.append((time.monotonic(), conn))
+                return
+        conn.close()
+
+    def warm(self, connections: int = 2, timeout_s: float = 5.0) -> None:
+        """Have `connections` fresh kept-open connections ready (stale or closed ones are replaced),
+        so the next calls need no handshake. A no-op in plain text, where a connect is cheap."""
+        if not self.tls:
+            return
+        now = time.monotonic()
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        keep = []
+        for since, conn in idle:
+            # Only one used a moment ago is kept: it must outlast the calls that follow whatever idle
+            # timeout the agent's server applies (a freeze lasts well under a second).
+            if now - since < self.WARM_KEEP_S and not _dropped(conn.sock):
+                keep.append((since, conn))
+            else:
+                conn.close()
+        fresh = []
+        try:
+            for _ in range(max(0, connections - len(keep))):
+                conn = self._new_conn(timeout_s)
+                fresh.append(conn)
+                conn.request("GET", "/v1/status", headers=self._headers())
+                conn.getresponse().read()
+        except (OSError, http.client.HTTPException):
+            conn = fresh.pop()  # the real call will report the problem
+            conn.close()
+        with self._idle_lock:
+            self._idle.extend(keep)
+        for conn in fresh:
+            self._give_back(conn)
+
+    def close(self) -> None:
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for _, conn in idle:
+            conn.close()
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
 
     def request(self, method: str, path: str, body: dict | None = None, query: dict | None = None,
                 timeout_s: float | None = None):
         if query:
             path = f"{path}?{urlencode(query)}"
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        headers = self._headers()
         if data is not None:
             headers["Content-Type"] = "application/json"
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout_s or self.timeout_s)
-        try:
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        except (ConnectionError, socket.timeout, TimeoutError, OSError) as exc:
-            raise AgentUnavailable(f"cannot reach agent {self.name} at {self.url}", str(exc) or type(exc).__name__,
-                                   "is the agent running? (`slacker cluster up`, or `slacker agent --config FILE`)"
-                                   ) from None
-        finally:
+        timeout = timeout_s or self.timeout_s
+        while True:
+            conn, reused = self._take(timeout)
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (ConnectionError, socket.timeout, TimeoutError, OSError, http.client.HTTPException) as exc:
+                conn.close()
+                # A kept-open connection the agent closed just now: only a GET is safe to send again.
+                if reused and method == "GET" and not isinstance(exc, (socket.timeout, TimeoutError)):
+                    continue
+                raise AgentUnavailable(f"cannot reach agent {self.name} at {self.url}", str(exc) or type(exc).__name__,
+                                       "is the agent running? (`slacker cluster up`, or `slacker agent --config FILE`)"
+                                       ) from None
+            break
+        if resp.will_close:
             conn.close()
+        else:
+            self._give_back(conn)
         if resp.status == 401:
             raise Unauthorized(f"agent {self.name} refused the request", "the bearer token is wrong or missing",
                                "check the cluster file's token_file")
@@ -58,6 +160,24 @@ class AgentClient:
                 raise error_from_dict(doc)
             raise SlackerError(f"agent {self.name} answered HTTP {resp.status}", str(doc)[:200], "")
         return doc
+
+
+def _dropped(sock) -> bool:
+    """True if the peer closed (or broke) an idle connection. Readable is not enough: in TLS 1.3 the
+    server's session tickets arrive after the handshake and make an idle socket readable."""
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return False
+        sock.setblocking(False)
+        try:
+            return sock.recv(1) is not None  # b"" (closed) or stray bytes: either way unusable
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return False
+    except (OSError, ValueError):
+        return True
 
 
 class DirectoryClient(DirectoryStore):
@@ -128,7 +248,7 @@ class DirectoryClient(DirectoryStore):
 def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryStore]:
     """One client per node of a cluster file, and the directory: etcd itself, or the agent serving SQLite."""
     token = cluster.token()
-    agents = {n.name: AgentClient(n.url, token, n.name) for n in cluster.nodes.values()}
+    agents = {n.name: AgentClient(n.url, token, n.name, ca_file=cluster.tls_ca) for n in cluster.nodes.values()}
     if cluster.directory_backend == "etcd":
         return agents, EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix)
     return agents, DirectoryClient(agents[cluster.directory_node])
@@ -148,4 +268,4 @@ def node_directory(cluster, node: str, data_root, token: str) -> tuple[Directory
         return store, store
     d = cluster.directory
     # Short timeouts: an unreachable directory must be noticed (and reported) in seconds.
-    return None, DirectoryClient(AgentClient(d.url, token, d.name, timeout_s=5))
+    return None, DirectoryClient(AgentClient(d.url, token, d.name, timeout_s=5, ca_file=cluster.tls_ca))

@@ -28,19 +28,46 @@ class Node:
         self.name = config.node
         self.started_at = time.time()
         self.tenants = TenantManager(config.data_root, host=config.tenant_host, node=config.node,
-                                     port_range=config.port_range)
+                                     port_range=config.port_range, tls=config.tls,
+                                     require_tls=config.tls is not None and config.tenant_require_tls)
         # local_directory: a store this agent can serve over its API (SQLite here, or etcd on every node).
         self.local_directory, self.directory = node_directory(self.cluster, self.name, config.data_root, self.token)
         from ..migration.journal import Journal
         self.journal = Journal(config.data_root / "journal")
-        self.supervisor = Supervisor(self.tenants)
+        # The supervisor's tick also closes the stats history intervals: never coarser than them.
+        self.supervisor = Supervisor(self.tenants, interval_s=min(2.0, config.stats_interval_s))
         self.registry = make_registry(self.name, self.supervisor)
         self._lock = threading.Lock()
+        self._peers: dict[str, AgentClient] = {}
         self.migrations = None  # set by the migration service when it is loaded
 
     def peer(self, name: str) -> AgentClient:
         spec = self.cluster.node(name)
-        return AgentClient(spec.url, self.token, spec.name)
+        # One client per peer, so its kept-open TLS connections are shared by every caller.
+        with self._lock:
+            client = self._peers.get(name)
+            if client is None or client.url != spec.url.rstrip("/"):
+                client = self._peers[name] = AgentClient(spec.url, self.token, spec.name, ca_file=self.tls_ca)
+            return client
+
+    @property
+    def tls_ca(self):
+        """The CA this node checks its peers against (its own config's, else the cluster file's)."""
+        return self.config.tls.ca if self.config.tls is not None else self.cluster.tls_ca
+
+    def tls_server_context(self):
+        """For this node's listeners (snapshot receiver); None without TLS."""
+        if self.config.tls is None:
+            return None
+        from ..tls import server_context
+        return server_context(self.config.tls, stream=True)
+
+    def tls_client_context(self):
+        """For connecting to another node (snapshot stream), showing this node's certificate; None without TLS."""
+        if self.config.tls is None:
+            return None
+        from ..tls import client_context
+        return client_context(self.config.tls.ca, self.config.tls.cert, self.config.tls.key, stream=True)
 
     def start(self) -> None:
         # Bring back tenants that should run (e.g. after a host reboot), then watch them.

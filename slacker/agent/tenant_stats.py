@@ -1,19 +1,26 @@
-"""Per-tenant server-side transaction latency and transactions/s, sampled by the agent.
+"""Per-tenant server-side transaction latency, transactions/s, CPU and data size, sampled by the agent.
 
 Each supervisor tick reads every running tenant's performance_schema
 transaction summary (Slacker's own account left out) and keeps a sliding
-window; the agent serves the figures at GET /v1/tenant-stats and on /metrics.
-The rebalancer reads the same figures to find hot tenants.
+window; every `stats_interval` it also closes one history sample per tenant
+(transactions/s, mean latency, CPU seconds per second of its mariadbd from
+/proc/PID/stat, data size) and keeps the last `stats_history` of them. The
+agent serves both at GET /v1/tenant-stats and on /metrics; `slacker
+rebalance` reads the history to find hot nodes.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
+import time
+from collections import deque
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import mariadb
@@ -22,6 +29,79 @@ from ..latency import PerformanceSchemaSource
 log = logging.getLogger("slacker.agent.tenant_stats")
 
 DEFAULT_WINDOW_S = 10.0
+DEFAULT_INTERVAL_S = 60.0
+DEFAULT_HISTORY = 30
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds a process has used (fields 14 and 15 of /proc/PID/stat)."""
+    if pid is None:
+        return None
+    try:
+        # The command name may hold spaces and parentheses: split after the last ')'.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def data_bytes(path: Path) -> int | None:
+    """Bytes in the files under `path`: what a migration of the tenant has to copy."""
+    total = 0
+    try:
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except OSError:
+                    pass  # a file removed while we walk (temp tables, rotated logs)
+    except OSError:
+        return None
+    return total
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """One tenant over one history interval. `t` is the UTC time the interval ended.
+
+    latency_s is None when no transaction completed; cpu_s_per_s is None when the
+    process could not be read or restarted inside the interval.
+    """
+
+    t: float
+    interval_s: float
+    transactions_per_s: float
+    latency_s: float | None
+    cpu_s_per_s: float | None
+    data_bytes: int | None
+    ok: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Mark:
+    """Where the current history interval started: counters as read then."""
+
+    t: float
+    pid: int | None
+    cpu_s: float | None
+    sum_s: float | None
+    count: float | None
+
+
+class _TotalsSource(PerformanceSchemaSource):
+    """The window source that also keeps the raw totals it last read (for the history)."""
+
+    last_totals: tuple[float, float] | None = None
+
+    def _snapshot(self):
+        self.last_totals = None
+        totals = super()._snapshot()
+        self.last_totals = totals
+        return totals
 
 
 @dataclass(frozen=True)
@@ -41,41 +121,91 @@ class TenantStat:
 
 class TenantStats:
     def __init__(self, node_name: str, tenants, busy: set[str] | None = None, *,
-                 window_s: float = DEFAULT_WINDOW_S, step_s: float = 2.0) -> None:
+                 window_s: float = DEFAULT_WINDOW_S, step_s: float = 2.0,
+                 interval_s: float = DEFAULT_INTERVAL_S, history: int = DEFAULT_HISTORY,
+                 clock=time.monotonic, wall=time.time) -> None:
         self.node = node_name
         self.tenants = tenants
         self.busy = busy if busy is not None else set()
         self.window_s, self.step_s = window_s, step_s
-        self._sources: dict[str, PerformanceSchemaSource] = {}
+        self.interval_s, self.history_len = interval_s, history
+        self._clock, self._wall = clock, wall
+        self._sources: dict[str, _TotalsSource] = {}
         self._stats: dict[str, TenantStat] = {}
+        self._marks: dict[str, _Mark] = {}
+        self._history: dict[str, deque[LoadSample]] = {}
+        self._cpu_total: dict[str, float] = {}
         self._lock = threading.Lock()
         # Read on request (a migrating source's target guard, once a step), on their own connections.
         self._counters: dict[str, PerformanceSchemaSource] = {}
         self._counters_lock = threading.Lock()
 
-    def _source(self, tenant) -> PerformanceSchemaSource:
+    def _source(self, tenant) -> _TotalsSource:
         src = self._sources.get(tenant.id)
         if src is None:
-            src = self._sources[tenant.id] = PerformanceSchemaSource(
+            src = self._sources[tenant.id] = _TotalsSource(
                 lambda: tenant.admin_connect(timeout_s=2), kind="transactions",
                 exclude_users=(mariadb.ADMIN_USER,), window_s=self.window_s, step_s=self.step_s,
                 name=f"performance_schema:{tenant.id}")
         return src
 
     def tick(self) -> None:
-        """Sample every running tenant once."""
+        """Sample every running tenant once; close a history sample for those whose interval is over."""
         seen: dict[str, TenantStat] = {}
+        present = set()
         for tenant in self.tenants.list():
+            present.add(tenant.id)
             if tenant.id in self.busy or tenant.info.desired_state != "running":
+                # Being migrated, created or stopped: no sample, but its history is kept (a move
+                # that fails leaves the tenant here with the load it had).
+                self._marks.pop(tenant.id, None)
                 continue
-            s = self._source(tenant).read()
+            src = self._source(tenant)
+            s = src.read()
             rate = s.count / s.window_s if s.ok and s.window_s > 0 else 0.0
             seen[tenant.id] = TenantStat(tenant.id, s.latency_s, round(rate, 3), round(s.window_s, 3),
                                          ok=s.ok, error=s.error)
+            self._history_step(tenant, src.last_totals if s.ok else None)
         for gone in set(self._sources) - set(seen):
             self._sources.pop(gone).close()
         with self._lock:
             self._stats = seen
+            for gone in set(self._history) - present:
+                del self._history[gone]
+            for gone in set(self._cpu_total) - present:
+                del self._cpu_total[gone]
+        for gone in set(self._marks) - present:
+            del self._marks[gone]
+
+    def _history_step(self, tenant, totals: tuple[float, float] | None) -> None:
+        now = self._clock()
+        pid = tenant.pid()
+        cpu = process_cpu_s(pid)
+        if cpu is not None:
+            with self._lock:
+                self._cpu_total[tenant.id] = cpu
+        sum_s, count = totals if totals is not None else (None, None)
+        mark = self._marks.get(tenant.id)
+        # Half a supervisor step of slack, so a tick that comes a little early still closes the interval.
+        if mark is not None and now - mark.t < self.interval_s - self.step_s / 2:
+            return
+        self._marks[tenant.id] = _Mark(now, pid, cpu, sum_s, count)
+        if mark is None:
+            return  # the first interval starts now
+        span = now - mark.t
+        ok = mark.count is not None and count is not None and count >= mark.count
+        tps = (count - mark.count) / span if ok else 0.0
+        latency = (sum_s - mark.sum_s) / (count - mark.count) if ok and count > mark.count else None
+        cpu_rate = None
+        if cpu is not None and mark.cpu_s is not None and pid == mark.pid and cpu >= mark.cpu_s:
+            cpu_rate = (cpu - mark.cpu_s) / span
+        sample = LoadSample(t=round(self._wall(), 3), interval_s=round(span, 3), transactions_per_s=round(tps, 3),
+                            latency_s=None if latency is None else round(latency, 6),
+                            cpu_s_per_s=None if cpu_rate is None else round(cpu_rate, 4),
+                            data_bytes=data_bytes(tenant.datadir), ok=ok and cpu_rate is not None)
+        with self._lock:
+            ring = self._history.setdefault(tenant.id, deque(maxlen=self.history_len))
+            ring.append(sample)
 
     def counters(self, exclude: set[str] = frozenset()) -> list[dict]:
         """Every running tenant's ever-growing transaction counters, read now: the caller windows them.
@@ -107,6 +237,15 @@ class TenantStats:
         with self._lock:
             return dict(self._stats)
 
+    def history(self) -> dict[str, list[LoadSample]]:
+        """Every tenant's history samples, oldest first."""
+        with self._lock:
+            return {tid: list(ring) for tid, ring in self._history.items()}
+
+    def cpu_totals(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._cpu_total)
+
     def close(self) -> None:
         for src in list(self._sources.values()) + list(self._counters.values()):
             src.close()
@@ -127,17 +266,33 @@ class TenantStatsCollector(Collector):
                                 "Transactions per second over the window (performance_schema)", labels=labels)
         up = GaugeMetricFamily("slacker_tenant_latency_source_up",
                                "1 if the tenant's performance_schema answered at the last sample", labels=labels)
+        cpu = CounterMetricFamily("slacker_tenant_cpu_seconds",
+                                  "CPU seconds used by the tenant's server process (user + system)", labels=labels)
+        load = GaugeMetricFamily("slacker_tenant_load_cpu_seconds_per_second",
+                                 "CPU seconds per second over the last history interval (the rebalancer's load)",
+                                 labels=labels)
+        size = GaugeMetricFamily("slacker_tenant_data_bytes", "Bytes in the tenant's data directory at the last "
+                                 "history sample", labels=labels)
         for st in self.stats.snapshot().values():
             key = [self.stats.node, st.tenant]
             lat.add_metric(key, math.nan if st.latency_s is None else st.latency_s)
             tps.add_metric(key, st.transactions_per_s)
             up.add_metric(key, 1 if st.ok else 0)
-        yield from (lat, tps, up)
+        for tid, total in self.stats.cpu_totals().items():
+            cpu.add_metric([self.stats.node, tid], total)
+        for tid, samples in self.stats.history().items():
+            last = samples[-1]
+            if last.cpu_s_per_s is not None:
+                load.add_metric([self.stats.node, tid], last.cpu_s_per_s)
+            if last.data_bytes is not None:
+                size.add_metric([self.stats.node, tid], last.data_bytes)
+        yield from (lat, tps, up, cpu, load, size)
 
 
 def attach(node, server) -> TenantStats:
     """Sample on every supervisor tick and expose the figures on the API and /metrics."""
-    stats = TenantStats(node.name, node.tenants, node.supervisor.busy, step_s=node.supervisor.interval_s)
+    stats = TenantStats(node.name, node.tenants, node.supervisor.busy, step_s=node.supervisor.interval_s,
+                        interval_s=node.config.stats_interval_s, history=node.config.stats_history)
 
     def sample() -> None:
         try:
@@ -151,8 +306,12 @@ def attach(node, server) -> TenantStats:
 
     @server.route("GET", "/v1/tenant-stats")
     def tenant_stats(srv, body, q):
-        doc = {"node": node.name, "window_s": stats.window_s,
+        doc = {"node": node.name, "window_s": stats.window_s, "interval_s": stats.interval_s,
+               "history_len": stats.history_len, "time": round(time.time(), 3),
                "tenants": [s.to_dict() for s in sorted(stats.snapshot().values(), key=lambda s: s.tenant)]}
+        if q.get("history", "1") not in ("0", "false", "no"):
+            doc["history"] = {tid: [x.to_dict() for x in samples]
+                              for tid, samples in sorted(stats.history().items())}
         if q.get("counters"):
             # ?counters=1[&exclude=t1,t2]: the raw counters, read now (a migrating source's target guard).
             exclude = {x for x in str(q.get("exclude") or "").split(",") if x}

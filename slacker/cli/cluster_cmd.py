@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import CliContext, pass_cli, print_json
+from .common import DURATION, CliContext, pass_cli, print_json
 
 
 @main.group("cluster")
@@ -35,12 +35,17 @@ def cluster() -> None:
 @click.option("--cpu-per-node", type=float, default=None,
               help="CPU quota of each node (its agent, tenants and migration processes), e.g. 0.6; "
                    "needs root and the cgroup cpu controller. Default: no quota.")
+@click.option("--stats-interval", type=DURATION, default=None,
+              help="Agents' load-history interval read by `slacker rebalance` (default 60s; e.g. 2s for a demo).")
+@click.option("--tls", is_flag=True,
+              help="Make a cluster CA and a certificate per node (RUN_DIR/tls/): the agent API is HTTPS, the "
+                   "snapshot stream, replication and tenant connections use TLS. Default: plain text on loopback.")
 @click.option("--fault-injection", is_flag=True,
               help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               fault_injection: bool, as_json: bool) -> None:
+               stats_interval: float | None, tls: bool, fault_injection: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone. With
@@ -55,16 +60,19 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     parse_port_range(port_range)
     path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
               directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
-              etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node)
+              etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,
+              stats_interval_s=stats_interval, tls=tls)
     c = load_cluster(str(path))
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
                     "directory": c.directory_node, "directory_backend": c.directory_backend,
-                    "etcd_endpoints": list(c.etcd_endpoints), "cpu_per_node": cpu_per_node})
+                    "etcd_endpoints": list(c.etcd_endpoints), "cpu_per_node": cpu_per_node,
+                    "tls_ca": str(c.tls_ca) if c.tls_ca else None})
         return
     click.echo(f"cluster up: {len(c.nodes)} nodes, directory {where}"
-               + (f", {cpu_per_node:g} CPU per node" if cpu_per_node else ""))
+               + (f", {cpu_per_node:g} CPU per node" if cpu_per_node else "")
+               + (f", TLS (CA {c.tls_ca})" if c.tls_ca else ", plain text"))
     for n in c.nodes.values():
         click.echo(f"  {n.name:8} {n.url:28} tenants on {n.tenant_host}")
     click.echo(f"cluster file: {path}")

@@ -7,9 +7,9 @@ import time
 
 import click
 
-from ..delta import parse_mpl
 from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
+from ..migration.remote import follow, migration_body, start_migration
 from . import main
 from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
 
@@ -132,33 +132,14 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     if target == own.node:
         raise InvalidInput(f"tenant {tenant_id} is already on {target}", "source and target are the same node",
                            "pick another --to node")
-    chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
-                                    ("--setpoint", setpoint is not None)) if on]
-    if len(chosen) > 1:
-        raise InvalidInput(f"{' and '.join(chosen)} exclude each other", "pick one way to set the copy rate", "")
-    body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
-                  "handover_attempts": handover_attempts,
-                  "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
-                  **({"delta_applier": delta_applier} if delta_applier else {}),
-                  **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),
-                  **({} if catchup_mode else {"delta_catchup": False}),
-                  "rate_bytes_per_s": rate}
-    if pipe:
-        body["pipe"] = pipe
-    if setpoint is not None:
-        body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
-                              "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
-                              "step_s": step, "force": force, "target_guard": not no_target_guard}
-        if target_setpoint is not None:
-            body["controller"]["target_setpoint_s"] = target_setpoint
-        if controller_kind:
-            body["controller"]["kind"] = controller_kind
-    elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
-          or latency_sources or force or no_target_guard):
-        raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
-                           "--latency-source, --target-setpoint, --no-target-guard and --force only apply to a "
-                           "latency-targeting migration", "")
-    doc = source.request("POST", "/v1/migrations", body, timeout_s=120)
+    body = migration_body(tenant_id, target, mode=mode, rate=rate, unthrottled=unthrottled, setpoint=setpoint,
+                          max_rate=max_rate, latency_sources=latency_sources, controller_kind=controller_kind,
+                          gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
+                          pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
+                          delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
+                          catchup_mode=catchup_mode, target_setpoint=target_setpoint,
+                          target_guard=not no_target_guard)
+    doc = start_migration(source, body)
     mid = doc["id"]
     if detach:
         click.echo(f"migration {mid} started; follow it with `slacker status`")
@@ -166,12 +147,13 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     show_progress = not as_json and sys.stderr.isatty()
     if not as_json:
         click.echo(f"migrating {tenant_id}: {own.node} -> {target} ({mode}), migration {mid}", err=True)
+
+    def on_poll(d: dict) -> None:
+        if show_progress:
+            click.echo("\r" + progress_line(d).ljust(100), nl=False, err=True)
+
     try:
-        while doc["active"]:
-            time.sleep(POLL_S)
-            doc = source.request("GET", f"/v1/migrations/{mid}")
-            if show_progress:
-                click.echo("\r" + progress_line(doc).ljust(100), nl=False, err=True)
+        doc = follow(source, doc, on_poll, POLL_S)
     except KeyboardInterrupt:
         if show_progress:
             click.echo("", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -169,6 +170,7 @@ def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, da
                     seed=seed, driver=driver, database=database, retry_timeout_s=retry_timeout,
                     drain_timeout_s=drain_timeout, on_interval=None if (quiet or as_json) else on_interval)
     interrupted = False
+    _stop_on_signals()
     with Harness(cfg) as h:
         h.start()
         if h.metrics_url and not as_json:
@@ -187,3 +189,15 @@ def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, da
             click.echo(line)
     if interrupted:
         sys.exit(130)
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM (systemd, timeout, a bench stopping its load) ends the run like Ctrl-C: the summary is
+    still printed. SIGINT too when the caller started us with it ignored (a background job of a
+    script), so a load started that way can still be stopped cleanly."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, interrupt)

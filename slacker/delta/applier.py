@@ -26,6 +26,11 @@ class SourceLink:
     port: int
     user: str
     password: str
+    # TLS (MASTER_SSL): the cluster CA the source's certificate is verified against (address
+    # included), and the target node's own certificate and key. None: plain text.
+    ssl_ca: str | None = None
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
 
 
 class DeltaApplier(ABC):
@@ -110,10 +115,15 @@ class ReplicationApplier(DeltaApplier):
         self._sql("SET GLOBAL gtid_slave_pos = %s", (start_gtid,))
         if start_gtid:
             self._sql("SET GLOBAL gtid_binlog_state = %s", (start_gtid,))
+        tls, tls_args = "", ()
+        if source.ssl_ca:
+            tls = (", MASTER_SSL=1, MASTER_SSL_CA=%s, MASTER_SSL_CERT=%s, MASTER_SSL_KEY=%s, "
+                   "MASTER_SSL_VERIFY_SERVER_CERT=1")
+            tls_args = (source.ssl_ca, source.ssl_cert or "", source.ssl_key or "")
         self._sql(
             f"CHANGE MASTER '{self.CONNECTION}' TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, "
-            "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1",
-            (source.host, source.port, source.user, source.password))
+            "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1"
+            + tls, (source.host, source.port, source.user, source.password, *tls_args))
         self._sql(f"START SLAVE '{self.CONNECTION}'")
 
     def _status(self) -> dict:

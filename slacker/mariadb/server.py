@@ -98,6 +98,12 @@ class ServerConfig:
     # A fenced server (a migration's retired source, or a target not yet the owner) starts read-only,
     # whoever starts it: the supervisor, an agent restart or an operator.
     read_only: bool = False
+    # TLS for TCP clients and replication: the node's certificate and key, the cluster CA; with
+    # require_secure_transport a TCP client without TLS is refused (the unix socket stays open).
+    ssl_ca: Path | None = None
+    ssl_cert: Path | None = None
+    ssl_key: Path | None = None
+    require_secure_transport: bool = False
 
     def render(self) -> str:
         lines = [
@@ -133,6 +139,11 @@ class ServerConfig:
         ]
         if self.read_only:
             lines.append("read_only = ON")
+        if self.ssl_cert is not None:
+            lines += [f"ssl_ca = {self.ssl_ca}", f"ssl_cert = {self.ssl_cert}", f"ssl_key = {self.ssl_key}",
+                      "tls_version = TLSv1.2,TLSv1.3"]
+            if self.require_secure_transport:
+                lines.append("require_secure_transport = ON")
         if os.geteuid() == 0:
             lines.append("user = root")
         return "\n".join(lines) + "\n"
@@ -192,12 +203,17 @@ def bootstrap_sql(admin_password: str, app_password: str) -> str:
 
 def connect(*, user: str, password: str, socket: Path | str | None = None, host: str | None = None,
             port: int | None = None, database: str | None = None, timeout_s: float = 5.0,
-            autocommit: bool = True) -> pymysql.connections.Connection:
-    """A PyMySQL connection over the unix socket (local) or TCP (remote)."""
-    # No TLS: Slacker's own connections are local (unix socket) or inside the cluster's network, and
-    # PyMySQL would otherwise load the system CA store on every connect (~30 ms, inside the freeze).
+            autocommit: bool = True, ssl_context=None) -> pymysql.connections.Connection:
+    """A PyMySQL connection over the unix socket (local) or TCP (remote); TLS over TCP with
+    `ssl_context` (slacker.tls.client_context: the cluster CA, checked against the address)."""
+    # Never PyMySQL's own TLS defaults: they load the system CA store on every connect (~30 ms,
+    # inside the freeze). Slacker's own connections are local (unix socket); TCP ones pass a context.
     kwargs = dict(user=user, password=password, connect_timeout=timeout_s, autocommit=autocommit,
-                  database=database, charset="utf8mb4", ssl_disabled=True)
+                  database=database, charset="utf8mb4")
+    if ssl_context is not None and socket is None:
+        kwargs["ssl"] = ssl_context
+    else:
+        kwargs["ssl_disabled"] = True
     if socket is not None:
         kwargs["unix_socket"] = str(socket)
     else:

@@ -29,7 +29,7 @@ from ..delta.convergence import ConvergenceJudge
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops
 from ..mariadb.checksums import table_checksums
-from ..transfer import make_pipe
+from ..transfer import TLS_PIPES, make_pipe
 from ..transfer.protocol import new_token
 from .journal import Entry
 from .options import (HandoverAttempt, MigrationAborted, MigrationOptions, OverBudget, PhaseTiming,
@@ -350,6 +350,9 @@ class Migration:
             raise InvalidInput(f"tenant {self.tenant_id} is already on {self.source}",
                                "source and target are the same node", "pick another --to node")
         self.node.cluster.node(self.opts.target)
+        if self.node.config.tls is not None and not TLS_PIPES.get(self.opts.pipe):
+            raise InvalidInput(f"the {self.opts.pipe} pipe cannot be used: this cluster requires TLS",
+                               "pv | nc sends the backup in plain text", "use --pipe native (the default)")
         own = self.node.directory.lookup(self.tenant_id)
         if own.node != self.source:
             raise Conflict(f"tenant {self.tenant_id} is owned by {own.node}", f"not by {self.source}",
@@ -406,7 +409,7 @@ class Migration:
             initial = self.rate_policy.initial_rate()
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
-                              commit_lock_events=commit_lock_event)
+                              commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context())
         self.pipe.start()
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
@@ -544,9 +547,18 @@ class Migration:
                 self._delta()
                 self._phase("handover")
 
+    def _warm_connections(self) -> None:
+        """Open the connections the freeze will use (target agent; the directory when another agent
+        serves it) now, so no TLS handshake happens inside the freeze. Plain text: nothing to do."""
+        self.node.peer(self.opts.target).warm()
+        agent = getattr(self.node.directory, "agent", None)
+        if agent is not None:
+            agent.warm()
+
     def _handover_attempt(self, n: int) -> None:
         budget = self.opts.max_freeze_s
         steps: dict[str, float] = {}
+        self._warm_connections()  # before the clock starts: opening them is not part of the freeze
         t0 = time.monotonic()
         deadline = t0 + budget
 
@@ -563,6 +575,7 @@ class Migration:
         # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip.
         self._lease_ttl_s = max(self.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S)
         self._renew_lease(timeout_s=5)
+        mark("lease")
         try:
             frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
             mark("locked")

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from ..errors import Conflict, InvalidInput, NotFound
+from ..transfer import TLS_PIPES
 from .machine import Migration
 from .options import MigrationOptions
 from .reconcile import Reconciler
@@ -71,6 +72,9 @@ class MigrationService:
                     raise Conflict(f"tenant {tenant_id} is already migrating", f"migration {m.id} is in {m.phase}",
                                    f"wait for it, or `slacker migrate --abort {tenant_id}`")
         self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
+        if self.node.config.tls is not None and not TLS_PIPES.get(options.pipe):
+            raise InvalidInput(f"the {options.pipe} pipe cannot be used: this cluster requires TLS",
+                               "pv | nc sends the backup in plain text", "use --pipe native (the default)")
         if options.hold_s and not self.node.config.fault_injection:
             raise InvalidInput("fault injection is disabled on this agent",
                                "hold_s is a test and rehearsal aid", "set fault_injection = true in agent.toml")

@@ -84,7 +84,8 @@ class IncomingMigration:
                 extract = ["tar", "-x", "-f", "-", "-C", str(tenant.datadir)]
             else:
                 extract = select_tool().extract_argv(tenant.datadir)
-            inc.receiver = Receiver(inc.id, body["token"], extract, bind_host=node.config.tenant_host)
+            inc.receiver = Receiver(inc.id, body["token"], extract, bind_host=node.config.tenant_host,
+                                    ssl_context=node.tls_server_context())
             inc.receiver.start()
         except BaseException:
             inc.remove()
@@ -153,7 +154,9 @@ class IncomingMigration:
         # the applier comes from slacker.delta (serial or concurrent; catch-up mode unless turned off).
         self.applier = make_applier(applier, lambda: self.tenant.admin_connect(timeout_s=10), mpl=mpl,
                                     datadir=self.tenant.datadir, catchup_mode=catchup_mode)
-        self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password()),
+        tls = self.node.config.tls  # with TLS, replication is MASTER_SSL with the source's certificate verified
+        self.applier.start(SourceLink(source_host, source_port, mariadb.ADMIN_USER, self.tenant.admin_password(),
+                                      *((str(tls.ca), str(tls.cert), str(tls.key)) if tls else ())),
                            start_gtid)
         self.state = "catching-up"
 

@@ -19,21 +19,31 @@ from .receiver import ReceiveResult, Receiver
 
 PIPES: dict[str, type[ThrottledPipe]] = {"native": NativePipe, "pv": PvNcPipe}
 DEFAULT_PIPE = "native"
+TLS_PIPES = {"native": True, "pv": False}  # which pipes can carry the stream over TLS
 
 
-def make_pipe(kind: str = DEFAULT_PIPE, *args, **kwargs) -> ThrottledPipe:
-    """Build a sender of the given kind ("native" or "pv"); arguments as ThrottledPipe's."""
+def make_pipe(kind: str = DEFAULT_PIPE, *args, ssl_context=None, **kwargs) -> ThrottledPipe:
+    """Build a sender of the given kind ("native" or "pv"); arguments as ThrottledPipe's.
+
+    With `ssl_context` (the cluster requires TLS) only the native pipe can carry the stream:
+    `pv | nc` would send the backup in plain text, so it is refused."""
     try:
         cls = PIPES[kind]
     except KeyError:
         raise InvalidInput(f"unknown pipe {kind!r}", f"known pipes: {', '.join(sorted(PIPES))}",
                            f"use one of them, or omit it for the default ({DEFAULT_PIPE})") from None
+    if ssl_context is not None:
+        if not TLS_PIPES.get(kind):
+            raise InvalidInput(f"the {kind} pipe cannot be used: this cluster requires TLS",
+                               "pv | nc sends the backup in plain text", "use --pipe native (the default)")
+        kwargs["ssl_context"] = ssl_context
     return cls(*args, **kwargs)
 
 
 __all__ = [
     "DEFAULT_PIPE",
     "PIPES",
+    "TLS_PIPES",
     "CreditGovernor",
     "NativePipe",
     "PvNcPipe",

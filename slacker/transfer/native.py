@@ -17,6 +17,7 @@ import time
 
 from . import protocol
 from ._proc import StreamTail, env_or_none, kill_group, spawn
+from ..errors import InvalidInput
 from .base import ThrottledPipe, stage_error
 from .bucket import DEFAULT_BURST_S, DEFAULT_MIN_BURST_BYTES, Aborted, TokenBucket
 
@@ -29,11 +30,18 @@ class NativePipe(ThrottledPipe):
     """In-process throttle: token bucket with a burst bounded to `burst_s` of the current rate."""
 
     kind = "native"
-    stage_labels = {"transport": "the transport (TCP from this process)"}
+    stage_labels = {"transport": "the transport (TCP, or TLS over TCP, from this process)"}
 
     def __init__(self, *args, chunk_bytes: int = CHUNK_BYTES, burst_s: float = DEFAULT_BURST_S,
-                 min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool = False, **kwargs) -> None:
+                 min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool = False,
+                 ssl_context=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        # TLS (slacker.tls.client_context): the receiver's certificate is checked against the
+        # cluster CA and its address. splice() would bypass the encryption, so it is refused.
+        self.ssl_context = ssl_context
+        if ssl_context is not None and use_splice:
+            raise InvalidInput("splice cannot be used with TLS", "splice moves bytes around the TLS layer",
+                               "drop use_splice")
         self.chunk_bytes = int(chunk_bytes)
         self.use_splice = use_splice
         self._bucket = TokenBucket(self._rate, burst_s=burst_s, min_burst_bytes=min_burst_bytes)
@@ -66,6 +74,14 @@ class NativePipe(ThrottledPipe):
             self._finished.set()
             self._error = stage_error("transport", self._what("transport"), f"cannot connect: {exc}")
             raise self._error from None
+        if self.ssl_context is not None:
+            try:
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.host)
+            except (OSError, ValueError) as exc:
+                sock.close()
+                self._finished.set()
+                self._error = stage_error("transport", self._what("transport"), f"TLS handshake failed: {exc}")
+                raise self._error from None
         try:
             sock.settimeout(None)
             sock.sendall(self._header)
@@ -152,7 +168,7 @@ class NativePipe(ThrottledPipe):
     def _finish(self, rc: int) -> None:
         sock = self._sock
         sock.sendall(protocol.encode_trailer(self._sent))
-        sock.shutdown(socket.SHUT_WR)
+        protocol.half_close(sock)
         verdict = _read_verdict(sock, self.finish_timeout_s)
         if verdict is None:
             self._fail("transport", "the receiver closed the connection without a verdict")

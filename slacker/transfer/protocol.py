@@ -115,6 +115,13 @@ def read_header(sock: socket.socket, timeout_s: float) -> Header:
     return Header(rest[:id_len], rest[id_len:])
 
 
+def half_close(sock: socket.socket) -> None:
+    """End our direction of the stream, keep reading. On a TLS socket the TCP half-close goes
+    under the TLS layer (ssl's own shutdown() would drop it and the verdict could not be read);
+    the peer reads a clean end, and the trailer inside the TLS stream tells it the end is real."""
+    socket.socket.shutdown(sock, socket.SHUT_WR)
+
+
 def encode_verdict(ok: bool, payload_bytes: int = 0, reason: str = "") -> bytes:
     if ok:
         return b"OK %d\n" % payload_bytes

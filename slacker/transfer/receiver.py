@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -67,6 +68,7 @@ class Receiver:
         accept_timeout_s: float = 300.0,
         header_timeout_s: float = 5.0,
         extract_exit_timeout_s: float = 300.0,
+        ssl_context=None,
     ) -> None:
         self.migration_id = migration_id
         try:
@@ -83,6 +85,9 @@ class Receiver:
         self.accept_timeout_s = accept_timeout_s
         self.header_timeout_s = header_timeout_s
         self.extract_exit_timeout_s = extract_exit_timeout_s
+        # TLS (slacker.tls.server_context): a connection that does not complete a TLS handshake
+        # within the header timeout is refused like one with a wrong token.
+        self.ssl_context = ssl_context
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._conn: socket.socket | None = None
@@ -254,6 +259,16 @@ class Receiver:
                 return None  # listener closed by abort()
             peer = f"{addr[0]}:{addr[1]}"
             try:
+                if self.ssl_context is not None:
+                    conn.settimeout(min(self.header_timeout_s, max(0.1, deadline - time.monotonic())))
+                    try:
+                        conn = self.ssl_context.wrap_socket(conn, server_side=True)
+                    except (OSError, ValueError) as exc:
+                        self._rejected += 1
+                        log.warning("receiver %s: refused connection from %s: no TLS (%s)",
+                                    self.migration_id, peer, exc)
+                        conn.close()
+                        continue
                 header = protocol.read_header(conn, min(self.header_timeout_s,
                                                         max(0.1, deadline - time.monotonic())))
                 ok = header.matches(self._mid, self._token)
@@ -338,8 +353,15 @@ class Receiver:
         buf = bytearray(hold + RECV_CHUNK_BYTES)
         view = memoryview(buf)
         held = 0  # bytes kept back, stored at buf[hold - held:hold]
+        # A TLS socket hands out one record (16 KiB) per read; gather what is already there into one
+        # chunk, or the relay spends its time in per-record Python and 16 KiB pipe writes.
+        tls = isinstance(conn, ssl.SSLSocket)
+        eof = False
         while True:
-            n = conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
+            n = 0 if eof else conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
+            if n and tls:
+                more, eof = _drain_ready(conn, view[hold + n:hold + RECV_CHUNK_BYTES])
+                n += more
             if n == 0:
                 return bytes(buf[hold - held:hold])
             self._received += n
@@ -359,6 +381,24 @@ class Receiver:
                 self._proc.stdin.close()
         except OSError:
             pass
+
+
+def _drain_ready(conn: ssl.SSLSocket, view: memoryview) -> tuple[int, bool]:
+    """Read what can be read without waiting into `view`; returns (bytes, reached the end)."""
+    got = 0
+    conn.setblocking(False)
+    try:
+        while got < len(view):
+            try:
+                n = conn.recv_into(view[got:])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                return got, False
+            if n == 0:
+                return got, True
+            got += n
+        return got, False
+    finally:
+        conn.settimeout(None)
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -384,7 +424,7 @@ def _send_verdict(conn: socket.socket, verdict: bytes, drain_s: float = VERDICT_
     try:
         conn.settimeout(2.0)
         conn.sendall(verdict)
-        conn.shutdown(socket.SHUT_WR)
+        protocol.half_close(conn)
         deadline = time.monotonic() + drain_s
         sink = bytearray(1 << 16)
         while (remaining := deadline - time.monotonic()) > 0:

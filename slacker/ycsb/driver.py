@@ -139,10 +139,11 @@ class MysqlclientDriver(Driver):
     def connect(self, ep, database, connect_timeout_s=5.0, query_timeout_s=60.0):
         import MySQLdb
 
+        tls = {"ssl": {"ca": ep.ssl_ca}} if getattr(ep, "ssl_ca", None) else {}  # a TLS cluster's tenant
         return MySQLdb.connect(host=ep.host, port=int(ep.port), user=ep.user, password=ep.password,
                                database=database or "", connect_timeout=max(1, int(round(connect_timeout_s))),
                                read_timeout=max(1, int(query_timeout_s)), write_timeout=max(1, int(query_timeout_s)),
-                               autocommit=True, charset="utf8mb4")
+                               autocommit=True, charset="utf8mb4", **tls)
 
     def transaction_runner(self, conn):
         import MySQLdb._mysql as _mysql
@@ -175,9 +176,13 @@ class PymysqlDriver(Driver):
     def connect(self, ep, database, connect_timeout_s=5.0, query_timeout_s=60.0):
         import pymysql
 
+        tls = {}
+        if getattr(ep, "ssl_ca", None):  # a TLS cluster's tenant: verified against the cluster CA
+            from ..tls import client_context
+            tls = {"ssl": client_context(ep.ssl_ca)}
         return pymysql.connect(host=ep.host, port=int(ep.port), user=ep.user, password=ep.password,
                                database=database, connect_timeout=connect_timeout_s, read_timeout=query_timeout_s,
-                               write_timeout=query_timeout_s, autocommit=True, charset="utf8mb4")
+                               write_timeout=query_timeout_s, autocommit=True, charset="utf8mb4", **tls)
 
     def transaction_runner(self, conn):
         query = conn.query  # reads the whole result, like a buffered cursor

@@ -77,7 +77,8 @@ def make_cluster(short_tmp):
     made = []
 
     def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run",
-             directory_node: str = "node-1", directory: str = "sqlite", cpu_per_node: float | None = None):
+             directory_node: str = "node-1", directory: str = "sqlite", cpu_per_node: float | None = None,
+             stats_interval_s: float | None = None, tls: bool = False):
         # A distinct 127.0.x.0/24 block per cluster keeps sockets of earlier tests apart.
         _next_block[0] += 1
         block = 100 + (os.getpid() + _next_block[0]) % 150
@@ -95,7 +96,7 @@ def make_cluster(short_tmp):
         path = local_cluster.up(run_dir, nodes=nodes, first_address=first, api_port=port,
                                 port_range="%d-%d" % port_range, directory_node=directory_node,
                                 fault_injection=True, directory=directory, cpu_per_node=cpu_per_node,
-                                **etcd_ports)
+                                stats_interval_s=stats_interval_s, tls=tls, **etcd_ports)
         os.environ["SLACKER_CLUSTER"] = str(path)
         return load_cluster(str(path))
 

@@ -18,6 +18,14 @@ from slacker.procs import alive, read_pid, wait_gone
 from .migration_helpers import acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning
 
 
+def tls_client(cluster):
+    """A client context for a TLS cluster's tenants, or None in plain text."""
+    if cluster.tls_ca is None:
+        return None
+    from slacker.tls import client_context
+    return client_context(cluster.tls_ca)
+
+
 class Scenario:
     """A loaded tenant on node-1 under a steady acknowledged write load, with a prober writing to
     every node's copy of it every 100 ms."""
@@ -32,7 +40,9 @@ class Scenario:
         password = (node_dir(cluster, "node-1") / "tenants" / tenant / "secrets" / "app.password").read_text().strip()
         self.password = password
         self.servers = {n.name: (n.tenant_host, port) for n in cluster.nodes.values()}
-        self.prober = WriteProber(self.servers, mariadb.APP_USER, password).start()
+        self.tls = tls_client(cluster)
+        self.prober = WriteProber(self.servers, mariadb.APP_USER, password,
+                                  ssl_ca=str(cluster.tls_ca) if cluster.tls_ca else None).start()
 
     def stop(self) -> None:
         self.writer.stop()
@@ -55,7 +65,8 @@ class Scenario:
             wait_gone(pid, 10)
         spec = self.cluster.node(node)
         local_cluster._spawn_agent(d)
-        local_cluster._wait_answering(AgentClient(spec.url, self.cluster.token(), spec.name, timeout_s=5), d)
+        local_cluster._wait_answering(AgentClient(spec.url, self.cluster.token(), spec.name, timeout_s=5,
+                                                  ca_file=self.cluster.tls_ca), d)
 
     def tenant_pid(self, node: str) -> int | None:
         return read_pid(node_dir(self.cluster, node) / "tenants" / self.tenant / "run" / "mariadbd.pid")
@@ -90,7 +101,7 @@ class Scenario:
         for name, (host, port) in self.servers.items():
             try:
                 conn = mariadb.connect(user=mariadb.APP_USER, password=self.password, host=host, port=port,
-                                       timeout_s=1)
+                                       timeout_s=1, ssl_context=self.tls)
             except Exception:
                 continue
             try:

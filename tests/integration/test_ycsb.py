@@ -156,6 +156,20 @@ def test_cli_load_run_and_subprocess_api(tenant_endpoint, tmp_path):
     assert sum(x["completed"] for x in lines) == 100
     assert all(x["tenant"] == ep.tenant for x in lines)
 
+    # SIGTERM (a bench or systemd stopping the load) ends the run like Ctrl-C: the summary still comes,
+    # even when the caller started it with SIGINT ignored (a background job of a script).
+    import signal as _signal
+    proc = subprocess.Popen([sys.executable, "-m", "slacker", "ycsb", "run", ep.tenant, "-P", "workloads/slacker",
+                             "-p", f"recordcount={ROWS}", "--rate", "40", "--duration", "60s", "--json", *direct],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: _signal.signal(_signal.SIGINT, _signal.SIG_IGN))
+    time.sleep(4)
+    proc.send_signal(_signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["tenants"][0]["completed"] > 0 and doc["duration_s"] < 30
+
     # A tenant that was never loaded: the message says what to do.
     rc, out, err = _slacker("ycsb", "run", ep.tenant, "-P", "workloads/slacker", "--database", "nothing",
                             "--rate", "10", "--duration", "1s", *direct)

@@ -1,0 +1,70 @@
+"""Starting and following a migration from outside the agents (the `slacker migrate` CLI, the rebalancer).
+
+The request body is built (and checked) in one place, so `slacker migrate` and
+`slacker rebalance --execute` start migrations the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..delta import parse_mpl
+from ..errors import InvalidInput
+
+POLL_S = 0.5
+
+
+def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: float | None = None,
+                   unthrottled: bool = False, setpoint: float | None = None, max_rate: float | None = None,
+                   latency_sources: tuple[str, ...] = (), controller_kind: str | None = None,
+                   gains: str | None = None, window: float | None = None, step: float | None = None,
+                   force: bool = False, max_freeze: float = 0.5, verify: bool = False, pipe: str | None = None,
+                   max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
+                   delta_mpl: str | int | None = None, handover_attempts: int = 3,
+                   catchup_mode: bool = True, target_setpoint: float | None = None,
+                   target_guard: bool = True) -> dict:
+    """The body of POST /v1/migrations on the source agent."""
+    chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
+                                    ("--setpoint", setpoint is not None)) if on]
+    if len(chosen) > 1:
+        raise InvalidInput(f"{' and '.join(chosen)} exclude each other", "pick one way to set the copy rate", "")
+    body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
+                  "handover_attempts": handover_attempts,
+                  "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
+                  **({"delta_applier": delta_applier} if delta_applier else {}),
+                  **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),
+                  **({} if catchup_mode else {"delta_catchup": False}),
+                  "rate_bytes_per_s": rate}
+    if pipe:
+        body["pipe"] = pipe
+    if setpoint is not None:
+        body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
+                              "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
+                              "step_s": step, "force": force, "target_guard": target_guard}
+        if target_setpoint is not None:
+            body["controller"]["target_setpoint_s"] = target_setpoint
+        if controller_kind:
+            body["controller"]["kind"] = controller_kind
+    elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
+          or latency_sources or force or not target_guard):
+        raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
+                           "--latency-source, --target-setpoint, --no-target-guard and --force only apply to a "
+                           "latency-targeting migration", "")
+    return body
+
+
+def start_migration(source_agent, body: dict) -> dict:
+    """Start it on the source agent; returns the migration's first document (with its id)."""
+    return source_agent.request("POST", "/v1/migrations", body, timeout_s=120)
+
+
+def follow(source_agent, doc: dict, on_poll: Callable[[dict], None] | None = None,
+           poll_s: float = POLL_S) -> dict:
+    """Poll the source agent until the migration is no longer active; returns its last document."""
+    while doc["active"]:
+        time.sleep(poll_s)
+        doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}")
+        if on_poll is not None:
+            on_poll(doc)
+    return doc

@@ -735,3 +735,107 @@ def parse_latency_source_spec(text: str) -> LatencySourceSpec:
             "performance-schema", pfs_kind=pfs_kind, users=tuple(users), exclude_users=tuple(excluded), node=node
         )
     raise InvalidInput(f"invalid latency source {text!r}", f"unknown kind {kind!r}", _SPEC_HINT)
+
+
+# --- both ends guarded: the target node's tenants, through its agent ----------------
+
+
+class NodeCountersSource(LatencySource):
+    """Every tenant of another node as one population, from its agent's counters.
+
+    `fetch()` returns the agent's `GET /v1/tenant-stats?counters=1` document; each
+    tenant's ever-growing (sum, count) gets its own window here, and the window
+    averages are summed (sum of sums over sum of counts), so the node's SLA is
+    all its tenants, weighted by their traffic. A tenant that appears starts its
+    own window (no evidence until its second read); one that goes away drops
+    out. The agent unreachable, or a tenant's performance_schema failing, is a
+    failed sample: the side we cannot see may be the one without slack.
+    """
+
+    def __init__(self, fetch: Callable[[], Mapping[str, Any]], *, name: str = "target",
+                 window_s: float = DEFAULT_WINDOW_S, step_s: float = DEFAULT_STEP_S,
+                 clock: Clock = time.monotonic) -> None:
+        validate_window(window_s, step_s)
+        self._fetch = fetch
+        self.name = name
+        self.window_s, self.step_s = window_s, step_s
+        self._windows: dict[str, CounterWindow] = {}
+        self._clock = clock
+
+    def read(self) -> LatencySample:
+        t = self._clock()
+        try:
+            doc = self._fetch()
+            rows = doc.get("counters")
+            if rows is None:
+                raise ValueError("the agent does not publish tenant counters (an older version?)")
+        except Exception as exc:  # noqa: BLE001 - any failure must become a sample
+            return LatencySample.failed(self.name, t, _describe(exc))
+        bad = [r for r in rows if r.get("error")]
+        if bad:
+            return LatencySample.failed(self.name, t, "; ".join(f"{r['tenant']}: {r['error']}" for r in bad))
+        total_sum = total_count = 0.0
+        spans = []
+        seen = set()
+        for r in rows:
+            tid = str(r["tenant"])
+            seen.add(tid)
+            w = self._windows.get(tid)
+            if w is None:
+                w = self._windows[tid] = CounterWindow(self.window_s, self.step_s)
+            d_sum, d_count, span = w.add(t, float(r["sum_s"]), float(r["count"]))
+            total_sum += d_sum
+            total_count += d_count
+            spans.append(span)
+        for gone in set(self._windows) - seen:
+            del self._windows[gone]
+        return LatencySample(self.name, t, sum_s=total_sum, count=total_count, window_s=min(spans, default=0.0))
+
+
+class GuardedSource(LatencySource):
+    """The source node's latency and the target node's, each against its own setpoint: the worse one steers.
+
+    The controller sees one latency: max(source / setpoint, target / target
+    setpoint) × setpoint, so a target at 1.2× its setpoint reads as 1.2× the
+    source's setpoint. `setpoint()` and `target_setpoint()` are read every step
+    (a live `--set setpoint=` moves both when the target follows the source).
+    The source's own failure rules (blind, failed) pass through unchanged; a
+    target that cannot be read fails the sample too. After each read, `sides`
+    holds both latencies and which one bound, for the progress line and series.
+    """
+
+    def __init__(self, source: LatencySource, target: LatencySource, setpoint: Callable[[], float],
+                 target_setpoint: Callable[[], float]) -> None:
+        self.source, self.target = source, target
+        self.name = source.name
+        self._setpoint, self._target_setpoint = setpoint, target_setpoint
+        self.sides: dict[str, Any] = {}
+
+    def read(self) -> LatencySample:
+        s, g = _safe_read(self.source), _safe_read(self.target)
+        sp, tsp = float(self._setpoint()), float(self._target_setpoint())
+        self.sides = {"source_latency_s": s.latency_s, "target_latency_s": g.latency_s,
+                      "target_setpoint_s": tsp, "binding": None, "target_ok": g.ok,
+                      "target_error": g.error if not g.ok else ""}
+        if not s.ok:
+            return s
+        if not g.ok:
+            return replace(LatencySample.failed(s.source, min(s.t, g.t), f"target guard: {g.error}"),
+                           server_commits=s.server_commits)
+        ratios = {}
+        if s.latency_s is not None:
+            ratios["source"] = (s.latency_s / sp, s.count)
+        if g.latency_s is not None:
+            ratios["target"] = (g.latency_s / tsp, g.count)
+        if not ratios:
+            return s  # nothing ran on either side: the source's empty (or idle) sample
+        side = max(ratios, key=lambda k: ratios[k][0])
+        ratio, count = ratios[side]
+        self.sides["binding"] = side
+        if side == "source":
+            return s
+        return replace(s, sum_s=ratio * sp * count, count=count, t=min(s.t, g.t))
+
+    def close(self) -> None:
+        self.source.close()
+        self.target.close()

@@ -17,8 +17,8 @@ from .controller.metrics import ControllerMetrics
 from .controller.pid import ThrottleConfig
 from .controller.slack import SlackController
 from .errors import InvalidInput
-from .latency import (AggregateOf, CommitCounter, LatencySource, MaxOf, PerformanceSchemaSource,
-                      PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
+from .latency import (AggregateOf, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
+                      PerformanceSchemaSource, PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
 
 DEFAULT_MAX_RATE = 200_000_000
 # Per transaction, server-side, all of the node's tenants (an SLA per server).
@@ -58,6 +58,18 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
     return WatchedSource(inner, [CommitCounter(_connector(t)) for t in watched], window_s=window_s, step_s=step_s)
 
 
+def build_target_guard(node, target: str, tenant_id: str, window_s: float, step_s: float) -> NodeCountersSource:
+    """Every tenant on the target node (but the one arriving), read from the target agent's counters."""
+    peer = node.peer(target)
+
+    def fetch() -> dict:
+        # Short timeout: a step must not wait on a slow agent (a failed read holds, then cuts, the rate).
+        return peer.request("GET", "/v1/tenant-stats", query={"counters": 1, "history": 0, "exclude": tenant_id},
+                            timeout_s=min(2.0, max(0.5, step_s)))
+
+    return NodeCountersSource(fetch, name=f"target:{target}", window_s=window_s, step_s=step_s)
+
+
 def _connector(tenant):
     return lambda: tenant.admin_connect(timeout_s=2)
 
@@ -75,6 +87,18 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     specs = list(c.get("latency_sources") or DEFAULT_SOURCES)
     sources = [build_source(node, s, cfg.window_s, cfg.step_s, tenant_id) for s in specs]
     source = sources[0] if len(sources) == 1 else MaxOf(sources)
+    target_sp = c.get("target_setpoint_s")
+    if target_sp is not None:
+        target_sp = ThrottleConfig.from_options(float(target_sp), cfg.max_rate_bytes_per_s).setpoint_s
+    if c.get("target_guard", True) and kind != "fixed" and getattr(options, "target", None):
+        # Both ends guarded by default (paper §6): the target node's tenants against their own setpoint.
+        holder: dict = {}
+        source = GuardedSource(source, build_target_guard(node, options.target, tenant_id, cfg.window_s, cfg.step_s),
+                               setpoint=lambda: holder["ctl"].setpoint_s if "ctl" in holder else cfg.setpoint_s,
+                               target_setpoint=lambda: target_sp or (
+                                   holder["ctl"].setpoint_s if "ctl" in holder else cfg.setpoint_s))
+    else:
+        holder = None
     baseline = measure(source, cfg.window_s)
     if baseline.ok is False:
         source.close()
@@ -82,11 +106,20 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
             raise InvalidInput("the latency source sees no transactions", baseline.error,
                                "nothing was copied; check --latency-source (user=/exclude-user= filters, "
                                "or the tenant's performance_schema)")
+        if "target guard:" in (baseline.error or ""):
+            raise InvalidInput(f"cannot read the target node's latency ({options.target})", baseline.error,
+                               "nothing was copied; check the target agent, or pass --no-target-guard")
         raise InvalidInput("cannot read the latency source", baseline.error or "no answer",
                            "check --latency-source; nothing was copied")
     if (baseline.latency_s is not None and baseline.latency_s >= cfg.setpoint_s and not c.get("force")
             and kind != "fixed"):
         source.close()
+        sides = getattr(source, "sides", None) or {}
+        if sides.get("binding") == "target":
+            raise InvalidInput(f"the target node {options.target} is already over its setpoint",
+                               f"its tenants' latency is {sides['target_latency_s'] * 1000:.0f}ms against "
+                               f"{sides['target_setpoint_s'] * 1000:.0f}ms before any copying",
+                               "the copy could never run: raise --target-setpoint, pass --no-target-guard or --force")
         raise InvalidInput(f"setpoint {cfg.setpoint_s * 1000:.0f}ms is below the latency measured now",
                            f"{baseline.latency_s * 1000:.0f}ms before any copying",
                            "the copy could never run: raise --setpoint, or pass --force")
@@ -99,6 +132,8 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     else:
         controller = FixedRate(float(c.get("rate_bytes_per_s") or options.rate_bytes_per_s or 0),
                                setpoint_s=cfg.setpoint_s)
+    if holder is not None:
+        holder["ctl"] = controller
     options.step_s = cfg.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
     policy.baseline_latency_s = baseline.latency_s

@@ -136,6 +136,9 @@ class TenantStats:
         self._history: dict[str, deque[LoadSample]] = {}
         self._cpu_total: dict[str, float] = {}
         self._lock = threading.Lock()
+        # Read on request (a migrating source's target guard, once a step), on their own connections.
+        self._counters: dict[str, PerformanceSchemaSource] = {}
+        self._counters_lock = threading.Lock()
 
     def _source(self, tenant) -> _TotalsSource:
         src = self._sources.get(tenant.id)
@@ -204,6 +207,32 @@ class TenantStats:
             ring = self._history.setdefault(tenant.id, deque(maxlen=self.history_len))
             ring.append(sample)
 
+    def counters(self, exclude: set[str] = frozenset()) -> list[dict]:
+        """Every running tenant's ever-growing transaction counters, read now: the caller windows them.
+
+        {"tenant", "sum_s", "count"} per tenant, or {"tenant", "error"} when its
+        performance_schema did not answer. Tenants being migrated in or out
+        (busy) and those in `exclude` are left out.
+        """
+        out = []
+        with self._counters_lock:
+            running = [t for t in self.tenants.list()
+                       if t.id not in self.busy and t.id not in exclude and t.info.desired_state == "running"]
+            for tenant in running:
+                src = self._counters.get(tenant.id)
+                if src is None:
+                    src = self._counters[tenant.id] = PerformanceSchemaSource(
+                        lambda t=tenant: t.admin_connect(timeout_s=2), kind="transactions",
+                        exclude_users=(mariadb.ADMIN_USER,), name=f"performance_schema:{tenant.id}")
+                try:
+                    sum_s, count = src._snapshot()
+                    out.append({"tenant": tenant.id, "sum_s": sum_s, "count": count})
+                except Exception as exc:  # noqa: BLE001 - one tenant's failure is reported, not raised
+                    out.append({"tenant": tenant.id, "error": (str(exc) or type(exc).__name__).splitlines()[0][:200]})
+            for gone in set(self._counters) - {t.id for t in running}:
+                self._counters.pop(gone).close()
+        return out
+
     def snapshot(self) -> dict[str, TenantStat]:
         with self._lock:
             return dict(self._stats)
@@ -218,9 +247,10 @@ class TenantStats:
             return dict(self._cpu_total)
 
     def close(self) -> None:
-        for src in self._sources.values():
+        for src in list(self._sources.values()) + list(self._counters.values()):
             src.close()
         self._sources.clear()
+        self._counters.clear()
 
 
 class TenantStatsCollector(Collector):
@@ -282,6 +312,10 @@ def attach(node, server) -> TenantStats:
         if q.get("history", "1") not in ("0", "false", "no"):
             doc["history"] = {tid: [x.to_dict() for x in samples]
                               for tid, samples in sorted(stats.history().items())}
+        if q.get("counters"):
+            # ?counters=1[&exclude=t1,t2]: the raw counters, read now (a migrating source's target guard).
+            exclude = {x for x in str(q.get("exclude") or "").split(",") if x}
+            doc["counters"] = stats.counters(exclude)
         return doc
 
     return stats

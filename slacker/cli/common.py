@@ -83,3 +83,11 @@ def source_state_text(ctl: dict) -> str:
     if state == "failed":
         return f" (latency source failed: {ctl.get('source_error') or 'no answer'})"
     return ""
+
+
+def binding_text(ctl: dict) -> str:
+    """' (target binds: 80ms/50ms)' when the target node's latency steers the copy; empty otherwise."""
+    if ctl.get("binding") != "target" or ctl.get("target_latency_s") is None:
+        return ""
+    sp = ctl.get("target_setpoint_s")
+    return f" (target binds: {ctl['target_latency_s'] * 1000:.0f}ms" + (f"/{sp * 1000:.0f}ms)" if sp else ")")

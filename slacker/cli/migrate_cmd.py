@@ -11,7 +11,7 @@ from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from ..migration.remote import follow, migration_body, start_migration
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text
+from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
 
 POLL_S = 0.5
 
@@ -34,6 +34,12 @@ POLL_S = 0.5
 @click.option("--controller", "controller_kind", type=click.Choice(["slack", "pid", "threshold"]), default=None,
               help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
                    "remembers the knee), pid (the paper's velocity PID), threshold (on/off).")
+@click.option("--target-setpoint", type=DURATION, default=None,
+              help="Latency target for the target node's tenants (default: the same as --setpoint). The copy "
+                   "follows whichever node is further over its own setpoint.")
+@click.option("--no-target-guard", is_flag=True,
+              help="Steer on the source's latency only; by default the target node's tenants are guarded too "
+                   "(read from its agent, no Prometheus needed).")
 @click.option("--gains", default=None, help="PID gains kp,ki,kd, with --controller pid (see docs/controller.md).")
 @click.option("--window", type=DURATION, default=None, help="Latency averaging window (default 3s).")
 @click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")
@@ -70,7 +76,7 @@ POLL_S = 0.5
 @pass_cli
 def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | None, unthrottled: bool,
             setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
-            controller_kind: str | None, gains: str | None,
+            controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
@@ -131,7 +137,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                           gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
                           pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
                           delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
-                          catchup_mode=catchup_mode)
+                          catchup_mode=catchup_mode, target_setpoint=target_setpoint,
+                          target_guard=not no_target_guard)
     doc = start_migration(source, body)
     mid = doc["id"]
     if detach:
@@ -217,6 +224,7 @@ def progress_line(doc: dict) -> str:
         line += f"  latency {lat * 1000:.0f}ms" if lat is not None else "  latency -"
         line += f"/{ctl['setpoint_s'] * 1000:.0f}ms"
         line += source_state_text(ctl)
+        line += binding_text(ctl)
     if doc.get("eta_s") is not None:
         line += f"  ETA {format_duration(doc['eta_s'])}"
     if doc.get("rounds") and doc["phase"] == "delta":

@@ -9,7 +9,7 @@ import click
 from ..errors import NotFound
 from ..units import format_binary_size, format_size
 from . import main
-from .common import SERVER_SIZE, CliContext, pass_cli, print_json, print_table, source_state_text
+from .common import SERVER_SIZE, CliContext, pass_cli, print_json, print_table, source_state_text, binding_text
 
 
 def _clients(cli: CliContext):
@@ -169,6 +169,7 @@ def _migration_line(m: dict) -> str:
         line += (f", latency {lat * 1000:.0f}ms" if lat is not None else ", latency -") + \
                 f" vs setpoint {ctl.get('setpoint_s', 0) * 1000:.0f}ms, rate {format_size(ctl.get('rate_bytes_per_s', 0))}/s"
         line += source_state_text(ctl)
+        line += binding_text(ctl)
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
     if m.get("finishing_reason"):

@@ -65,6 +65,9 @@ class RatePolicy:
         state["source_state"] = source_state(sample)
         if not sample.ok:
             state["source_error"] = sample.error
+        sides = getattr(self.source, "sides", None)
+        if sides:  # both ends guarded: each side's latency, and which one steered this step
+            state.update(sides)
         return out.rate_bytes_per_s, state
 
     def close(self) -> None:

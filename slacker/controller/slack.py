@@ -8,7 +8,7 @@ This controller works on ratios instead of differences:
 
     r = latency / setpoint
     r < 1: u ← u · min(growth_max, r^−alpha)      multiplicative: fast when far below, slow near 1
-    r > 1: u ← u · r^−beta                        cut in proportion to the overshoot
+    r > 1: u ← min(u · r^−beta, 0.98 · knee)      cut in proportion to the overshoot, under the knee
 
 with three rules that keep it off the knee's steep side:
 - a brake: latency rising fast enough to cross the setpoint within the loop's
@@ -50,7 +50,7 @@ class SlackController(ThrottleController):
         lag_steps: int = 3,
         knee_loosen_per_step: float = 0.003,
         min_step: float = 0.01,
-        backoff: float = 0.9,
+        backoff: float = 0.98,
         second_cut: float = 0.85,
         **safety: float,
     ) -> None:

@@ -810,6 +810,7 @@ class Migration:
                 sample = self.rate_policy.source.read()
                 state = dict(self.controller_state or {})
                 state.update(latency_s=sample.latency_s, note="observing (no copy in this phase)")
+                state.update(getattr(self.rate_policy.source, "sides", None) or {})
                 self.controller_state = state
         self._record()
 
@@ -822,7 +823,8 @@ class Migration:
         if self.finishing_reason:
             sample["note"] = self.finishing_reason
         if self.controller_state:
-            for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note"):
+            for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note", "source_state", "binding",
+                      "source_latency_s", "target_latency_s", "target_setpoint_s"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]
         if self.phase == "delta" and self.delta_stats:  # the MPL and apply rate over time

@@ -22,7 +22,8 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    force: bool = False, max_freeze: float = 0.5, verify: bool = False, pipe: str | None = None,
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
                    delta_mpl: str | int | None = None, handover_attempts: int = 3,
-                   catchup_mode: bool = True) -> dict:
+                   catchup_mode: bool = True, target_setpoint: float | None = None,
+                   target_guard: bool = True) -> dict:
     """The body of POST /v1/migrations on the source agent."""
     chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
                                     ("--setpoint", setpoint is not None)) if on]
@@ -40,12 +41,16 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
     if setpoint is not None:
         body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
                               "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
-                              "step_s": step, "force": force}
+                              "step_s": step, "force": force, "target_guard": target_guard}
+        if target_setpoint is not None:
+            body["controller"]["target_setpoint_s"] = target_setpoint
         if controller_kind:
             body["controller"]["kind"] = controller_kind
-    elif any(x is not None for x in (max_rate, gains, window, step, controller_kind)) or latency_sources or force:
+    elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
+          or latency_sources or force or not target_guard):
         raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
-                           "--latency-source and --force only apply to a latency-targeting migration", "")
+                           "--latency-source, --target-setpoint, --no-target-guard and --force only apply to a "
+                           "latency-targeting migration", "")
     return body
 
 

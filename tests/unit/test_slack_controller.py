@@ -64,7 +64,7 @@ def test_holds_below_the_setpoint_at_the_pids_speed_with_half_the_swing(setpoint
             assert slack.mean_latency(start, start + 100) < 1.1 * setpoint_s
     assert statistics.mean(rates) >= 0.95 * statistics.mean(pid_rates)  # copies as fast
     assert statistics.mean(swings) <= 0.6 * statistics.mean(pid_swings)  # the rate does not cycle
-    assert 0.4 < statistics.mean(means) < 1.0
+    assert 0.6 < statistics.mean(means) < 1.0  # 0.70-0.83 with backoff 0.98 (0.56-0.71 with 0.9)
 
 
 def test_no_sustained_oscillation_after_the_knee_is_found() -> None:

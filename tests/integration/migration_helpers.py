@@ -124,3 +124,15 @@ def wait_writer_on(writer, node: str, timeout_s: float = 30) -> None:
     while len(writer.acked) <= acked:
         assert time.monotonic() < deadline, f"the writer reached {node} but commits nothing there"
         time.sleep(0.1)
+
+
+def cgroups_usable() -> bool:
+    """Root and a cgroup cpu controller: what the per-node CPU quota tests need."""
+    from slacker import cgroups
+    from slacker.errors import MissingDependency
+
+    try:
+        cgroups._cpu_mount()
+    except MissingDependency:
+        return False
+    return os.geteuid() == 0

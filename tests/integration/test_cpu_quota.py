@@ -10,22 +10,13 @@ import pytest
 
 from slacker import cgroups
 from slacker.agent.client import cluster_clients
-from slacker.errors import MissingDependency
 from slacker.tenants import TenantManager
 from slacker.config import load_agent_config
 
-from .migration_helpers import node_dir
+from .migration_helpers import cgroups_usable, node_dir
 
 
-def _cgroups_usable() -> bool:
-    try:
-        cgroups._cpu_mount()
-    except MissingDependency:
-        return False
-    return os.geteuid() == 0
-
-
-pytestmark = pytest.mark.skipif(not _cgroups_usable(), reason="needs root and a cgroup cpu controller")
+pytestmark = pytest.mark.skipif(not cgroups_usable(), reason="needs root and a cgroup cpu controller")
 
 QUOTA = 0.25
 

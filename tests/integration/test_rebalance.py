@@ -19,24 +19,14 @@ import time
 
 import pytest
 
-from slacker import cgroups
 from slacker.ackwriter import AckedWriter
 from slacker.agent.client import cluster_clients
-from slacker.errors import MissingDependency
 
-from .migration_helpers import acked_ids_present, follow
+from .migration_helpers import cgroups_usable, acked_ids_present, follow
 from .test_cli import slacker
 
 
-def _cgroups_usable() -> bool:
-    try:
-        cgroups._cpu_mount()
-    except MissingDependency:
-        return False
-    return os.geteuid() == 0
-
-
-pytestmark = pytest.mark.skipif(not _cgroups_usable(), reason="needs root and a cgroup cpu controller")
+pytestmark = pytest.mark.skipif(not cgroups_usable(), reason="needs root and a cgroup cpu controller")
 
 QUOTA = 0.4            # CPUs per node
 INTERVAL_S = 2         # agents' history interval

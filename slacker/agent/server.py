@@ -7,6 +7,7 @@ JSON error document with a matching HTTP status.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -68,6 +69,8 @@ class ApiServer(ThreadingHTTPServer):
         self.request_timeout_s = request_timeout_s
         self.max_workers = max_workers
         self._slots = threading.BoundedSemaphore(max_workers)
+        self._busy = 0                        # requests being answered (not idle kept-open connections)
+        self._idle = threading.Condition()
         super().__init__((host, port), _Handler)
         _add_core_routes(self)
 
@@ -115,6 +118,23 @@ class ApiServer(ThreadingHTTPServer):
             return
         super().finish_request(request, client_address)
 
+    @contextlib.contextmanager
+    def answering(self):
+        """Around one request being answered; wait_answered() waits for all of them."""
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def wait_answered(self, timeout_s: float) -> None:
+        """On shutdown: let requests in progress (the shutdown request's own answer too) go out."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, timeout=timeout_s)
+
     def route(self, method: str, pattern: str):
         def deco(fn):
             self.routes.append((method, re.compile(f"^{pattern}$"), fn))
@@ -152,6 +172,10 @@ class _Handler(BaseHTTPRequestHandler):
         return hmac.compare_digest(header.encode(), expected.encode())
 
     def _dispatch(self, method: str) -> None:
+        with self.server.answering():
+            self._answer(method)
+
+    def _answer(self, method: str) -> None:
         _request.peer = self.client_address[0] if self.client_address else ""
         _request.tls = isinstance(self.connection, ssl.SSLSocket)
         if not self._authorized():
@@ -368,6 +392,7 @@ def run_forever(node: Node) -> None:
     while not stop.wait(1.0):
         pass
     server.shutdown()
+    server.wait_answered(5.0)
     node.stop(stop_tenants=server.stop_tenants_on_shutdown)
     server.server_close()
     log.info("agent %s stopped", node.name)

@@ -64,7 +64,8 @@ def wait_flipped(s, mid, timeout_s=90):
 # ---- --abort ----------------------------------------------------------------------------------
 def test_abort_while_fenced_rolls_back(scenario):
     s = scenario
-    mid = migrate(s, hold_s={"fenced": 5}, max_freeze_s=30)
+    # The abort cuts the hold short; a long hold keeps a loaded machine from reaching the flip first.
+    mid = migrate(s, hold_s={"fenced": 20}, max_freeze_s=30)
     s.wait_fenced()
     assert s.writable() == [], "fenced source and fenced target: nobody takes writes"
     agents, _ = cluster_clients(s.cluster)
@@ -212,15 +213,23 @@ def test_directory_stopped_at_the_flip_fails_closed(scenario3):
     """The flip's outcome is unknown while the directory is stopped: nobody takes writes until it
     answers, then the migration goes the way the directory says; the outage is reported."""
     s = scenario3
-    mid = migrate(s, hold_s={"fenced": 1}, max_freeze_s=30)
+    # The directory stops inside the hold, so the compare-and-set is sent to a stopped directory.
+    mid = migrate(s, hold_s={"fenced": 4}, max_freeze_s=30)
     s.wait_fenced()
     resume = directory_stopped(s, "node-3")
     try:
-        time.sleep(6)
-        assert s.writable() == []
         agents, _ = cluster_clients(s.cluster)
-        doc = agents["node-1"].request("GET", f"/v1/migrations/{mid}")
-        assert doc["active"] and "directory unreachable" in doc["finishing_reason"], doc
+        deadline = time.monotonic() + 60
+        while True:
+            assert s.writable() == []
+            doc = agents["node-1"].request("GET", f"/v1/migrations/{mid}")
+            if "directory unreachable" in (doc.get("finishing_reason") or ""):
+                break
+            assert time.monotonic() < deadline, doc
+            time.sleep(0.5)
+        assert doc["active"]
+        time.sleep(4)  # an outage of at least 4 s, still failing closed
+        assert s.writable() == []
         with pytest.raises(Conflict, match="point of no return"):
             agents["node-1"].request("POST", f"/v1/migrations/{mid}/abort", {})
     finally:

@@ -8,7 +8,7 @@ This controller works on ratios instead of differences (r = latency / setpoint):
 
     r < 1: u ← u · min(growth_max, q^−alpha)     q = max(r, smoothed r): fast far below, slow near 1
     r > 1, first window over:   u ← 0.98 · knee   knee = the rate applied `lag` steps earlier
-    still rising a lag later:   u ← u · min(0.8^n, (4 / r)^beta)    n-th cut: deeper each time,
+    still rising a lag later:   u ← u · min(0.85^n, (2.5 / r)^beta)  n-th cut: deeper each time,
                                                   in proportion to the overshoot when r > 2.5
     stopped (u = 0) and r < 1:  restart at half the knee (never stuck at 0 below the setpoint)
 
@@ -57,7 +57,7 @@ class SlackController(ThrottleController):
         knee_loosen_per_step: float = 0.003,
         min_step: float = 0.01,
         backoff: float = 0.98,
-        further_cut: float = 0.8,
+        further_cut: float = 0.85,
         deep: float = 2.5,
         recut: float = 2.0,
         smoothing: float = 0.5,
@@ -159,7 +159,7 @@ class SlackController(ThrottleController):
                 return u, "over setpoint; waiting for the last cut to show", 0.0, 0.0, 0.0
             else:
                 # Still rising a full lag after the last cut (or far worse than at it): this rate is
-                # above the knee too. Each further cut is deeper (x0.8, x0.64, ...), and a latency far
+                # above the knee too. Each further cut is deeper (x0.85, x0.72, ...), and a latency far
                 # over the setpoint cuts in proportion to it: a queue that runs away drains only
                 # below capacity, and the knee may have moved far (a machine that got busy).
                 if u > 0:

@@ -155,12 +155,12 @@ def test_cuts_under_the_knee_once_then_waits_then_cuts_deeper_each_time() -> Non
     for k in range(5, 7):
         out = c.step(sample(2.2, float(k)), float(k))
         assert out.fraction == first.fraction and "waiting" in out.note
-    # Still rising a full lag later: cut again, deeper (x0.8), then x0.64.
+    # Still rising a full lag later: cut again, deeper (x0.85), then x0.72.
     second = c.step(sample(2.5, 7.0), 7.0)
-    assert second.fraction == pytest.approx(0.8 * first.fraction)
+    assert second.fraction == pytest.approx(0.85 * first.fraction)
     for k in range(8, 10):
         c.step(sample(2.6, float(k)), float(k))
-    assert c.step(sample(2.7, 10.0), 10.0).fraction == pytest.approx(0.64 * second.fraction)
+    assert c.step(sample(2.7, 10.0), 10.0).fraction == pytest.approx(0.85 ** 2 * second.fraction)
 
 
 def test_a_runaway_queue_is_cut_as_deep_as_it_takes() -> None:

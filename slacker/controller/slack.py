@@ -19,6 +19,10 @@ with rules that keep it off the knee's steep side:
   remembered; above 98 % of it the rate only creeps (probe_per_step). The
   memory loosens a little every step without an overshoot, so a load that
   falls frees the slack again;
+- bisection: after a fast ramp the first window over shows a rate 4-8x below
+  the one the overshoot happened at, so the knee is underestimated; at the
+  knee with latency far below the setpoint (< 0.2x) it moves to the geometric
+  mean of itself and that rate, one lag per halving;
 - one cut, then wait: a cut shows only `lag` steps later; no further cut
   before that (unless latency gets `recut` times worse) nor while the queue is
   already draining.
@@ -63,6 +67,8 @@ class SlackController(ThrottleController):
         smoothing: float = 0.5,
         restart_share: float = 0.5,
         restart_min: float = 0.02,
+        bisect: bool = True,
+        bisect_below: float = 0.2,
         **safety: float,
     ) -> None:
         super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
@@ -85,6 +91,8 @@ class SlackController(ThrottleController):
         self.backoff, self.further_cut, self.deep, self.recut = float(backoff), float(further_cut), float(deep), float(recut)
         self.smoothing, self.restart_share, self.restart_min = float(smoothing), float(restart_share), float(restart_min)
         self._initial = float(initial_fraction)
+        self.bisect, self.bisect_below = bool(bisect), float(bisect_below)
+        self._ceiling: float | None = None
         self.knee: float | None = None  # fraction that last pushed latency over the setpoint
         self._episode_knee: float | None = None  # the knee the current overshoot first showed
         self._applied: deque[float] = deque(maxlen=lag_steps + 1)
@@ -154,6 +162,7 @@ class SlackController(ThrottleController):
                 if r >= self.deep:
                     new = min(new, u * (self.deep / r) ** self.beta)
                 self._cuts, self._episode_knee = 1, self.knee
+                self._ceiling = u if self.bisect else None  # the knee is between the culprit and this
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.
                 return u, "over setpoint; waiting for the last cut to show", 0.0, 0.0, 0.0
@@ -178,6 +187,16 @@ class SlackController(ThrottleController):
             return u, "waiting for the last cut to show", 0.0, 0.0, 0.0
         if self.knee is not None:
             self.knee = min(1.0, self.knee * (1.0 + self.knee_loosen_per_step))
+            c = self._ceiling
+            if c is not None and u >= self.backoff * self.knee * 0.99 and r < self.bisect_below:
+                # At the knee's lower bound with latency well under the setpoint: the knee was
+                # underestimated (the window showed a rate of a fast ramp). Bisect towards the
+                # rate the overshoot happened at, one lag per halving.
+                if c <= 1.05 * self.knee:
+                    self._ceiling = None
+                else:
+                    self.knee = math.sqrt(self.knee * c)
+                    self._hold_until = self._k + self.lag_steps
         if r + self.lag_steps * max(0.0, rising) >= 1.0:
             return u, "latency rising towards the setpoint: holding", 0.0, 0.0, 0.0
         # Ramp on the larger of this window and the smoothed ratio: one quiet window does not leap.

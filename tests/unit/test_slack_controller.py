@@ -163,6 +163,19 @@ def test_cuts_under_the_knee_once_then_waits_then_cuts_deeper_each_time() -> Non
     assert c.step(sample(2.7, 10.0), 10.0).fraction == pytest.approx(0.85 ** 2 * second.fraction)
 
 
+def test_a_knee_underestimated_by_a_fast_ramp_is_bisected_back_up() -> None:
+    # x2 per step: the first window over shows the rate of 3 steps earlier, 1/8 of the rate the
+    # overshoot happened at. With latency far below the setpoint there, the knee is bisected towards
+    # that rate one lag at a time, instead of creeping back at 1 % per step (70+ steps).
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.1)
+    for k in range(3):
+        c.step(sample(0.1, float(k)), float(k))
+    crossing = c.fraction
+    assert c.step(sample(1.5, 3.0), 3.0).fraction < crossing / 4
+    fractions = [c.step(sample(0.1, float(k)), float(k)).fraction for k in range(4, 20)]
+    assert fractions[-1] >= 0.8 * crossing and max(fractions) <= crossing
+
+
 def test_a_runaway_queue_is_cut_as_deep_as_it_takes() -> None:
     # Run 2 at 25 ms (docs/results.md): after the first cut latency went on to 80x the setpoint
     # and the old controller cut by at most 15 % per lag while the queue ran away.

@@ -1,7 +1,7 @@
 """Nodes as separate network hosts (`cluster up --netns`): each node in a network namespace of its
 own on a bridge, on the etcd directory. The curated CI set of migration and failure tests that runs
 across real interfaces: a live migration under load, an etcd member killed mid-migration, and no etcd
-quorum at the flip."""
+quorum at the flip. Like `cluster up --netns`, the cluster runs with TLS on every channel."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ pytestmark = [netns_available]
 
 @pytest.fixture
 def netns_cluster(make_cluster):
-    return make_cluster(nodes=3, directory="etcd", netns=True)
+    return make_cluster(nodes=3, directory="etcd", netns=True, tls=True)  # as `cluster up --netns` makes it
 
 
 def _tx_bytes(dev: str) -> int:

@@ -88,3 +88,16 @@ def test_rate_policy_copies_unthrottled_at_a_nominal_max() -> None:
         assert rates[-1] == (None if nominal else 1000)
         policy.controller.pause()
         assert policy.step(3.0, 0)[0] == 0  # paused is 0, never unthrottled
+
+
+def test_a_max_rate_set_live_is_a_cap_again() -> None:
+    from types import SimpleNamespace
+
+    from slacker.controller import SlackController
+    from slacker.controller.loop import RatePolicy
+    from slacker.throttle import apply_settings
+
+    policy = RatePolicy(None, SlackController(1.0, 1000))  # type: ignore[arg-type]
+    policy.unthrottled_at_max = True
+    apply_settings(SimpleNamespace(rate_policy=policy, pipe=None), {"max_rate_bytes_per_s": 500})
+    assert policy.unthrottled_at_max is False and policy.controller.max_rate_bytes_per_s == 500

@@ -57,9 +57,11 @@ class Member:
 
 
 def plan(hosts: list[str], client_port: int = 2379, peer_port: int = 2380,
-         tls_dir: Path | None = None) -> list[Member]:
+         tls_dir: Path | None = None, source_addresses: tuple[str, ...] = ("127.0.0.1",)) -> list[Member]:
     """Members etcd-1..etcd-K, one per host address, all on the same two ports. With `tls_dir` (the
-    cluster's PKI directory) each member gets a certificate for its address there."""
+    cluster's PKI directory) each member gets a certificate for its address there, also naming the
+    other members' addresses and `source_addresses`: the addresses this machine may connect from
+    (127.0.0.1 on loopback, the bridge's first address with --netns)."""
     members = [Member(f"etcd-{i + 1}", h, client_port, peer_port, str(tls_dir) if tls_dir else None)
                for i, h in enumerate(hosts)]
     if tls_dir is not None:
@@ -67,7 +69,7 @@ def plan(hosts: list[str], client_port: int = 2379, peer_port: int = 2380,
         # etcd checks a peer's client certificate against the connection's source address; on one
         # machine that is 127.0.0.1 or another member's address, so each local member's certificate
         # names them all (they are one host). On real hosts each certificate names its own host.
-        ensure_cluster_pki(Path(tls_dir), {m.name: [m.host, *(h for h in hosts if h != m.host), "127.0.0.1"]
+        ensure_cluster_pki(Path(tls_dir), {m.name: [m.host, *(h for h in hosts if h != m.host), *source_addresses]
                                            for m in members})
     return members
 

@@ -155,7 +155,10 @@ class TenantStats:
         self.in_flight = 0
         # Following the tenant.
         self.last_commit_t: float | None = None
-        self.recovered_t = float("-inf")   # end of the last recorded gap
+        # End of the last gap in which connections were lost: a connection opened before it that
+        # dies later is a leftover of that gap. A read-only gap (a handover attempt that unfroze
+        # the source) leaves connections intact, so it does not count here.
+        self.recovered_t = float("-inf")
         self.disrupted_since: float | None = None
         self._disruption_reason = ""
         self._epoch_before = 0
@@ -210,7 +213,8 @@ class TenantStats:
             if since is None:
                 return  # another worker's commit ended it
             self.disrupted_since = None
-            self.recovered_t = done_t
+            if self._disruption_reason != "read_only":
+                self.recovered_t = done_t
             # The gap runs from the last commit before the disruption (or its start, if none yet).
             last_ok = self.last_commit_t if self.last_commit_t is not None and self.last_commit_t <= since else since
             self.gaps.append(Gap(start_s=last_ok - self.t0, gap_s=done_t - last_ok, reason=self._disruption_reason,

@@ -205,6 +205,34 @@ def test_follows_the_tenant_to_its_new_owner():
     assert t.failures.get("connection_lost", 0) >= 1
 
 
+def test_a_handover_after_an_aborted_attempt_is_still_a_gap():
+    """A handover attempt that froze the source and gave up (a read-only gap, same owner, connections
+    intact) must not make the real handover's lost connections look like leftovers of it."""
+    old = SimulatedServer(service_time_s=0.002)
+    new = SimulatedServer(service_time_s=0.002)
+    owner = {"ep": Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)}
+
+    def attempt():
+        old.read_only = True
+        time.sleep(0.1)
+        old.read_only = False
+
+    def handover():
+        old.down = True
+        time.sleep(0.2)
+        owner["ep"] = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
+
+    threading.Timer(0.2, attempt).start()
+    threading.Timer(0.6, handover).start()
+    targets = [TenantTarget("t1", 100.0, lambda: owner["ep"])]
+    res = run_benchmark(_config({1: old, 2: new}, duration=1.2, targets=targets, arrival="constant"))
+    t = res.tenants[0]
+    assert t.completed == t.arrivals and not t.abandoned
+    # reads still commit while the source is read-only, so the attempt may show as several short gaps
+    assert {(g.reason, g.epoch_before, g.epoch_after) for g in t.gaps[:-1]} == {("read_only", 1, 1)}, t.gaps
+    assert (t.gaps[-1].reason, t.gaps[-1].epoch_before, t.gaps[-1].epoch_after) == ("connection_lost", 1, 2), t.gaps
+
+
 def test_unreachable_tenant_fails_fast():
     cfg = _config({5: SimulatedServer()}, targets=[TenantTarget.fixed(Endpoint("t9", "sim", 99, "app", ""), 10)])
     t0 = time.monotonic()

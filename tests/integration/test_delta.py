@@ -287,3 +287,47 @@ def test_changing_the_mpl_keeps_the_fetched_backlog(tenants):
         ap.abort()
         sconn.close()
         dconn.close()
+
+
+def test_a_freeze_not_granted_is_retried_like_an_attempt_over_budget(cluster):
+    """A statement that holds the tables makes FLUSH TABLES WITH READ LOCK wait: the attempt gives up
+    within its share of the budget, nothing is frozen, and the handover is attempted again after more
+    delta rounds instead of failing the migration at once."""
+    create_loaded_tenant(cluster, "mig", rows=500)
+    _, directory = cluster_clients(cluster)
+    before = directory.lookup("mig")
+    doc = start_migration(cluster, "mig", target="node-2", handover_attempts=2, hold_s={"delta": 2})
+    wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=120)
+    blocker = follow(cluster, "mig").connection()
+    with blocker.cursor() as cur:
+        cur.execute("SELECT CONNECTION_ID()")
+        cid = cur.fetchone()[0]
+    th = threading.Thread(target=lambda: _quietly(blocker, "SELECT SLEEP(60) FROM shop.items LIMIT 1"), daemon=True)
+    th.start()
+    try:
+        doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=120)
+    finally:
+        killer = follow(cluster, "mig").connection()
+        with killer.cursor() as cur:
+            cur.execute("KILL %s", (cid,))
+        th.join(10)
+    assert doc["result"] == "failed"
+    assert doc["error"]["what"].startswith("handover did not fit"), doc["error"]
+    assert "lock: not granted" in doc["error"]["why"]
+    attempts = doc["handover_attempts"]
+    assert [a["outcome"] for a in attempts] == ["over budget", "over budget"], attempts
+    # Nothing stayed frozen or fenced: the source still owns the tenant and takes writes.
+    after = directory.lookup("mig")
+    assert (after.node, after.epoch) == (before.node, before.epoch)
+    conn = follow(cluster, "mig").connection()
+    with conn.cursor() as cur:
+        cur.execute("UPDATE shop.items SET name = 'after' WHERE id = 1")
+    conn.commit()
+
+
+def _quietly(conn, sql: str) -> None:
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    except Exception:  # noqa: BLE001 - killed on purpose
+        pass

@@ -109,7 +109,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     if directory == "etcd":
         # Three members whatever the node count: one may fail and a majority remains.
         hosts = list(net.etcd_addresses) if net else [str(base + i) for i in range(3)]
-        members = local_etcd.plan(hosts, etcd_client_port, etcd_peer_port)
+        members = local_etcd.plan(hosts, etcd_client_port, etcd_peer_port, tls_dir=run_dir / "tls" if tls else None,
+                                  source_addresses=(net.root_address,) if net else ("127.0.0.1",))
         endpoints = local_etcd.start(run_dir / "etcd", members)
         top |= {"directory_backend": "etcd", "etcd_endpoints": endpoints, "etcd_prefix": "/slacker"}
     write_toml(cluster_file, top, {"nodes": specs}, header="Slacker cluster file, written by `slacker cluster up`.")

@@ -5,6 +5,11 @@ its own 127.0.0.x address with its own data directory, log and pid file under
 RUN_DIR/etcd/. Timeouts are set for a loaded 2-core machine (see
 HEARTBEAT_MS), so elections do not flap when tenants and benchmarks compete
 for the CPU.
+
+With a TLS cluster (`cluster up --tls`, implied by `--netns`) each member gets
+a certificate from the cluster CA (RUN_DIR/tls/etcd-K.crt) and serves clients
+and peers over TLS only (https:// URLs); clients verify it against the cluster
+CA (`tls_ca` in the cluster file).
 """
 
 from __future__ import annotations
@@ -36,19 +41,50 @@ class Member:
     host: str
     client_port: int
     peer_port: int
+    tls_dir: str | None = None  # holds ca.crt and NAME.crt/.key: TLS for clients and peers
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_dir else "http"
 
     @property
     def client_url(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        return f"{self.scheme}://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{self.host}:{self.peer_port}"
+        return f"{self.scheme}://{self.host}:{self.peer_port}"
 
 
-def plan(hosts: list[str], client_port: int = 2379, peer_port: int = 2380) -> list[Member]:
-    """Members etcd-1..etcd-K, one per host address, all on the same two ports."""
-    return [Member(f"etcd-{i + 1}", h, client_port, peer_port) for i, h in enumerate(hosts)]
+def plan(hosts: list[str], client_port: int = 2379, peer_port: int = 2380,
+         tls_dir: Path | None = None, source_addresses: tuple[str, ...] = ("127.0.0.1",)) -> list[Member]:
+    """Members etcd-1..etcd-K, one per host address, all on the same two ports. With `tls_dir` (the
+    cluster's PKI directory) each member gets a certificate for its address there, also naming the
+    other members' addresses and `source_addresses`: the addresses this machine may connect from
+    (127.0.0.1 on loopback, the bridge's first address with --netns)."""
+    members = [Member(f"etcd-{i + 1}", h, client_port, peer_port, str(tls_dir) if tls_dir else None)
+               for i, h in enumerate(hosts)]
+    if tls_dir is not None:
+        from .tls import ensure_cluster_pki
+        # etcd checks a peer's client certificate against the connection's source address; on one
+        # machine that is 127.0.0.1 or another member's address, so each local member's certificate
+        # names them all (they are one host). On real hosts each certificate names its own host.
+        ensure_cluster_pki(Path(tls_dir), {m.name: [m.host, *(h for h in hosts if h != m.host), *source_addresses]
+                                           for m in members})
+    return members
+
+
+def _tls_args(m: Member) -> list[str]:
+    if not m.tls_dir:
+        return []
+    from .tls import CA_CERT
+    d = Path(m.tls_dir)
+    cert, key, ca = str(d / f"{m.name}.crt"), str(d / f"{m.name}.key"), str(d / CA_CERT)
+    # Clients: TLS, no client certificates (etcd 3.4 demands them once --trusted-ca-file is given,
+    # and the CLI holds only the CA); peers: TLS both ways with the cluster CA.
+    return ["--cert-file", cert, "--key-file", key,
+            "--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca,
+            "--peer-client-cert-auth"]
 
 
 def etcd_binary() -> str:
@@ -68,7 +104,8 @@ def _args(m: Member, members: list[Member], data_dir: Path, token: str) -> list[
             "--heartbeat-interval", str(HEARTBEAT_MS), "--election-timeout", str(ELECTION_MS),
             # Tenants change owners rarely; keep a bounded history so the database stays small.
             "--auto-compaction-mode", "revision", "--auto-compaction-retention", "10000",
-            "--snapshot-count", "10000", "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn"]
+            "--snapshot-count", "10000", "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+            *_tls_args(m)]
 
 
 def start(etcd_dir: Path, members: list[Member], timeout_s: float = START_TIMEOUT_S) -> list[str]:
@@ -94,8 +131,13 @@ def start(etcd_dir: Path, members: list[Member], timeout_s: float = START_TIMEOU
         log.close()
         (mdir / "etcd.pid").write_text(f"{proc.pid}\n")
     endpoints = [m.client_url for m in members]
-    wait_healthy(etcd_dir, endpoints, timeout_s)
+    wait_healthy(etcd_dir, endpoints, timeout_s, ca_file=ca_file_of(members))
     return endpoints
+
+
+def ca_file_of(members: list[Member]) -> str | None:
+    from .tls import CA_CERT
+    return str(Path(members[0].tls_dir) / CA_CERT) if members and members[0].tls_dir else None
 
 
 def members_of(etcd_dir: Path) -> list[Member]:
@@ -105,10 +147,10 @@ def members_of(etcd_dir: Path) -> list[Member]:
     return [Member(**m) for m in json.loads(spec.read_text())["members"]]
 
 
-def wait_healthy(etcd_dir: Path, endpoints: list[str], timeout_s: float) -> dict:
+def wait_healthy(etcd_dir: Path, endpoints: list[str], timeout_s: float, ca_file: str | None = None) -> dict:
     from .directory.etcd import EtcdStore
 
-    store = EtcdStore(endpoints, timeout_s=2.0)
+    store = EtcdStore(endpoints, timeout_s=2.0, ca_file=ca_file)
     deadline = time.monotonic() + timeout_s
     health: dict = {}
     while time.monotonic() < deadline:

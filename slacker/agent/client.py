@@ -250,7 +250,7 @@ def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryStore]:
     token = cluster.token()
     agents = {n.name: AgentClient(n.url, token, n.name, ca_file=cluster.tls_ca) for n in cluster.nodes.values()}
     if cluster.directory_backend == "etcd":
-        return agents, EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix)
+        return agents, EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca)
     return agents, DirectoryClient(agents[cluster.directory_node])
 
 
@@ -261,7 +261,7 @@ def node_directory(cluster, node: str, data_root, token: str) -> tuple[Directory
     SQLite the node the cluster file names holds the file and the others ask it.
     """
     if cluster.directory_backend == "etcd":
-        store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix)
+        store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca)
         return store, store
     if cluster.directory_node == node:
         store = SQLiteStore(data_root / "directory.sqlite")

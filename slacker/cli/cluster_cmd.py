@@ -43,15 +43,16 @@ def cluster() -> None:
                    "the last three).")
 @click.option("--stats-interval", type=DURATION, default=None,
               help="Agents' load-history interval read by `slacker rebalance` (default 60s; e.g. 2s for a demo).")
-@click.option("--tls", is_flag=True,
+@click.option("--tls/--no-tls", default=None,
               help="Make a cluster CA and a certificate per node (RUN_DIR/tls/): the agent API is HTTPS, the "
-                   "snapshot stream, replication and tenant connections use TLS. Default: plain text on loopback.")
+                   "snapshot stream, replication and tenant connections use TLS. Default: on with --netns "
+                   "(traffic crosses interfaces), plain text on loopback; --no-tls turns it off with --netns.")
 @click.option("--fault-injection", is_flag=True,
               help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               netns: bool, netns_subnet: str, stats_interval: float | None, tls: bool, fault_injection: bool,
+               netns: bool, netns_subnet: str, stats_interval: float | None, tls: bool | None, fault_injection: bool,
                as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
@@ -59,14 +60,16 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     the default SQLite directory node-1 serves it unless --directory-node names
     another; `--directory etcd` starts three etcd members on the first three
     node addresses and every agent uses them. `--netns` gives every node a
-    network namespace and address of its own (etcd then listens on the bridge);
-    `cluster down` removes them.
+    network namespace and address of its own (etcd then listens on the bridge)
+    and implies --tls (say --no-tls for plain text); `cluster down` removes them.
     """
     from ..config import load_cluster
     from ..local_cluster import up
     from ..tenants import parse_port_range
 
     parse_port_range(port_range)
+    if tls is None:
+        tls = netns  # separate network hosts: everything that crosses them is encrypted unless told not to
     path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
               directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
               etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,

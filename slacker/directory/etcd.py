@@ -57,7 +57,7 @@ def _prefix_end(prefix: str) -> str:
 
 
 class _Endpoint:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, ca_file: str | None = None) -> None:
         p = urlparse(url)
         if p.scheme not in ("http", "https") or not p.hostname or not p.port:
             raise InvalidInput(f"bad etcd endpoint {url!r}", "expected http://HOST:PORT or https://HOST:PORT",
@@ -67,11 +67,11 @@ class _Endpoint:
         self.host = p.hostname
         self.port = p.port
         self.api_prefix: str | None = None  # learnt from /version
+        self._ctx = ssl.create_default_context(cafile=ca_file) if self.tls else None
 
     def connect(self, timeout_s: float) -> http.client.HTTPConnection:
         if self.tls:
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s,
-                                               context=ssl.create_default_context())
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s, context=self._ctx)
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
         conn.connect()
@@ -91,10 +91,11 @@ class EtcdGateway:
     been applied: then DirectoryUnavailable says the outcome is unknown.
     """
 
-    def __init__(self, endpoints: list[str] | tuple[str, ...], timeout_s: float = 5.0) -> None:
+    def __init__(self, endpoints: list[str] | tuple[str, ...], timeout_s: float = 5.0,
+                 ca_file: str | None = None) -> None:
         if not endpoints:
             raise InvalidInput("no etcd endpoints", "the etcd directory needs at least one", "")
-        self.endpoints = [_Endpoint(u) for u in endpoints]
+        self.endpoints = [_Endpoint(u, ca_file) for u in endpoints]
         self.timeout_s = timeout_s
         self._first = 0  # index of the endpoint that answered last
 
@@ -231,11 +232,12 @@ class EtcdStore(DirectoryStore):
     """The directory on an etcd cluster (see the module docstring for the key layout)."""
 
     def __init__(self, endpoints: list[str] | tuple[str, ...], prefix: str = "/slacker",
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, ca_file: str | None = None) -> None:
+        """`ca_file` verifies https:// endpoints (the cluster CA); without it the system's CAs do."""
         if not prefix.startswith("/") or prefix.endswith("/") or len(prefix) < 2:
             raise InvalidInput(f"bad etcd prefix {prefix!r}", "expected /NAME without a trailing slash",
                                "for example /slacker")
-        self.gw = EtcdGateway(endpoints, timeout_s)
+        self.gw = EtcdGateway(endpoints, timeout_s, ca_file)
         self.prefix = prefix
 
     # ---- keys and small helpers ---------------------------------------------------------

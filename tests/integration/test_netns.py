@@ -1,10 +1,11 @@
 """Nodes as separate network hosts (`cluster up --netns`): each node in a network namespace of its
 own on a bridge, on the etcd directory. The curated CI set of migration and failure tests that runs
 across real interfaces: a live migration under load, an etcd member killed mid-migration, and no etcd
-quorum at the flip."""
+quorum at the flip. Like `cluster up --netns`, the cluster runs with TLS on every channel."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -32,7 +33,7 @@ pytestmark = [netns_available]
 
 @pytest.fixture
 def netns_cluster(make_cluster):
-    return make_cluster(nodes=3, directory="etcd", netns=True)
+    return make_cluster(nodes=3, directory="etcd", netns=True, tls=True)  # as `cluster up --netns` makes it
 
 
 def _tx_bytes(dev: str) -> int:
@@ -58,6 +59,15 @@ def test_nodes_are_separate_hosts_and_down_removes_them(netns_cluster):
     assert addresses == {n.address for n in plan.nodes}
     assert all(a.startswith("10.") for a in addresses)
     assert all(e.split("//")[1].split(":")[0] in plan.etcd_addresses for e in c.etcd_endpoints)
+    # Like `cluster up --netns`: every link that crosses the bridge is TLS, the directory's too.
+    assert all(n.url.startswith("https://") for n in c.nodes.values())
+    assert all(e.startswith("https://") for e in c.etcd_endpoints)
+    host, port = c.etcd_endpoints[0].split("//")[1].split(":")
+    plain = http.client.HTTPConnection(host, int(port), timeout=5)
+    plain.request("GET", "/version")
+    answer = plain.getresponse()
+    assert answer.status != 200 and b"etcdserver" not in answer.read()  # a plain-text client gets nothing
+    plain.close()
 
     agents, _ = cluster_clients(c)
     agents["node-2"].request("POST", "/v1/tenants", {"id": "t1", "buffer_pool_bytes": 32 << 20}, timeout_s=180)

@@ -35,3 +35,25 @@ def test_plans_of_two_run_dirs_do_not_share_names():
 def test_bad_subnets(subnet, message):
     with pytest.raises(InvalidInput, match=message):
         netns.plan(Path("/tmp/x"), ["node-1", "node-2", "node-3"], subnet)
+
+
+@pytest.mark.parametrize("flags, want", [
+    ([], False), (["--netns"], True), (["--netns", "--no-tls"], False), (["--tls"], True)])
+def test_cluster_up_netns_implies_tls(monkeypatch, tmp_path, flags, want):
+    """Nodes on separate network hosts encrypt what crosses them unless told not to."""
+    from click.testing import CliRunner
+
+    from slacker import local_cluster
+    from slacker.cli import main as cli
+
+    seen = {}
+
+    def fake_up(run_dir, **kw):
+        seen.update(kw)
+        raise SystemExit(3)
+
+    monkeypatch.setattr(local_cluster, "up", fake_up)
+    res = CliRunner().invoke(cli, ["cluster", "up", "--dir", str(tmp_path / "run"), *flags])
+    assert res.exit_code == 3, res.output
+    assert seen["tls"] is want
+    assert seen["netns"] is ("--netns" in flags)

@@ -228,7 +228,8 @@ def simulate_day(seed: int, minutes: int = 24 * 60, cron_every: int = 5, noise: 
         p = plan(nodes, State(moves=moves), s, now)
         if p.decision == "move":
             m = p.move
-            assert m.gap_after <= m.gap_before * (1 - s.min_gap_shrink) + 1e-9
+            # the plan reports both gaps rounded to 4 decimals: allow that rounding, nothing more
+            assert m.gap_after <= m.gap_before * (1 - s.min_gap_shrink) + 1e-4
             where[m.tenant] = m.target
             hists[m.tenant] = []  # history starts again on the new node
             moves.append(Move(m.tenant, m.source, m.target, now, m.tenant_load, now + 60, "succeeded"))

@@ -148,11 +148,18 @@ class MplController:
         lo_t, hi_t = self._ties()
         if hi_t < self.hi and not any(t > hi_t for t in self.tried):
             return min(self.hi, hi_t * 2)
-        return max(self.lo, lo_t // 2)
+        if lo_t > self.lo and not any(t < lo_t for t in self.tried):
+            return max(self.lo, lo_t // 2)
+        # Bracketed, but fewer than three MPLs measured (no curve to fit yet): one more, outside them.
+        if min(self.tried) > self.lo:
+            return max(self.lo, min(self.tried) // 2)
+        if max(self.tried) < self.hi:
+            return min(self.hi, max(self.tried) * 2)
+        return max(avg, key=lambda k: avg[k])
 
     def _refine(self, cur: int, avg: dict[int, float]) -> int | None:
-        """Holding at the best MPL measured, with an untried gap to its better tried neighbour: probe
-        the gap's middle (geometric). The coarse search doubles and halves, and a skewed curve can
+        """Holding at the best MPL measured, with an untried gap to a tried neighbour (the better
+        neighbour's side first): probe the gap's middle (geometric). The coarse search doubles and halves, and a skewed curve can
         hide its peak in such a gap where the parabola does not point."""
         if cur != max(avg, key=lambda k: avg[k]):
             return None
@@ -161,14 +168,16 @@ class MplController:
         near = [n for n in (below, above) if n is not None]
         if not near:
             return None
-        n = max(near, key=lambda k: avg[k])
-        if abs(n - cur) <= 1:
-            return None
-        mid = round(math.sqrt(n * cur))
-        if mid in (n, cur):
-            mid = cur + (1 if n > cur else -1)
-        mid = self._clamp(cur + max(-self.max_step, min(self.max_step, mid - cur)))
-        return None if mid in self.tried else mid
+        for n in sorted(near, key=lambda k: -avg[k]):  # the better neighbour's side first
+            if abs(n - cur) <= 1:
+                continue
+            mid = round(math.sqrt(n * cur))
+            if mid in (n, cur):
+                mid = cur + (1 if n > cur else -1)
+            mid = self._clamp(cur + max(-self.max_step, min(self.max_step, mid - cur)))
+            if mid not in self.tried:
+                return mid
+        return None
 
     def _fit(self) -> tuple[float, float, float] | None:
         """Weighted least squares for tps = a x^2 + b x + c with x = log2(MPL), in MPL units of the peak.

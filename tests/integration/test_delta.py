@@ -290,28 +290,33 @@ def test_changing_the_mpl_keeps_the_fetched_backlog(tenants):
 
 
 def test_a_freeze_not_granted_is_retried_like_an_attempt_over_budget(cluster):
-    """A statement that holds the tables makes FLUSH TABLES WITH READ LOCK wait: the attempt gives up
-    within its share of the budget, nothing is frozen, and the handover is attempted again after more
-    delta rounds instead of failing the migration at once."""
+    """FLUSH TABLES WITH READ LOCK waits for statements in flight: the attempt gives up within its
+    share of the budget, nothing is frozen, and the handover is attempted again after more delta
+    rounds instead of failing the migration at once."""
     create_loaded_tenant(cluster, "mig", rows=500)
     _, directory = cluster_clients(cluster)
     before = directory.lookup("mig")
     doc = start_migration(cluster, "mig", target="node-2", handover_attempts=2, hold_s={"delta": 2})
     wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=120)
-    blocker = follow(cluster, "mig").connection()
-    with blocker.cursor() as cur:
-        cur.execute("SELECT CONNECTION_ID()")
-        cid = cur.fetchone()[0]
-    th = threading.Thread(target=lambda: _quietly(blocker, "SELECT SLEEP(60) FROM shop.items LIMIT 1"), daemon=True)
+    # One transaction holds a row lock and stays open; another statement waits for that row. The
+    # waiting statement is in flight, so the freeze's lock waits for it, as under a heavy load of
+    # multi-statement transactions that touch the same rows.
+    holder, waiter = follow(cluster, "mig").connection(), follow(cluster, "mig").connection()
+    with holder.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("UPDATE shop.items SET name = 'held' WHERE id = 1")  # not committed
+    th = threading.Thread(target=_update_row_1, args=(waiter,), daemon=True)
     th.start()
     try:
         doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=120)
     finally:
-        killer = follow(cluster, "mig").connection()
-        with killer.cursor() as cur:
-            cur.execute("KILL %s", (cid,))
-        th.join(10)
-    assert doc["result"] == "failed"
+        try:
+            holder.rollback()
+            holder.close()
+        except pymysql.err.MySQLError:
+            pass
+        th.join(30)
+    assert doc["result"] == "failed", (doc["handover_attempts"], doc.get("handover_steps_ms"), doc["rounds"][-1:])
     assert doc["error"]["what"].startswith("handover did not fit"), doc["error"]
     assert "lock: not granted" in doc["error"]["why"]
     attempts = doc["handover_attempts"]
@@ -325,9 +330,12 @@ def test_a_freeze_not_granted_is_retried_like_an_attempt_over_budget(cluster):
     conn.commit()
 
 
-def _quietly(conn, sql: str) -> None:
+def _update_row_1(conn) -> None:
     try:
         with conn.cursor() as cur:
-            cur.execute(sql)
-    except Exception:  # noqa: BLE001 - killed on purpose
+            cur.execute("UPDATE shop.items SET name = 'waited' WHERE id = 1")
+        conn.commit()
+    except pymysql.err.MySQLError:
         pass
+    finally:
+        conn.close()

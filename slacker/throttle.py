@@ -99,7 +99,7 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
                                    holder["ctl"].setpoint_s if "ctl" in holder else cfg.setpoint_s))
     else:
         holder = None
-    baseline = measure(source, cfg.window_s)
+    baseline = measure(source, cfg.window_s, cfg.step_s)
     if baseline.ok is False:
         source.close()
         if baseline.blind or "cannot see this tenant's traffic" in (baseline.error or ""):
@@ -139,16 +139,30 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     policy.baseline_latency_s = baseline.latency_s
     policy.baseline_idle = baseline.empty
     policy.kind = kind
+    # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
+    # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
+    # when nothing binds). A --max-rate the operator gave stays a cap.
+    policy.unthrottled_at_max = c.get("max_rate_bytes_per_s") is None and kind in ("slack", "pid", "threshold")
     return policy
 
 
-def measure(source: LatencySource, window_s: float):
-    """Two reads a window apart: the first sets the counters' baseline, the second is the average."""
+def measure(source: LatencySource, window_s: float, step_s: float | None = None, enough: int = 20):
+    """The latency before any byte moves: a first read sets the counters' baseline, then one read per
+    step until `enough` transactions were seen (or the window is over, or the source fails).
+
+    A busy tenant answers after one step instead of a whole window (on a copy of a few seconds
+    the window was a large part of the migration); a quiet or blind one still gets the whole
+    window before it is called idle or blind."""
     first = source.read()
     if not first.ok:
         return first
-    time.sleep(window_s)
-    return source.read()
+    step = window_s if step_s is None else max(0.05, min(step_s, window_s))
+    deadline = time.monotonic() + window_s
+    while True:
+        time.sleep(max(0.0, min(step, deadline - time.monotonic())))
+        sample = source.read()
+        if not sample.ok or time.monotonic() >= deadline - 0.01 or (sample.count >= enough and not sample.empty):
+            return sample
 
 
 def apply_settings(migration, body: dict) -> None:
@@ -180,6 +194,7 @@ def apply_settings(migration, body: dict) -> None:
         ctl.set_setpoint(float(body["setpoint_s"]))
     if "max_rate_bytes_per_s" in body:
         ctl.set_max_rate(float(body["max_rate_bytes_per_s"]))
+        policy.unthrottled_at_max = False  # a max the operator gives is a cap
     if body.get("pause"):
         ctl.pause()
         if migration.pipe is not None:

@@ -24,7 +24,7 @@ POLL_S = 0.5
 @click.option("--unthrottled", is_flag=True, help="Copy as fast as the pipe goes (the default without --rate/--setpoint).")
 @click.option("--setpoint", type=DURATION, default=None,
               help="Latency target, e.g. 1500ms: the controller sets the copy rate every step to hold it.")
-@click.option("--max-rate", type=RATE, default=None, help="Upper bound of the controller's rate (default 200MB/s).")
+@click.option("--max-rate", type=RATE, default=None, help="Cap on the controller's rate. Not given: a 200MB/s scale, and at its maximum the copy runs unthrottled.")
 @click.option("--latency-source", "latency_sources", multiple=True,
               help="Where the controller reads latency (repeatable; the max wins): "
                    "prometheus,url=URL[,tenant=ID][,metric=NAME] or "

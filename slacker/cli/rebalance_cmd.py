@@ -57,7 +57,7 @@ FRACTION = _Fraction()
               help="A tenant never goes back to the node it left within this long.")
 @click.option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
               help="The migration's setpoint is the higher of --sla and the source's latency plus this margin.")
-@click.option("--max-rate", type=RATE, default=None, help="Upper bound of the migration's copy rate (default 200MB/s).")
+@click.option("--max-rate", type=RATE, default=None, help="Cap on the migrations' copy rate. Not given: a 200MB/s scale, and at the controller's maximum the copy runs unthrottled.")
 @click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
               help="The migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
 @click.option("--lock-ttl", type=DURATION, default="60s", show_default=True,

@@ -166,8 +166,10 @@ def _migration_line(m: dict) -> str:
     ctl = m.get("controller") or {}
     if ctl:
         lat = ctl.get("latency_s")
+        rate = ctl.get("rate_bytes_per_s", 0)
         line += (f", latency {lat * 1000:.0f}ms" if lat is not None else ", latency -") + \
-                f" vs setpoint {ctl.get('setpoint_s', 0) * 1000:.0f}ms, rate {format_size(ctl.get('rate_bytes_per_s', 0))}/s"
+                f" vs setpoint {ctl.get('setpoint_s', 0) * 1000:.0f}ms, rate " + \
+                ("unthrottled" if rate is None else f"{format_size(rate)}/s")
         line += source_state_text(ctl)
         line += binding_text(ctl)
     if m.get("eta_s") is not None:

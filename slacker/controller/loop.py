@@ -43,12 +43,17 @@ class RatePolicy:
         self.migration = migration
         self.tenant = tenant
         self.last: ControllerStep | None = None
+        # At the controller's maximum, copy unthrottled (None) instead of at max rate: set when the max
+        # rate is only a nominal scale (no --max-rate given), see slacker/throttle.py.
+        self.unthrottled_at_max = False
 
-    def initial_rate(self) -> int:
+    def initial_rate(self) -> int | None:
         """The rate to start the copy at, before the first step."""
+        if self.unthrottled_at_max and getattr(self.controller, "fraction", 0.0) >= 1.0 and not self.controller.paused:
+            return None
         return self.controller.rate_bytes_per_s
 
-    def step(self, now: float, bytes_done: int) -> tuple[int, dict[str, Any]]:
+    def step(self, now: float, bytes_done: int) -> tuple[int | None, dict[str, Any]]:
         try:
             sample = self.source.read()
         except Exception as exc:  # noqa: BLE001 - a source that breaks its promise still must not stop the copy loop
@@ -68,6 +73,10 @@ class RatePolicy:
         sides = getattr(self.source, "sides", None)
         if sides:  # both ends guarded: each side's latency, and which one steered this step
             state.update(sides)
+        if self.unthrottled_at_max and out.fraction >= 1.0 and not self.controller.paused:
+            state["note"] = "at max: copying unthrottled"
+            state["rate_bytes_per_s"] = None
+            return None, state
         return out.rate_bytes_per_s, state
 
     def close(self) -> None:

@@ -4,22 +4,32 @@ The velocity PID (`--controller pid`) adds a fixed share of the max rate per
 step, so from 10 % it needs tens of seconds to reach the slack, and near the
 knee of a queueing server, where latency grows steeply with the rate, the same
 gain overshoots and the loop settles into a limit cycle (docs/results.md).
-This controller works on ratios instead of differences:
+This controller works on ratios instead of differences (r = latency / setpoint):
 
-    r = latency / setpoint
-    r < 1: u ← u · min(growth_max, r^−alpha)      multiplicative: fast when far below, slow near 1
-    r > 1: u ← min(u · r^−beta, 0.98 · knee)      cut in proportion to the overshoot, under the knee
+    r < 1: u ← u · min(growth_max, q^−alpha)     q = max(r, smoothed r): fast far below, slow near 1
+    r > 1, first window over:   u ← 0.98 · knee   knee = the rate applied `lag` steps earlier
+    still rising a lag later:   u ← u · min(0.85^n, (2.5 / r)^beta)  n-th cut: deeper each time,
+                                                  in proportion to the overshoot when r > 2.5
+    stopped (u = 0) and r < 1:  restart at half the knee (never stuck at 0 below the setpoint)
 
-with three rules that keep it off the knee's steep side:
+with rules that keep it off the knee's steep side:
 - a brake: latency rising fast enough to cross the setpoint within the loop's
   lag (window + actuation) holds the rate instead of raising it;
-- knee memory: the rate that last drove latency over the setpoint (the one
-  applied `lag` steps earlier) is remembered; below 90 % of it the ramp is
-  fast, above it the rate only creeps (probe_per_step). The memory loosens a
-  little every step without an overshoot, so a load that falls frees the slack
-  again;
-- one cut per overshoot: while the window still shows the queue an earlier cut
-  is draining (latency falling), no further cut.
+- knee memory: the rate that last drove latency over the setpoint is
+  remembered; above 98 % of it the rate only creeps (probe_per_step). The
+  memory loosens a little every step without an overshoot, so a load that
+  falls frees the slack again;
+- bisection: after a fast ramp the first window over shows a rate 4-8x below
+  the one the overshoot happened at, so the knee is underestimated; at the
+  knee with latency far below the setpoint (< 0.2x) it moves to the geometric
+  mean of itself and that rate, one lag per halving;
+- one cut, then wait: a cut shows only `lag` steps later; no further cut
+  before that (unless latency gets `recut` times worse) nor while the queue is
+  already draining.
+
+A single noisy window over the setpoint costs 2 % of the rate (the landing
+under the knee), not a cut in proportion to the spike: that proportional cut
+was what made the rate swing with the machine's noise on real runs.
 """
 
 from __future__ import annotations
@@ -43,15 +53,22 @@ class SlackController(ThrottleController):
         *,
         step_s: float = DEFAULT_STEP_S,
         initial_fraction: float = 0.1,
-        growth_max: float = 1.5,
-        alpha: float = 0.5,
+        growth_max: float = 2.0,
+        alpha: float = 1.0,
         beta: float = 1.0,
         probe_per_step: float = 0.01,
         lag_steps: int = 3,
         knee_loosen_per_step: float = 0.003,
         min_step: float = 0.01,
         backoff: float = 0.98,
-        second_cut: float = 0.85,
+        further_cut: float = 0.85,
+        deep: float = 2.5,
+        recut: float = 2.0,
+        smoothing: float = 0.5,
+        restart_share: float = 0.5,
+        restart_min: float = 0.02,
+        bisect: bool = True,
+        bisect_below: float = 0.2,
         **safety: float,
     ) -> None:
         super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
@@ -59,26 +76,37 @@ class SlackController(ThrottleController):
         for label, value, lo, hi in (("growth", growth_max, 1.0, 10.0), ("alpha", alpha, 0.0, 5.0),
                                      ("beta", beta, 0.0, 5.0), ("probe", probe_per_step, 0.0, 1.0),
                                      ("knee loosening", knee_loosen_per_step, 0.0, 1.0),
-                                     ("minimum step", min_step, 0.0, 1.0)):
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or not lo <= value <= hi:
+                                     ("minimum step", min_step, 0.0, 1.0), ("backoff", backoff, 0.0, 1.0),
+                                     ("further cut", further_cut, 0.0, 1.0), ("deep overshoot", deep, 1.0, 1e6),
+                                     ("recut", recut, 1.0, 1e6), ("smoothing", smoothing, 0.0, 1.0),
+                                     ("restart share", restart_share, 0.0, 1.0), ("restart minimum", restart_min, 0.0, 1.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not lo <= value <= hi:
                 raise InvalidInput(f"invalid {label} {value!r}", f"it must be between {lo:g} and {hi:g}")
         if not isinstance(lag_steps, int) or lag_steps < 1:
             raise InvalidInput(f"invalid lag {lag_steps!r}", "expected a whole number of steps >= 1")
         self.growth_max, self.alpha, self.beta = float(growth_max), float(alpha), float(beta)
         self.probe_per_step, self.lag_steps = float(probe_per_step), lag_steps
         self.knee_loosen_per_step, self.min_step = float(knee_loosen_per_step), float(min_step)
-        self.backoff, self.second_cut = float(backoff), float(second_cut)
+        self.backoff, self.further_cut, self.deep, self.recut = float(backoff), float(further_cut), float(deep), float(recut)
+        self.smoothing, self.restart_share, self.restart_min = float(smoothing), float(restart_share), float(restart_min)
+        self._initial = float(initial_fraction)
+        self.bisect, self.bisect_below = bool(bisect), float(bisect_below)
+        self._ceiling: float | None = None
         self.knee: float | None = None  # fraction that last pushed latency over the setpoint
+        self._episode_knee: float | None = None  # the knee the current overshoot first showed
         self._applied: deque[float] = deque(maxlen=lag_steps + 1)
         self._hold_until: int | None = None
         self._over = False
+        self._cuts = 0  # cuts in the current overshoot
+        self._r_cut = 1.0  # latency / setpoint at the last cut
         self._k = 0
 
     def set_setpoint(self, setpoint_s: float) -> None:
         # The knee was where latency crossed the old setpoint: meaningless for a new one.
         super().set_setpoint(setpoint_s)
         with self._lock:
-            self.knee, self._over, self._hold_until = None, False, None
+            self.knee, self._episode_knee, self._over, self._hold_until = None, None, False, None
 
     def set_max_rate(self, max_rate_bytes_per_s: float) -> None:
         old = self.max_rate_bytes_per_s
@@ -87,11 +115,14 @@ class SlackController(ThrottleController):
             scale = old / self.max_rate_bytes_per_s
             if self.knee is not None:
                 self.knee = min(1.0, self.knee * scale)
+            if self._episode_knee is not None:
+                self._episode_knee = min(1.0, self._episode_knee * scale)
             self._applied = deque((min(1.0, f * scale) for f in self._applied), maxlen=self.lag_steps + 1)
 
     def _forget(self) -> None:
         super()._forget()
         self._y_prev: float | None = None
+        self._lr: float | None = None  # smoothed log(latency / setpoint)
 
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
         self._k += 1
@@ -100,37 +131,77 @@ class SlackController(ThrottleController):
         r = latency_s / self.setpoint_s
         y_prev, self._y_prev = self._y_prev, latency_s
         rising = 0.0 if y_prev is None else (latency_s - y_prev) / self.setpoint_s
+        lr = math.log(max(r, 1e-6))
+        self._lr = lr if self._lr is None else (1.0 - self.smoothing) * self._lr + self.smoothing * lr
         waiting = self._hold_until is not None and self._k < self._hold_until
+
+        if u == 0.0:
+            if r >= 1.0:
+                return 0.0, "stopped: latency above setpoint", 0.0, 0.0, 0.0
+            # Latency is back under the setpoint: never stay stopped. The cuts that led to the stop
+            # lowered the knee to rates applied while a queue (or someone else's load) held latency
+            # up; go back to the knee the overshoot first showed, and restart below it.
+            if self._episode_knee is not None:
+                self.knee = self._episode_knee
+            base = self.knee if self.knee is not None else self._initial
+            new = min(1.0, max(self.restart_min, self.restart_share * base))
+            self._over, self._hold_until, self._lr = False, self._k + self.lag_steps, lr
+            return new, f"latency back under the setpoint: restarting at {new:.2f} of max", new, 0.0, 0.0
+
         if r > 1.0:
-            if not self._over:
-                # First window over the setpoint: the rate applied about `lag` steps
-                # ago is where the knee is (or below it). Land under it at once.
-                self._over = True
+            first = not self._over
+            self._over = True
+            if first:
+                # The window shows the rate applied about `lag` steps ago: that is where the knee is
+                # (or below it). Land just under it; a single noisy window then costs 2 %, not a
+                # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
                 culprit = self._applied[0]
                 if culprit > 0:
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)
-                new = min(u * r ** -self.beta, self.backoff * (self.knee or u))
-            elif waiting or rising < 0:
+                new = self.backoff * (self.knee if self.knee is not None else u)
+                if r >= self.deep:
+                    new = min(new, u * (self.deep / r) ** self.beta)
+                self._cuts, self._episode_knee = 1, self.knee
+                self._ceiling = u if self.bisect else None  # the knee is between the culprit and this
+            elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.
                 return u, "over setpoint; waiting for the last cut to show", 0.0, 0.0, 0.0
             else:
-                # Still rising a full lag after the last cut: this rate is above the knee too.
+                # Still rising a full lag after the last cut (or far worse than at it): this rate is
+                # above the knee too. Each further cut is deeper (x0.85, x0.72, ...), and a latency far
+                # over the setpoint cuts in proportion to it: a queue that runs away drains only
+                # below capacity, and the knee may have moved far (a machine that got busy).
                 if u > 0:
                     self.knee = u if self.knee is None else min(self.knee, u)
-                new = u * max(self.second_cut, r ** -self.beta)
+                self._cuts += 1
+                new = u * min(self.further_cut ** (self._cuts - 1), min(1.0, self.deep / r) ** self.beta)
+            self._r_cut = r
             if new < 0.01:
                 new = 0.0
             self._hold_until = self._k + self.lag_steps
             note = "stopped: latency above setpoint" if new == 0.0 else f"over setpoint: cut to {new:.2f} of max"
             return new, note, new - u, 0.0, 0.0
+
         self._over = False
         if waiting:
             return u, "waiting for the last cut to show", 0.0, 0.0, 0.0
         if self.knee is not None:
             self.knee = min(1.0, self.knee * (1.0 + self.knee_loosen_per_step))
+            c = self._ceiling
+            if c is not None and u >= self.backoff * self.knee * 0.99 and r < self.bisect_below:
+                # At the knee's lower bound with latency well under the setpoint: the knee was
+                # underestimated (the window showed a rate of a fast ramp). Bisect towards the
+                # rate the overshoot happened at, one lag per halving.
+                if c <= 1.05 * self.knee:
+                    self._ceiling = None
+                else:
+                    self.knee = math.sqrt(self.knee * c)
+                    self._hold_until = self._k + self.lag_steps
         if r + self.lag_steps * max(0.0, rising) >= 1.0:
             return u, "latency rising towards the setpoint: holding", 0.0, 0.0, 0.0
-        factor = min(self.growth_max, r ** -self.alpha) if r > 0 else self.growth_max
+        # Ramp on the larger of this window and the smoothed ratio: one quiet window does not leap.
+        q = max(r, math.exp(self._lr))
+        factor = min(self.growth_max, q ** -self.alpha) if q > 0 else self.growth_max
         new = max(u * factor, u + self.min_step * (factor - 1.0) / (self.growth_max - 1.0 or 1.0))
         note = f"ramping x{factor:.2f}"
         if self.knee is not None and new > self.backoff * self.knee:

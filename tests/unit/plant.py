@@ -6,12 +6,15 @@ CPU) that the copy does not affect. The copy takes a share of the disk
 proportional to its rate, so the transactions' service slows and, near
 saturation, queueing makes latency climb steeply (the knee in the paper's
 Figure 9). The rate acts after `delay_steps` (pipe buffers, backup tool
-read-ahead). Completed transactions feed ever-growing sum/count counters, which
+read-ahead). `disk_speed(t)` and `speed_noise` make a harder plant: a disk
+whose speed changes over time (the knee moves) and wanders from step to step
+the way a machine shared with other work does (an AR(1) lognormal factor). Completed transactions feed ever-growing sum/count counters, which
 the real latency sources window exactly as they would a Prometheus histogram.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,6 +33,9 @@ class Plant:
     erlang_shape: int = 4  # ~ a few I/O-bound operations per transaction
     overhead_s: float = 0.05  # latency outside the disk: round trips, CPU (not slowed by the copy)
     delay_steps: int = 1
+    disk_speed: Callable[[float], float] | None = None  # the disk's speed over time (1 = nominal)
+    speed_noise: float = 0.0  # sd of the log of a per-step speed factor (a shared machine)
+    speed_noise_corr: float = 0.8  # its step-to-step correlation
     step_s: float = 1.0
     seed: int = 0
     t: float = 0.0
@@ -39,6 +45,7 @@ class Plant:
     _pending: deque = field(default_factory=deque, repr=False)
     _next_arrival: float | None = None
     _busy_until: float = 0.0
+    _log_noise: float = 0.0
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -71,6 +78,13 @@ class Plant:
         fraction = self._pending.popleft()
         speed = 1.0 - self.copy_share_at_max * fraction
         start, end = self.t, self.t + self.step_s
+        if self.disk_speed is not None:
+            speed *= self.disk_speed(start)
+        if self.speed_noise > 0:
+            rho = self.speed_noise_corr
+            self._log_noise = rho * self._log_noise + (1 - rho * rho) ** 0.5 * self.rng.gauss(0.0, self.speed_noise)
+            speed *= math.exp(self._log_noise)
+        speed = max(1e-3, speed)
         lam = self.load(start)
         nxt = self._next_arrival if self._next_arrival is not None else start + self.rng.expovariate(lam)
         while nxt < end:

@@ -8,6 +8,7 @@ when it clears.
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import pytest
@@ -47,24 +48,67 @@ def test_finds_the_slack_in_seconds_where_the_pid_needs_tens(setpoint_s: float) 
         assert steps_to_reach(pid, 0.9 * settled) >= 10
 
 
+def per_step_run(controller, plant: "Plant", steps: int) -> tuple[list[float], list[float]]:
+    """Fractions and per-step mean latencies (the bench's per-second means), not window averages."""
+    source = plant.source()
+    fractions, latencies = [], []
+    for _ in range(steps):
+        s0, c0 = plant.snapshot()
+        plant.advance(controller.rate_bytes_per_s)
+        s1, c1 = plant.snapshot()
+        fractions.append(controller.step(source.read(), plant.t).fraction)
+        if c1 > c0:
+            latencies.append((s1 - s0) / (c1 - c0))
+    return fractions, latencies
+
+
+def oracle(make_plant, setpoint_s: float, steps: int, settle: int) -> tuple[float, float]:
+    """The best fixed rate that meets the setpoint on this plant (a Figure 5 sweep): (fraction, latency sd)."""
+    best = (0.0, 0.0)
+    for i in range(55, 85):
+        fr, lat = per_step_run(FixedRate(i / 100 * MAX_RATE), make_plant(), steps)
+        tail = lat[settle:]
+        if statistics.fmean(tail) <= setpoint_s:
+            best = (i / 100, statistics.pstdev(tail))
+    return best
+
+
+def _stalls(seed: int):
+    # A shared machine: now and then the disk is busy elsewhere for a second (speed x0.25).
+    return lambda t: 0.25 if random.Random(int(t) * 7919 + seed).random() < 0.04 else 1.0
+
+
+PLANTS = {
+    "plain": lambda seed: Plant(seed=seed),
+    "shared machine": lambda seed: Plant(seed=seed, speed_noise=0.1, disk_speed=_stalls(seed)),
+}
+
+
+@pytest.mark.parametrize("plant_kind", list(PLANTS))
 @pytest.mark.parametrize("setpoint_s", [0.3, 1.0])
-def test_holds_below_the_setpoint_at_the_pids_speed_with_half_the_swing(setpoint_s: float) -> None:
-    rates, swings, pid_rates, pid_swings, means = [], [], [], [], []
+def test_copies_as_fast_as_the_best_fixed_rate_with_its_spread(plant_kind: str, setpoint_s: float) -> None:
+    # The issue's goals, on the plant: copy speed >= 0.9x the oracle's, latency spread <= 1.5x the
+    # oracle's, mean not above the setpoint. On the shared machine the old controller cut in
+    # proportion to every noisy window and copied at 0.87x the oracle at 300 ms.
+    speeds, spreads, means = [], [], []
+    for seed in (1, 2, 3):
+        make = lambda: PLANTS[plant_kind](seed)  # noqa: E731
+        best, best_sd = oracle(make, setpoint_s, 400, 100)
+        fr, lat = per_step_run(SlackController(setpoint_s, MAX_RATE), make(), 400)
+        speeds.append(statistics.fmean(fr[100:]) / best)
+        spreads.append(statistics.pstdev(lat[100:]) / best_sd)
+        means.append(statistics.fmean(lat[100:]) / setpoint_s)
+    assert statistics.median(speeds) >= 0.9, speeds
+    assert statistics.median(spreads) <= 1.5, spreads
+    assert statistics.median(means) <= 1.1, means
+
+
+def test_holds_the_setpoint_without_settling_above_it() -> None:
     for seed in SEEDS:
-        slack = simulate(SlackController(setpoint_s, MAX_RATE), Plant(seed=seed), 500)
-        pid = simulate(ThrottleController(setpoint_s, MAX_RATE), Plant(seed=seed), 500)
-        f, g = slack.fractions()[100:], pid.fractions()[100:]
-        rates.append(statistics.mean(f))
-        swings.append(statistics.pstdev(f))
-        pid_rates.append(statistics.mean(g))
-        pid_swings.append(statistics.pstdev(g))
-        means.append(slack.mean_latency(100) / setpoint_s)
-        # Never settles above the setpoint, in any stretch of 100 s.
-        for start in (100, 200, 300, 400):
-            assert slack.mean_latency(start, start + 100) < 1.1 * setpoint_s
-    assert statistics.mean(rates) >= 0.95 * statistics.mean(pid_rates)  # copies as fast
-    assert statistics.mean(swings) <= 0.6 * statistics.mean(pid_swings)  # the rate does not cycle
-    assert 0.6 < statistics.mean(means) < 1.0  # 0.70-0.83 with backoff 0.98 (0.56-0.71 with 0.9)
+        trace = simulate(SlackController(0.3, MAX_RATE), Plant(seed=seed), 500)
+        assert 0.85 < trace.mean_latency(100) / 0.3 < 1.1  # 0.73-0.83 before the noise-proof landing
+        for start in (100, 200, 300, 400):  # never settles far above it in any stretch of 100 s
+            assert trace.mean_latency(start, start + 100) < 1.25 * 0.3
 
 
 def test_no_sustained_oscillation_after_the_knee_is_found() -> None:
@@ -86,7 +130,7 @@ def test_follows_a_40_percent_load_step_and_a_load_that_falls() -> None:
                          Plant(arrival_rate=lambda t: 18.0 if t < 150 else 18.0 * 1.4, seed=seed), 350)
         before = statistics.mean(trace.fractions()[100:150])
         assert min(trace.fractions()[150:162]) < 0.85 * before
-        assert trace.mean_latency(165, 350) < 1.0 * setpoint_s
+        assert trace.mean_latency(165, 350) < 1.1 * setpoint_s
         fixed = simulate(FixedRate(before * MAX_RATE),
                          Plant(arrival_rate=lambda t: 18.0 if t < 150 else 18.0 * 1.4, seed=seed), 350)
         assert fixed.mean_latency(250, 350) > 3 * setpoint_s
@@ -97,20 +141,94 @@ def test_follows_a_40_percent_load_step_and_a_load_that_falls() -> None:
     assert statistics.mean(trace.fractions()[280:]) > 0.95
 
 
-def test_cuts_on_overshoot_once_then_waits_for_it_to_show() -> None:
-    c = SlackController(1.0, MAX_RATE, initial_fraction=0.8)
-    for k in range(4):
-        c.step(sample(0.5, float(k)), float(k))
-    before = c.fraction
+def test_cuts_under_the_knee_once_then_waits_then_cuts_deeper_each_time() -> None:
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.1)
+    applied = []
+    for k in range(4):  # far below the setpoint: x2 per step
+        applied.append(c.fraction)
+        c.step(sample(0.25, float(k)), float(k))
+    assert c.fraction == pytest.approx(1.0)
     first = c.step(sample(2.0, 4.0), 4.0)
-    assert first.fraction <= 0.9 * before and "over setpoint" in first.note
+    # The window shows the rate of 3 steps ago (0.2 here): land under it, not at u / r.
+    assert first.fraction == pytest.approx(0.98 * applied[1]) and "over setpoint" in first.note
     # The window still shows the old queue for a few steps: no second cut while it cannot show.
     for k in range(5, 7):
         out = c.step(sample(2.2, float(k)), float(k))
         assert out.fraction == first.fraction and "waiting" in out.note
-    # Still rising a full lag later: cut again, by less.
-    out = c.step(sample(2.5, 7.0), 7.0)
-    assert 0.5 * first.fraction <= out.fraction < first.fraction
+    # Still rising a full lag later: cut again, deeper (x0.85), then x0.72.
+    second = c.step(sample(2.5, 7.0), 7.0)
+    assert second.fraction == pytest.approx(0.85 * first.fraction)
+    for k in range(8, 10):
+        c.step(sample(2.6, float(k)), float(k))
+    assert c.step(sample(2.7, 10.0), 10.0).fraction == pytest.approx(0.85 ** 2 * second.fraction)
+
+
+def test_a_knee_underestimated_by_a_fast_ramp_is_bisected_back_up() -> None:
+    # x2 per step: the first window over shows the rate of 3 steps earlier, 1/8 of the rate the
+    # overshoot happened at. With latency far below the setpoint there, the knee is bisected towards
+    # that rate one lag at a time, instead of creeping back at 1 % per step (70+ steps).
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.1)
+    for k in range(3):
+        c.step(sample(0.1, float(k)), float(k))
+    crossing = c.fraction
+    assert c.step(sample(1.5, 3.0), 3.0).fraction < crossing / 4
+    fractions = [c.step(sample(0.1, float(k)), float(k)).fraction for k in range(4, 20)]
+    assert fractions[-1] >= 0.8 * crossing and max(fractions) <= crossing
+
+
+def test_a_runaway_queue_is_cut_as_deep_as_it_takes() -> None:
+    # Run 2 at 25 ms (docs/results.md): after the first cut latency went on to 80x the setpoint
+    # and the old controller cut by at most 15 % per lag while the queue ran away.
+    c = SlackController(0.025, MAX_RATE, initial_fraction=0.5)
+    c.step(sample(0.02, 0.0), 0.0)
+    c.step(sample(0.024, 1.0), 1.0)
+    first = c.step(sample(0.05, 2.0), 2.0).fraction
+    assert 0 < first < 0.5
+    for k, lat in ((3, 0.03), (4, 0.3)):  # waiting for the cut to show, unless it gets far worse...
+        c.step(sample(lat, float(k)), float(k))
+    assert c.fraction < first  # ...which it did (x6 the latency at the cut): cut again at once
+    out = c.step(sample(2.0, 5.0), 5.0)  # 80x and rising: far worse again, in proportion: a stop
+    assert out.fraction == 0.0 and "stopped" in out.note
+
+
+def test_a_single_noisy_window_costs_little() -> None:
+    # At a steady rate, one window at 2.4x the setpoint (a shared machine's hiccup) used to cut the
+    # rate to u / 2.4; now it lands 2 % under the rate that showed it (only r >= 2.5 cuts in proportion).
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.6)
+    for k in range(8):
+        c.step(sample(0.9, float(k)), float(k))
+    before = c.fraction
+    out = c.step(sample(2.4, 8.0), 8.0)
+    assert out.fraction >= 0.95 * before
+
+
+def test_never_stuck_at_zero_once_latency_is_back_under_the_setpoint() -> None:
+    # The disk slows to 35 % for 30 s (someone else's load): the queue runs away even with the copy
+    # stopped. Once latency is back under the setpoint the copy restarts and is back at speed in
+    # seconds; the old controller kept the knee its cuts had lowered and needed 130-180 s.
+    for seed in (1, 2, 3):
+        plant = Plant(seed=seed, disk_speed=lambda t: 0.35 if 150 <= t < 180 else 1.0)
+        trace = simulate(SlackController(0.3, MAX_RATE), plant, 300)
+        f = trace.fractions()
+        lat = [s.latency_s for s in trace.steps]
+        before = statistics.mean(f[100:150])
+        assert min(f[150:185]) == 0.0  # it did stop
+        back = next(k for k in range(180, 300) if lat[k] is not None and lat[k] < 0.3)
+        assert all(f[k] > 0 for k in range(back, 300))
+        assert next(k for k in range(back, 300) if f[k] >= 0.8 * before) - back <= 10
+        assert trace.mean_latency(back + 20, 300) < 1.25 * 0.3  # and holds near the setpoint again
+
+
+def test_a_spike_that_stops_the_copy_does_not_kick_the_rate_up_when_it_clears() -> None:
+    # The defect noted for the PID (clip at 0, then the recovery applied in full): the slack
+    # controller restarts below the rate that showed the knee, never above where it was.
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.3)
+    for k in range(6):
+        c.step(sample(0.95, float(k)), float(k))
+    before = c.fraction
+    assert c.step(sample(200.0, 6.0), 6.0).fraction == 0.0
+    after = [c.step(sample(0.9, float(k)), float(k)).fraction for k in range(7, 12)]
+    assert after[0] > 0 and max(after) <= before
 
 
 def test_a_new_setpoint_forgets_the_old_knee() -> None:

@@ -99,3 +99,32 @@ def test_an_idle_side_gives_no_evidence_and_a_blind_or_unreadable_one_fails() ->
     assert not s.ok and s.blind
     s = guard([lat(0.05)], [LatencySample.failed("target", 0.0, "connection refused")]).read()
     assert not s.ok and not s.blind and s.error.startswith("target guard: ")
+
+
+def test_preflight_measure_answers_after_one_step_on_a_busy_tenant() -> None:
+    # The baseline used to cost a whole window (3 s) before the copy, a large part of a short migration.
+    import time
+
+    from slacker.latency import LatencySample, LatencySource
+    from slacker.throttle import measure
+
+    class Fake(LatencySource):
+        name = "fake"
+
+        def __init__(self, count: int) -> None:
+            self.count, self.reads = count, 0
+
+        def read(self) -> LatencySample:
+            self.reads += 1
+            if self.count == 0:
+                return LatencySample("fake", time.monotonic(), window_s=0.6)
+            return LatencySample("fake", time.monotonic(), sum_s=0.01 * self.count, count=self.count, window_s=0.6)
+
+    t0 = time.monotonic()
+    busy = Fake(50)
+    assert measure(busy, 0.6, 0.1).latency_s == 0.01 and busy.reads == 2
+    assert time.monotonic() - t0 < 0.4
+    t0 = time.monotonic()
+    quiet = Fake(0)
+    assert measure(quiet, 0.6, 0.1).latency_s is None  # an idle tenant gets the whole window
+    assert time.monotonic() - t0 >= 0.55 and quiet.reads >= 6

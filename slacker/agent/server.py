@@ -14,6 +14,7 @@ import logging
 import re
 import signal
 import ssl
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -117,6 +118,15 @@ class ApiServer(ThreadingHTTPServer):
                 self.shutdown_request(request)  # the caller would close the (detached) plain socket
             return
         super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        """A client that goes away mid-request is routine (a timeout, a killed CLI): one log line,
+        not a traceback on stderr. Anything else is logged with its traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
+            log.info("connection from %s ended early: %s", client_address[0], exc)
+            return
+        log.exception("error answering a request from %s", client_address[0])
 
     @contextlib.contextmanager
     def answering(self):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 @dataclass
 class MplDecision:
     mpl: int          # the MPL to use next
-    reason: str       # explore | peak | climb | descend | thrashing | hold
+    reason: str       # explore | peak | refine | climb | descend | thrashing
     peak: float | None = None  # the fitted parabola's peak, when it has one
 
 
@@ -24,7 +24,7 @@ class MplController:
     FLOOR = 0.02  # the least weight an MPL once measured keeps
 
     def __init__(self, lo: int = 1, hi: int = 16, start: int = 4, fade: float = 0.75, max_step: int = 4,
-                 thrash_drop: float = 0.15) -> None:
+                 thrash_drop: float = 0.15, tie: float = 0.05) -> None:
         if not 1 <= lo <= hi:
             raise ValueError("need 1 <= lo <= hi")
         self.lo, self.hi = lo, hi
@@ -32,6 +32,7 @@ class MplController:
         self.fade = fade
         self.max_step = max_step
         self.thrash_drop = thrash_drop
+        self.tie = tie
         self._points: dict[int, list[float]] = {}  # mpl -> [sum of weight*tps, sum of weight]
         self.tried: set[int] = set()
         self.history: list[tuple[int, float, MplDecision]] = []
@@ -48,18 +49,28 @@ class MplController:
         m = max(avg, key=lambda k: avg[k])
         return m, avg[m]
 
+    def _ties(self) -> tuple[int, int] | None:
+        """The lowest and highest MPL whose throughput is within `tie` of the best: on a flat
+        stretch the measurements cannot tell these apart, so the search must look beyond both."""
+        avg = self.averages()
+        if not avg:
+            return None
+        top = max(avg.values())
+        ties = [m for m, t in avg.items() if t >= (1 - self.tie) * top]
+        return min(ties), max(ties)
+
     @property
     def explored(self) -> bool:
         """True once the search has seen enough of the range to trust a "no MPL is fast enough"."""
         if self.lo == self.hi:
             return bool(self.tried)
-        b = self.best()
-        if b is None or len(self.tried) < min(3, self.hi - self.lo + 1):
+        ties = self._ties()
+        if ties is None or len(self.tried) < min(3, self.hi - self.lo + 1):
             return False
-        m = b[0]
-        # The best MPL has a tried neighbour on each side that it beats, or sits at a bound.
-        below = any(t < m for t in self.tried) or m == self.lo
-        above = any(t > m for t in self.tried) or m == self.hi
+        lo_t, hi_t = ties
+        # The best MPLs have a tried MPL below and above them that does clearly worse, or sit at a bound.
+        below = lo_t == self.lo or any(t < lo_t for t in self.tried)
+        above = hi_t == self.hi or any(t > hi_t for t in self.tried)
         return below and above
 
     # --- the loop --------------------------------------------------------------------------------
@@ -87,11 +98,12 @@ class MplController:
         return int(min(self.hi, max(self.lo, round(m))))
 
     def _toward(self, cur: int, goal: float) -> int:
-        delta = goal - cur
-        step = max(-self.max_step, min(self.max_step, delta))
-        if abs(step) < 0.5:
-            return cur
-        return self._clamp(cur + step)
+        # The whole MPL nearest the goal on the log2 scale the parabola is fitted on (a peak at 1.46
+        # is nearer 2 than 1 there), at most max_step away from the current one.
+        goal = min(self.hi, max(self.lo, goal))
+        fl, ce = max(self.lo, math.floor(goal)), min(self.hi, math.ceil(goal))
+        target = min((fl, ce), key=lambda m: abs(math.log2(m) - math.log2(goal)))
+        return self._clamp(cur + max(-self.max_step, min(self.max_step, target - cur)))
 
     def _decide(self, cur: int, tps: float) -> MplDecision:
         avg = self.averages()
@@ -101,29 +113,71 @@ class MplController:
             m_best, t_best = max(lower.items(), key=lambda kv: kv[1])
             if tps < (1 - self.thrash_drop) * t_best:
                 return MplDecision(m_best, "thrashing")
+        if not self.explored:
+            # Bracket the best MPL first: one tried MPL above it and one below (or a bound). Without
+            # that, a flat stretch of the curve (within the noise) can send the search the wrong way
+            # for good, e.g. upwards from 6 on a curve whose peak is at 2.
+            return MplDecision(self._explore(avg), "explore")
         fit = self._fit()
-        if fit is None:
-            return MplDecision(self._explore(cur, avg), "explore")
+        if fit is None:  # fewer than 3 MPLs and yet explored: the range is that small
+            return MplDecision(max(avg, key=lambda k: avg[k]), "peak")
         a, b, _c = fit
         x = math.log2(cur)
         if a < 0:
             peak = 2 ** min(math.log2(self.hi), max(math.log2(self.lo), -b / (2 * a)))
             nxt = self._toward(cur, peak)
+            best = max(avg, key=lambda k: avg[k])
+            if nxt in avg and avg[nxt] < avg[best]:
+                # The parabola is a rough shape (real curves are skewed): where it points was measured
+                # worse than the best MPL measured, so trust the measurement.
+                nxt = self._toward(cur, best)
+            if nxt == cur:
+                probe = self._refine(cur, avg)
+                if probe is not None:
+                    return MplDecision(probe, "refine", round(peak, 2))
             return MplDecision(nxt, "peak" if nxt == cur else ("climb" if nxt > cur else "descend"), round(peak, 2))
         # No maximum inside (rising or inverted parabola): follow the slope at the current MPL.
         if 2 * a * x + b > 0:
             return MplDecision(self._toward(cur, cur * 2), "climb")
         return MplDecision(self._toward(cur, cur / 2), "descend")
 
-    def _explore(self, cur: int, avg: dict[int, float]) -> int:
-        ms = sorted(avg)
-        if len(ms) == 1:
-            return cur * 2 if cur * 2 <= self.hi else max(self.lo, cur // 2)
-        # Two MPLs seen: keep going the way throughput rose, otherwise try the other side.
-        lo_m, hi_m = ms[0], ms[-1]
-        if avg[hi_m] >= avg[lo_m]:
-            return hi_m * 2 if hi_m < self.hi else (lo_m + hi_m) // 2
-        return max(self.lo, lo_m // 2) if lo_m > self.lo else (lo_m + hi_m) // 2
+    def _explore(self, avg: dict[int, float]) -> int:
+        """The next MPL to try while the best ones are not bracketed: twice the highest of them if
+        nothing above was tried (first: a start in the middle of the range looks up first), else
+        half the lowest."""
+        lo_t, hi_t = self._ties()
+        if hi_t < self.hi and not any(t > hi_t for t in self.tried):
+            return min(self.hi, hi_t * 2)
+        if lo_t > self.lo and not any(t < lo_t for t in self.tried):
+            return max(self.lo, lo_t // 2)
+        # Bracketed, but fewer than three MPLs measured (no curve to fit yet): one more, outside them.
+        if min(self.tried) > self.lo:
+            return max(self.lo, min(self.tried) // 2)
+        if max(self.tried) < self.hi:
+            return min(self.hi, max(self.tried) * 2)
+        return max(avg, key=lambda k: avg[k])
+
+    def _refine(self, cur: int, avg: dict[int, float]) -> int | None:
+        """Holding at the best MPL measured, with an untried gap to a tried neighbour (the better
+        neighbour's side first): probe the gap's middle (geometric). The coarse search doubles and halves, and a skewed curve can
+        hide its peak in such a gap where the parabola does not point."""
+        if cur != max(avg, key=lambda k: avg[k]):
+            return None
+        below = max((t for t in self.tried if t < cur), default=None)
+        above = min((t for t in self.tried if t > cur), default=None)
+        near = [n for n in (below, above) if n is not None]
+        if not near:
+            return None
+        for n in sorted(near, key=lambda k: -avg[k]):  # the better neighbour's side first
+            if abs(n - cur) <= 1:
+                continue
+            mid = round(math.sqrt(n * cur))
+            if mid in (n, cur):
+                mid = cur + (1 if n > cur else -1)
+            mid = self._clamp(cur + max(-self.max_step, min(self.max_step, mid - cur)))
+            if mid not in self.tried:
+                return mid
+        return None
 
     def _fit(self) -> tuple[float, float, float] | None:
         """Weighted least squares for tps = a x^2 + b x + c with x = log2(MPL), in MPL units of the peak.

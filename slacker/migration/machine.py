@@ -499,10 +499,13 @@ class Migration:
                 if last_remaining is not None and remaining >= last_remaining:
                     stalled += 1
                     if stalled >= self.opts.max_stalled_rounds:
+                        rates = (f"; writes {write_tps:,.0f}/s, apply {stats.get('apply_tps') or 0:,.0f}/s"
+                                 if write_tps is not None else "")
                         raise MigrationFailed(
                             "delta rounds stopped shrinking",
                             f"{stalled} rounds in a row left >= {last_remaining} bytes "
-                            f"(estimated freeze {est_freeze_s * 1000:.0f}ms > {self.opts.max_freeze_s * 1000:.0f}ms)",
+                            f"(estimated freeze {est_freeze_s * 1000:.0f}ms > {self.opts.max_freeze_s * 1000:.0f}ms)"
+                            + rates,
                             "the write load outpaces the applier: raise --max-freeze, migrate at a quieter time",
                             phase="delta")
                 else:
@@ -585,7 +588,15 @@ class Migration:
         self._renew_lease(timeout_s=5)
         mark("lease")
         try:
-            frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
+            try:
+                frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
+            except MigrationFailed as exc:
+                # Not granted in time (statements in flight hold the tables: under a heavy write load
+                # with multi-statement transactions this happens now and then). Nothing was frozen:
+                # like an attempt over budget, more delta rounds and another attempt.
+                if exc.what != "could not freeze the source" or "not granted" not in exc.why:
+                    raise
+                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase="handover") from None
             mark("locked")
             final = ops.gtid_position(frozen)
             self._hold("frozen")

@@ -205,3 +205,137 @@ def _target_admin(cluster):
 
     cfg = load_agent_config(cluster.path.parent / "node-2" / "agent.toml")
     return TenantManager(cfg.data_root, host=cfg.tenant_host, node="node-2").get("mig").admin_connect()
+
+
+def test_leaving_catchup_mode_puts_the_redo_log_on_disk_without_a_gtid_of_its_own(tenants):
+    """innodb_flush_log_at_trx_commit=0 keeps the redo log in the server; restore_durability must sync it,
+    prove it (Innodb_lsn_flushed), and must not add a transaction of the target's own to its binlog."""
+    from slacker.delta import catchup
+
+    t = tenants.create("cu")
+    conn = t.admin_connect(timeout_s=10)
+    try:
+        catchup.relax_durability(conn)
+        with conn.cursor() as cur:
+            assert catchup.durability(cur) == catchup.RELAXED
+            cur.execute("CREATE DATABASE cu")
+            cur.execute("CREATE TABLE cu.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(200))")
+            for _ in range(300):
+                cur.execute("INSERT INTO cu.t (v) VALUES (REPEAT('x', 200))")
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            gtid_before = cur.fetchone()[0]
+            lsn_written, _ = catchup.redo_lsns(cur)
+        out = catchup.restore_durability(conn, t.datadir)
+        with conn.cursor() as cur:
+            assert catchup.durability(cur) == catchup.DURABLE
+            _, flushed = catchup.redo_lsns(cur)
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            gtid_after = cur.fetchone()[0]
+    finally:
+        conn.close()
+    assert flushed >= lsn_written and out["redo_flushed_lsn"] >= out["redo_lsn"] >= lsn_written
+    assert gtid_after == gtid_before, "leaving catch-up mode wrote to the binlog"
+
+
+def test_changing_the_mpl_keeps_the_fetched_backlog(tenants):
+    """set_mpl restarts only the SQL thread: the relay log (the backlog fetched so far) is kept, and the new
+    number of workers is in effect."""
+    from slacker import mariadb
+    from slacker.delta.applier import SourceLink
+    from slacker.delta.engine import EngineApplier
+
+    src, dst = tenants.create("ms"), tenants.create("md")
+    sconn, dconn = src.admin_connect(timeout_s=10), dst.admin_connect(timeout_s=10)
+    ap = EngineApplier(lambda: dst.admin_connect(timeout_s=10), kind="concurrent", mpl=2, datadir=dst.datadir)
+    try:
+        with sconn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            start = cur.fetchone()[0] or ""
+        ap.start(SourceLink(src.host, src.port, mariadb.REPL_USER, src.repl_password()), start)
+        with sconn.cursor() as cur:
+            cur.execute("CREATE DATABASE m")
+            cur.execute("CREATE TABLE m.t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+            for i in range(200):
+                cur.execute("INSERT INTO m.t (v) VALUES (%s)", (i,))
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            end = cur.fetchone()[0]
+        ap.wait_for(end, 60)
+
+        def relay():
+            with dconn.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute(f"SHOW SLAVE '{ap.CONNECTION}' STATUS")
+                st = cur.fetchone()
+            return st["Relay_Log_File"], st["Slave_IO_Running"], st["Slave_SQL_Running"]
+
+        before = relay()
+        ap.set_mpl(5)
+        after = relay()
+        with dconn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.slave_parallel_threads")
+            threads = cur.fetchone()[0]
+            deadline = time.monotonic() + 10
+            while True:
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Slave_worker'")
+                workers = cur.fetchone()[0]
+                if workers == 5 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        # A full STOP/START SLAVE with GTID positions would have started a new relay log from scratch.
+        assert after[0] == before[0] and after[1:] == ("Yes", "Yes")
+        assert (ap.mpl, threads, workers) == (5, 5, 5)
+    finally:
+        ap.abort()
+        sconn.close()
+        dconn.close()
+
+
+def test_a_freeze_not_granted_is_retried_like_an_attempt_over_budget(cluster):
+    """FLUSH TABLES WITH READ LOCK waits for statements in flight: the attempt gives up within its
+    share of the budget, nothing is frozen, and the handover is attempted again after more delta
+    rounds instead of failing the migration at once."""
+    create_loaded_tenant(cluster, "mig", rows=500)
+    _, directory = cluster_clients(cluster)
+    before = directory.lookup("mig")
+    doc = start_migration(cluster, "mig", target="node-2", handover_attempts=2, hold_s={"delta": 2})
+    wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=120)
+    # One transaction holds a row lock and stays open; another statement waits for that row. The
+    # waiting statement is in flight, so the freeze's lock waits for it, as under a heavy load of
+    # multi-statement transactions that touch the same rows.
+    holder, waiter = follow(cluster, "mig").connection(), follow(cluster, "mig").connection()
+    with holder.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("UPDATE shop.items SET name = 'held' WHERE id = 1")  # not committed
+    th = threading.Thread(target=_update_row_1, args=(waiter,), daemon=True)
+    th.start()
+    try:
+        doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=120)
+    finally:
+        try:
+            holder.rollback()
+            holder.close()
+        except pymysql.err.MySQLError:
+            pass
+        th.join(30)
+    assert doc["result"] == "failed", (doc["handover_attempts"], doc.get("handover_steps_ms"), doc["rounds"][-1:])
+    assert doc["error"]["what"].startswith("handover did not fit"), doc["error"]
+    assert "lock: not granted" in doc["error"]["why"]
+    attempts = doc["handover_attempts"]
+    assert [a["outcome"] for a in attempts] == ["over budget", "over budget"], attempts
+    # Nothing stayed frozen or fenced: the source still owns the tenant and takes writes.
+    after = directory.lookup("mig")
+    assert (after.node, after.epoch) == (before.node, before.epoch)
+    conn = follow(cluster, "mig").connection()
+    with conn.cursor() as cur:
+        cur.execute("UPDATE shop.items SET name = 'after' WHERE id = 1")
+    conn.commit()
+
+
+def _update_row_1(conn) -> None:
+    try:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE shop.items SET name = 'waited' WHERE id = 1")
+        conn.commit()
+    except pymysql.err.MySQLError:
+        pass
+    finally:
+        conn.close()

@@ -81,3 +81,37 @@ def test_fixed_bounds_hold_one_mpl():
     ctrl = MplController(lo=4, hi=4, start=9)
     assert run(ctrl, curve(8), 5) == [4] * 5
     assert ctrl.explored
+
+
+# --- properties (hypothesis) -----------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(lo=st.integers(1, 8), span=st.integers(0, 15), start=st.integers(1, 32),
+       rates=st.lists(st.floats(0, 50_000, allow_nan=False), min_size=1, max_size=40))
+def test_any_measurements_keep_the_mpl_in_bounds_and_moves_bounded(lo, span, start, rates):
+    hi = lo + span
+    ctrl = MplController(lo=lo, hi=hi, start=start)
+    assert lo <= ctrl.mpl <= hi
+    m = ctrl.mpl
+    for r in rates:
+        d = ctrl.observe(m, r)
+        assert lo <= d.mpl <= hi
+        # A move is a bounded step, or a back-off straight to an MPL already measured, or the
+        # first exploration (doubling or halving).
+        assert abs(d.mpl - m) <= ctrl.max_step or d.mpl in ctrl.tried or d.reason == "explore", (m, d)
+        m = d.mpl
+
+
+@settings(max_examples=300, deadline=None)
+@given(peak=st.floats(1.5, 14), peak_tps=st.floats(1_000, 20_000), thrash=st.floats(0.0, 0.15),
+       seed=st.integers(0, 1000), start=st.integers(1, 16))
+def test_settles_near_the_best_fixed_mpl_on_any_single_peaked_curve(peak, peak_tps, thrash, seed, start):
+    f = curve(peak, peak_tps, thrash)
+    ctrl = MplController(lo=1, hi=16, start=start)
+    seen = run(ctrl, f, 30, seed=seed)
+    # What it runs at after its search (the last 8 periods, an occasional probe included) is within
+    # 10 % of the best any fixed MPL gets: the goal for the adaptive loop.
+    assert sum(f(m) for m in seen[-8:]) / 8 >= 0.9 * best_fixed(f, 1, 16), (peak, seen)

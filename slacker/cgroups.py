@@ -1,4 +1,5 @@
-"""CPU quotas for local nodes: one cgroup per node, holding its agent and (by inheritance) its tenants.
+"""CPU quotas and disk read limits for local nodes: one cgroup per node, holding its agent and (by
+inheritance) its tenants.
 
 A local cluster's nodes share the machine's cores, so a busy node slows the
 others and moving a tenant relieves nothing. With a quota per node a node
@@ -6,6 +7,12 @@ behaves like a small host of its own. Works with the cgroup v1 `cpu`
 controller (cpu.cfs_quota_us) and with cgroup v2 (cpu.max). Tenants are
 started by the agent in a new session, which changes their session, not
 their cgroup: children stay in their parent's cgroup.
+
+A disk read limit (cgroup v1 `blkio.throttle.read_bps_device`, v2 `io.max
+rbps=`) makes a node behave like a host with a slower disk: its tenants' page
+reads and the backup's reads of their files share that bandwidth, as on the
+paper's machines, where the copy competes with the tenant for the disk.
+Reads served by the page cache are not limited (drop it to measure).
 """
 
 from __future__ import annotations
@@ -135,3 +142,100 @@ def group_of_pid(pid: int) -> str | None:
         if controllers == "":
             v2 = path
     return v2
+
+
+# --- disk read limits ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DiskGroup:
+    path: Path
+    version: int  # 1 or 2
+    device: str  # "MAJ:MIN" of the whole disk the node's data lives on
+    read_bps: int
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(f"{pid}\n")
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+
+def _disk_mount() -> tuple[Path, int]:
+    v1 = CGROUP_ROOT / "blkio"
+    if (v1 / "blkio.throttle.read_bps_device").exists():
+        return v1, 1
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    if controllers.exists() and "io" in controllers.read_text().split():
+        return CGROUP_ROOT, 2
+    raise MissingDependency("no cgroup blkio/io controller", f"neither {v1}/blkio.throttle.read_bps_device nor "
+                            "cgroup v2 with io", "run without --disk-read-per-node, or on a host with cgroups mounted")
+
+
+def disk_of(path: Path) -> str:
+    """MAJ:MIN of the disk holding `path` (a partition's parent disk: throttling acts on the disk's queue)."""
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    sys_dev = Path("/sys/dev/block") / dev
+    if not sys_dev.exists():
+        raise InvalidInput(f"{path} is not on a block device", f"device {dev} (tmpfs or a network filesystem?)",
+                           "put the run directory on a disk, or run without --disk-read-per-node")
+    if (sys_dev / "partition").exists():
+        return (sys_dev.resolve().parent / "dev").read_text().strip()
+    return dev
+
+
+def validate_read_bps(bps: float) -> int:
+    if not 1024 * 1024 <= bps <= 100 * 1024 ** 3:
+        raise InvalidInput(f"--disk-read-per-node {bps:g} B/s is out of range", "1 MB/s to 100 GB/s",
+                           "for example 40MB/s")
+    return int(bps)
+
+
+def disk_group_for(run_dir: Path, node: str) -> tuple[Path, int]:
+    mount, version = _disk_mount()
+    run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
+    return mount / "slacker" / run_id / node, version
+
+
+def create_disk(run_dir: Path, node: str, read_bps: float, data_dir: Path) -> DiskGroup:
+    """Create (or update) the node's disk group: reads from the disk under `data_dir` at most `read_bps`."""
+    bps = validate_read_bps(read_bps)
+    device = disk_of(data_dir)
+    path, version = disk_group_for(run_dir, node)
+    try:
+        if version == 2:
+            for parent in (path.parent.parent, path.parent):
+                parent.mkdir(exist_ok=True)
+                ctl = parent / "cgroup.subtree_control"
+                if "io" not in ctl.read_text().split():
+                    ctl.write_text("+io\n")
+        path.mkdir(parents=True, exist_ok=True)
+        if version == 1:
+            (path / "blkio.throttle.read_bps_device").write_text(f"{device} {bps}\n")
+        else:
+            (path / "io.max").write_text(f"{device} rbps={bps}\n")
+    except OSError as exc:
+        raise SlackerError(f"cannot set up the disk cgroup of {node}", f"{path}: {exc.strerror or exc}",
+                           "--disk-read-per-node needs root and a writable cgroup blkio/io controller") from None
+    return DiskGroup(path, version, device, bps)
+
+
+def remove_disk(run_dir: Path, node: str, timeout_s: float = 10.0) -> None:
+    try:
+        path, _ = disk_group_for(run_dir, node)
+    except MissingDependency:
+        return
+    if not path.exists():
+        return
+    g = DiskGroup(path, 1, "", 0)
+    deadline = time.monotonic() + timeout_s
+    while g.pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for d in (path, path.parent):
+        try:
+            d.rmdir()
+        except OSError:
+            break

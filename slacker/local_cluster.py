@@ -38,7 +38,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
        cpu_per_node: float | None = None, netns: bool = False, netns_subnet: str = netns_mod.DEFAULT_SUBNET,
-       stats_interval_s: float | None = None, tls: bool = False) -> Path:
+       stats_interval_s: float | None = None, tls: bool = False, disk_read_per_node: float | None = None) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
@@ -46,7 +46,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     cluster on the first three node addresses); `fault_injection` lets migrations pause at named
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
     and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
-    their group; the quota itself is updated). `netns` puts each node in a network namespace of its
+    their group; the quota itself is updated). `disk_read_per_node` (bytes/s) does the same with a
+    limit on what each node reads from the disk under `run_dir` (a host with a slower disk). `netns` puts each node in a network namespace of its
     own with an address from `netns_subnet` (first_address is then unused). `stats_interval_s` sets
     the agents' load-history interval (default a minute; seconds in tests, see docs/rebalance.md).
     `tls` makes a cluster CA and a certificate per node (RUN_DIR/tls/) and turns on HTTPS for the
@@ -54,6 +55,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     text."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
+    if disk_read_per_node is not None:
+        cgroups.validate_read_bps(disk_read_per_node)
     if directory not in DIRECTORY_BACKENDS:
         raise InvalidInput(f"unknown directory {directory!r}", f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "")
     if directory == "etcd" and (etcd_client_port == etcd_peer_port or api_port in (etcd_client_port, etcd_peer_port)):
@@ -128,7 +131,12 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     token = cluster.token()
     # The directory node first: the others look tenants up there.
     specs.sort(key=lambda s: s["name"] != directory_node)
-    groups = {s["name"]: cgroups.create(run_dir, s["name"], cpu_per_node) for s in specs} if cpu_per_node else {}
+    groups: dict[str, list] = {s["name"]: [] for s in specs}
+    for s in specs:
+        if cpu_per_node:
+            groups[s["name"]].append(cgroups.create(run_dir, s["name"], cpu_per_node))
+        if disk_read_per_node:
+            groups[s["name"]].append(cgroups.create_disk(run_dir, s["name"], disk_read_per_node, run_dir))
     for spec in specs:
         client = AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca)
         if _answers(client):
@@ -148,7 +156,7 @@ def _answers(client: AgentClient) -> bool:
         return False
 
 
-def _spawn_agent(node_dir: Path, group: "cgroups.CpuGroup | None" = None) -> None:
+def _spawn_agent(node_dir: Path, groups: list = ()) -> None:
     log = open(node_dir / "agent.log", "ab")
     net = netns_mod.load(node_dir.parent)
     ns_fd, enter_ns = netns_mod.prepare_enter(net.node(node_dir.name).namespace) if net else (None, None)
@@ -156,7 +164,7 @@ def _spawn_agent(node_dir: Path, group: "cgroups.CpuGroup | None" = None) -> Non
     # Join the node's cgroup and network namespace before exec, so nothing the agent starts
     # (tenants, backups, pipes) ever runs outside them.
     def join() -> None:
-        if group is not None:
+        for group in groups:
             group.add(os.getpid())
         if enter_ns is not None:
             enter_ns()
@@ -164,7 +172,7 @@ def _spawn_agent(node_dir: Path, group: "cgroups.CpuGroup | None" = None) -> Non
         proc = subprocess.Popen([sys.executable, "-m", "slacker", "agent", "--config", str(node_dir / "agent.toml")],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True,
-                                preexec_fn=join if group is not None or enter_ns is not None else None)
+                                preexec_fn=join if groups or enter_ns is not None else None)
     finally:
         log.close()
         if ns_fd is not None:
@@ -223,6 +231,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
                 mgr.stop_tenant(t)
         (node_dir / "agent.pid").unlink(missing_ok=True)
         cgroups.remove(run_dir, spec.name)
+        cgroups.remove_disk(run_dir, spec.name)
         stopped.append(spec.name)
     if (run_dir / "etcd").exists():  # after the agents: they may use the directory while stopping
         local_etcd.stop(run_dir / "etcd")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import DURATION, CliContext, pass_cli, print_json
+from .common import DURATION, RATE, CliContext, pass_cli, print_json
 
 
 @main.group("cluster")
@@ -35,6 +35,10 @@ def cluster() -> None:
 @click.option("--cpu-per-node", type=float, default=None,
               help="CPU quota of each node (its agent, tenants and migration processes), e.g. 0.6; "
                    "needs root and the cgroup cpu controller. Default: no quota.")
+@click.option("--disk-read-per-node", type=RATE, default=None,
+              help="Limit what each node (its tenants, backups) reads from the disk under RUN_DIR, e.g. 40MB/s: "
+                   "a host with a slower disk, where the copy competes with the tenants' page reads. Needs root "
+                   "and the cgroup blkio (v1) or io (v2) controller. Default: no limit.")
 @click.option("--netns", is_flag=True,
               help="Put each node in a network namespace of its own on a bridge (separate network hosts on "
                    "one machine: API, tenants, copy and replication cross an interface). Needs root and `ip`.")
@@ -52,7 +56,7 @@ def cluster() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               netns: bool, netns_subnet: str, stats_interval: float | None, tls: bool | None, fault_injection: bool,
+               disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None, tls: bool | None, fault_injection: bool,
                as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
@@ -73,17 +77,20 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
               directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
               etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,
-              netns=netns, netns_subnet=netns_subnet, stats_interval_s=stats_interval, tls=tls)
+              netns=netns, netns_subnet=netns_subnet, stats_interval_s=stats_interval, tls=tls,
+              disk_read_per_node=disk_read_per_node)
     c = load_cluster(str(path))
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
                     "directory": c.directory_node, "directory_backend": c.directory_backend,
                     "etcd_endpoints": list(c.etcd_endpoints), "cpu_per_node": cpu_per_node,
+                    "disk_read_per_node": disk_read_per_node,
                     "netns_subnet": c.local_subnet or None, "tls_ca": str(c.tls_ca) if c.tls_ca else None})
         return
     click.echo(f"cluster up: {len(c.nodes)} nodes, directory {where}"
                + (f", {cpu_per_node:g} CPU per node" if cpu_per_node else "")
+               + (f", disk reads ≤ {disk_read_per_node / 1e6:g} MB/s per node" if disk_read_per_node else "")
                + (f", one network namespace per node on {c.local_subnet}" if c.local_subnet else "")
                + (f", TLS (CA {c.tls_ca})" if c.tls_ca else ", plain text"))
     for n in c.nodes.values():

@@ -1,4 +1,5 @@
-"""`cluster up --cpu-per-node`: each node's agent and its tenants live in a cgroup with that CPU quota."""
+"""`cluster up --cpu-per-node` / `--disk-read-per-node`: each node's agent and its tenants live in cgroups
+with that CPU quota / disk read limit."""
 
 from __future__ import annotations
 
@@ -68,3 +69,40 @@ def test_tenants_run_inside_their_nodes_quota(make_cluster):
     r = CliRunner().invoke(main, ["cluster", "down", "--dir", str(c.path.parent)])
     assert r.exit_code == 0, r.output
     assert not g1.path.exists() and not g2.path.exists()
+
+
+def test_disk_reads_are_limited_per_node(make_cluster):
+    rate = 8_000_000
+    c = make_cluster(nodes=1, disk_read_per_node=rate)
+    agents, _ = cluster_clients(c)
+    agents["node-1"].request("POST", "/v1/tenants", {"id": "slowdisk", "buffer_pool_bytes": 32 * 1024 * 1024},
+                             timeout_s=180)
+    path, _ = cgroups.disk_group_for(c.path.parent, "node-1")
+    g = cgroups.DiskGroup(path, 1, "", 0)
+    agent_pid = int((node_dir(c, "node-1") / "agent.pid").read_text())
+    cfg = load_agent_config(node_dir(c, "node-1") / "agent.toml")
+    tenant_pid = int(TenantManager(cfg.data_root, host=cfg.tenant_host, node="node-1").get("slowdisk")
+                     .pid_file.read_text())
+    assert agent_pid in g.pids() and tenant_pid in g.pids()
+
+    # A process of the node reading 24 MB from the disk (not the page cache) takes >= 3 s at 8 MB/s.
+    f = node_dir(c, "node-1") / "blob"
+    f.write_bytes(os.urandom(24_000_000))
+    os.sync()
+    fd = os.open(f, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # this file's pages only, not the machine's cache
+    os.close(fd)
+    import subprocess
+    proc = subprocess.Popen(["sh", "-c", "read _; exec cat \"$0\" > /dev/null", str(f)], stdin=subprocess.PIPE)
+    g.add(proc.pid)
+    t0 = time.monotonic()
+    proc.communicate(b"go\n", timeout=60)
+    took = time.monotonic() - t0
+    print(f"24 MB read in {took:.2f}s under an 8 MB/s limit")
+    assert took >= 2.4, took
+
+    from click.testing import CliRunner
+    from slacker.cli import main
+    r = CliRunner().invoke(main, ["cluster", "down", "--dir", str(c.path.parent)])
+    assert r.exit_code == 0, r.output
+    assert not path.exists()

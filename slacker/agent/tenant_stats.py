@@ -46,12 +46,17 @@ def process_cpu_s(pid: int | None) -> float | None:
         return None
 
 
-def data_bytes(path: Path) -> int | None:
-    """Bytes in the files under `path`: what a migration of the tenant has to copy."""
+def data_bytes(path: Path, skip_prefixes: tuple[str, ...] = ()) -> int | None:
+    """Bytes in the files under `path`: what a migration of the tenant has to copy.
+
+    Files whose name starts with one of `skip_prefixes` are not counted (e.g. ("binlog",):
+    a snapshot copies the data without the binary logs)."""
     total = 0
     try:
         for root, _dirs, files in os.walk(path):
             for name in files:
+                if skip_prefixes and name.startswith(skip_prefixes):
+                    continue
                 try:
                     total += os.lstat(os.path.join(root, name)).st_size
                 except OSError:

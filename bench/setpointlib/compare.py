@@ -1,0 +1,51 @@
+"""Every controller side by side (issue 14): slack, velocity PID, on/off threshold, a fixed rate at the
+oracle (from fig5) and unthrottled, at each binding setpoint and one that does not bind, --repeats
+times, the order of the controllers rotated each repeat. Analysis: analysis.summarise/report_compare."""
+
+from __future__ import annotations
+
+from . import log
+from .analysis import key, mbs, ms, oracle_rates
+from .runner import Bench
+
+
+def run(bench: Bench, binding: list[float]) -> dict:
+    a = bench.args
+    f5 = bench.results["runs"].get("fig5")
+    oracle = oracle_rates(f5, binding) if f5 else {}
+    for sp, rate in zip(binding, a.oracle_rates or []):
+        oracle[key(sp)] = rate
+    for sp in binding:
+        if oracle.get(key(sp)) is None:
+            oracle[key(sp)] = min(a.fixed_rates)
+            log(f"compare: no fig5 level met {key(sp)}; oracle set to the lowest level {mbs(oracle[key(sp)], 0)} MB/s")
+    c = {"binding": [key(sp) for sp in binding], "binding_s": binding, "oracle": oracle,
+         "nonbinding": a.nonbinding_setpoint, "repeats": a.repeats, "runs": []}
+    bench.results["compare"] = c
+    log("compare: oracle rates " + ", ".join(f"{k} {mbs(v, 0)} MB/s" for k, v in oracle.items()))
+
+    def one(rep: int, kind: str, sp: float | None) -> None:
+        tag = "unthrottled" if kind == "unthrottled" else f"{kind}-{key(sp)}"
+        name = f"cmp-r{rep}-{tag}"
+        if kind == "oracle":
+            bench.run_tenant(name, "fixed", sp, rate=oracle[key(sp)])
+        else:
+            bench.run_tenant(name, kind, sp)
+        c["runs"].append({"rep": rep, "kind": kind, "setpoint_s": sp, "name": name})
+        bench.save()
+
+    kinds = ["slack", "pid", "threshold", "oracle"]
+    for rep in range(1, a.repeats + 1):
+        one(rep, "unthrottled", None)
+        if c["nonbinding"] is None:
+            u = bench.results["runs"][c["runs"][-1]["name"]]["copy"]["mean_s"] or 0.1
+            c["nonbinding"] = max(0.01, round(2 * u, 2 if u < 0.5 else 1))
+            log(f"compare: non-binding setpoint {ms(c['nonbinding'], 0)} ms (twice the unthrottled copy's "
+                f"{ms(u)} ms)")
+        order = kinds[(rep - 1) % len(kinds):] + kinds[:(rep - 1) % len(kinds)]
+        for sp in binding:
+            for kind in order:
+                one(rep, kind, sp)
+        for kind in ("slack", "pid"):
+            one(rep, kind, c["nonbinding"])
+    return c

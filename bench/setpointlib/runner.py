@@ -232,6 +232,11 @@ class Harness:
 # the bench
 
 class Bench:
+    """The cluster (set up here, or --cluster), the tenants on it, and results.json in --out-dir.
+
+    Experiments call run_one (or run_tenant for the single tenant) and store their own
+    summary in self.results under their name; every run is saved as soon as it ends."""
+
     def __init__(self, args) -> None:
         self.args = args
         self.out_dir = Path(args.out_dir).resolve()
@@ -520,9 +525,6 @@ class Bench:
 
     def save(self) -> None:
         (self.out_dir / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
-
-    # --- fig 5: where is the slack -----------------------------------------------------------------
-    # --- fig 13a -------------------------------------------------------------------------------------
 
 
 def machine_info() -> dict:

@@ -52,7 +52,7 @@ class SlackController(ThrottleController):
         gains: Gains = DEFAULT_GAINS,  # unused; accepted so configs can pass them
         *,
         step_s: float = DEFAULT_STEP_S,
-        initial_fraction: float = 0.1,
+        initial_fraction: float = 0.02,
         growth_max: float = 2.0,
         alpha: float = 1.0,
         beta: float = 1.0,

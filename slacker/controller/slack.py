@@ -143,6 +143,8 @@ class SlackController(ThrottleController):
             # up; go back to the knee the overshoot first showed, and restart below it.
             if self._episode_knee is not None:
                 self.knee = self._episode_knee
+            else:
+                self.knee = None  # an overshoot that taught no knee (at the start): ramp again, do not creep
             base = self.knee if self.knee is not None else self._initial
             new = min(1.0, max(self.restart_min, self.restart_share * base))
             self._over, self._hold_until, self._lr = False, self._k + self.lag_steps, lr
@@ -156,6 +158,13 @@ class SlackController(ThrottleController):
                 # (or below it). Land just under it; a single noisy window then costs 2 %, not a
                 # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
                 culprit = self._applied[0]
+                at_start = self._k <= 2 * self.lag_steps and max(self._applied) <= 1.1 * self._initial
+                if at_start and self.knee is None:
+                    # Over the setpoint before the rate ever left its starting point: the backup tool's
+                    # own start (it reads the redo log since the last checkpoint, unpaced) or a load that
+                    # was there before the copy. Cut as usual, but learn no knee from it: remembered, it
+                    # would pin the copy under the starting rate and creep from there.
+                    culprit = 0.0
                 if culprit > 0:
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)
                 new = self.backoff * (self.knee if self.knee is not None else u)

@@ -30,7 +30,7 @@ PERIOD_US = 100_000
 
 
 @dataclass(frozen=True)
-class CpuGroup:
+class _Group:
     path: Path
     version: int  # 1 or 2
 
@@ -43,6 +43,36 @@ class CpuGroup:
         except OSError:
             return []
 
+
+def _run_id(run_dir: Path) -> str:
+    return hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
+
+
+def _hand_down(path: Path, controller: str) -> None:
+    """cgroup v2 only lets a group use a controller if its parents hand it down."""
+    for parent in (path.parent.parent, path.parent):
+        parent.mkdir(exist_ok=True)
+        ctl = parent / "cgroup.subtree_control"
+        if controller not in ctl.read_text().split():
+            ctl.write_text(f"+{controller}\n")
+
+
+def _remove_when_empty(group: _Group, timeout_s: float) -> None:
+    """Remove the group once its processes are gone (and the run's subtree when empty)."""
+    if not group.path.exists():
+        return
+    deadline = time.monotonic() + timeout_s
+    while group.pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for d in (group.path, group.path.parent):
+        try:
+            d.rmdir()
+        except OSError:
+            break  # still in use (another node's group, or a straggler)
+
+
+@dataclass(frozen=True)
+class CpuGroup(_Group):
     def quota_cpus(self) -> float | None:
         if self.version == 1:
             quota = int((self.path / "cpu.cfs_quota_us").read_text())
@@ -81,8 +111,7 @@ def validate_cpus(cpus: float) -> float:
 def group_for(run_dir: Path, node: str) -> CpuGroup:
     """The cgroup of `node` of the local cluster in `run_dir` (one subtree per run dir)."""
     mount, version = _cpu_mount()
-    run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
-    return CpuGroup(mount / "slacker" / run_id / node, version)
+    return CpuGroup(mount / "slacker" / _run_id(run_dir) / node, version)
 
 
 def create(run_dir: Path, node: str, cpus: float) -> CpuGroup:
@@ -91,12 +120,7 @@ def create(run_dir: Path, node: str, cpus: float) -> CpuGroup:
     g = group_for(run_dir, node)
     try:
         if g.version == 2:
-            # v2 only lets a group limit cpu if its parents hand the controller down.
-            for parent in (g.path.parent.parent, g.path.parent):
-                parent.mkdir(exist_ok=True)
-                ctl = parent / "cgroup.subtree_control"
-                if "cpu" not in ctl.read_text().split():
-                    ctl.write_text("+cpu\n")
+            _hand_down(g.path, "cpu")
         g.path.mkdir(parents=True, exist_ok=True)
         quota = max(1000, int(cpus * PERIOD_US))
         if g.version == 1:
@@ -116,16 +140,7 @@ def remove(run_dir: Path, node: str, timeout_s: float = 10.0) -> None:
         g = group_for(run_dir, node)
     except MissingDependency:
         return
-    if not g.path.exists():
-        return
-    deadline = time.monotonic() + timeout_s
-    while g.pids() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for d in (g.path, g.path.parent):
-        try:
-            d.rmdir()
-        except OSError:
-            break  # still in use (another node's group, or a straggler)
+    _remove_when_empty(g, timeout_s)
 
 
 def group_of_pid(pid: int) -> str | None:
@@ -147,20 +162,9 @@ def group_of_pid(pid: int) -> str | None:
 # --- disk read limits ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class DiskGroup:
-    path: Path
-    version: int  # 1 or 2
-    device: str  # "MAJ:MIN" of the whole disk the node's data lives on
-    read_bps: int
-
-    def add(self, pid: int) -> None:
-        (self.path / "cgroup.procs").write_text(f"{pid}\n")
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
+class DiskGroup(_Group):
+    device: str = ""  # "MAJ:MIN" of the whole disk the node's data lives on
+    read_bps: int = 0
 
 
 def _disk_mount() -> tuple[Path, int]:
@@ -196,8 +200,7 @@ def validate_read_bps(bps: float) -> int:
 
 def disk_group_for(run_dir: Path, node: str) -> tuple[Path, int]:
     mount, version = _disk_mount()
-    run_id = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
-    return mount / "slacker" / run_id / node, version
+    return mount / "slacker" / _run_id(run_dir) / node, version
 
 
 def create_disk(run_dir: Path, node: str, read_bps: float, data_dir: Path) -> DiskGroup:
@@ -207,11 +210,7 @@ def create_disk(run_dir: Path, node: str, read_bps: float, data_dir: Path) -> Di
     path, version = disk_group_for(run_dir, node)
     try:
         if version == 2:
-            for parent in (path.parent.parent, path.parent):
-                parent.mkdir(exist_ok=True)
-                ctl = parent / "cgroup.subtree_control"
-                if "io" not in ctl.read_text().split():
-                    ctl.write_text("+io\n")
+            _hand_down(path, "io")
         path.mkdir(parents=True, exist_ok=True)
         if version == 1:
             (path / "blkio.throttle.read_bps_device").write_text(f"{device} {bps}\n")
@@ -225,17 +224,7 @@ def create_disk(run_dir: Path, node: str, read_bps: float, data_dir: Path) -> Di
 
 def remove_disk(run_dir: Path, node: str, timeout_s: float = 10.0) -> None:
     try:
-        path, _ = disk_group_for(run_dir, node)
+        path, version = disk_group_for(run_dir, node)
     except MissingDependency:
         return
-    if not path.exists():
-        return
-    g = DiskGroup(path, 1, "", 0)
-    deadline = time.monotonic() + timeout_s
-    while g.pids() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for d in (path, path.parent):
-        try:
-            d.rmdir()
-        except OSError:
-            break
+    _remove_when_empty(DiskGroup(path, version), timeout_s)

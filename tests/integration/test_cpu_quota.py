@@ -78,7 +78,7 @@ def test_disk_reads_are_limited_per_node(make_cluster):
     agents["node-1"].request("POST", "/v1/tenants", {"id": "slowdisk", "buffer_pool_bytes": 32 * 1024 * 1024},
                              timeout_s=180)
     path, _ = cgroups.disk_group_for(c.path.parent, "node-1")
-    g = cgroups.DiskGroup(path, 1, "", 0)
+    g = cgroups.DiskGroup(path, 1)
     agent_pid = int((node_dir(c, "node-1") / "agent.pid").read_text())
     cfg = load_agent_config(node_dir(c, "node-1") / "agent.toml")
     tenant_pid = int(TenantManager(cfg.data_root, host=cfg.tenant_host, node="node-1").get("slowdisk")

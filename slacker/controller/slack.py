@@ -69,6 +69,7 @@ class SlackController(ThrottleController):
         restart_min: float = 0.02,
         bisect: bool = True,
         bisect_below: float = 0.2,
+        low_start: float = 0.05,
         **safety: float,
     ) -> None:
         super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
@@ -92,6 +93,7 @@ class SlackController(ThrottleController):
         self.smoothing, self.restart_share, self.restart_min = float(smoothing), float(restart_share), float(restart_min)
         self._initial = float(initial_fraction)
         self.bisect, self.bisect_below = bool(bisect), float(bisect_below)
+        self.low_start = float(low_start)  # starting rates up to this learn no knee from the copy's first seconds
         self._ceiling: float | None = None
         self.knee: float | None = None  # fraction that last pushed latency over the setpoint
         self._episode_knee: float | None = None  # the knee the current overshoot first showed
@@ -158,12 +160,14 @@ class SlackController(ThrottleController):
                 # (or below it). Land just under it; a single noisy window then costs 2 %, not a
                 # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
                 culprit = self._applied[0]
-                at_start = self._k <= 2 * self.lag_steps and max(self._applied) <= 1.1 * self._initial
+                at_start = (self._initial <= self.low_start and self._k <= 2 * self.lag_steps
+                            and culprit <= 1.1 * self._initial)
                 if at_start and self.knee is None:
-                    # Over the setpoint before the rate ever left its starting point: the backup tool's
-                    # own start (it reads the redo log since the last checkpoint, unpaced) or a load that
-                    # was there before the copy. Cut as usual, but learn no knee from it: remembered, it
-                    # would pin the copy under the starting rate and creep from there.
+                    # Over the setpoint in the copy's first seconds with the window still showing the
+                    # starting rate (the ramp's first doubling cannot show yet), a rate chosen low: the
+                    # backup tool's own start (it reads the redo log since the last checkpoint, unpaced)
+                    # or a load that was there before the copy. Cut as usual, but learn no knee from it:
+                    # remembered, it would pin the copy under the starting rate and creep from there.
                     culprit = 0.0
                 if culprit > 0:
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)

@@ -256,6 +256,16 @@ def test_a_burst_at_the_start_of_the_copy_teaches_no_knee() -> None:
     assert fractions[-1] >= 0.5, fractions  # and ramps again (x2 per step), not a creep from 2 %
 
 
+def test_a_start_burst_seen_after_the_first_doubling_teaches_no_knee_either() -> None:
+    # Real run at 100 ms: the first window (server-side) was quiet, the rate doubled to 8 MB/s, then the
+    # backup's start showed (12x the setpoint). The window still showed the starting rate: no knee.
+    c = SlackController(0.1, MAX_RATE)
+    lat = [0.04, 0.31, 1.08, 0.9, 0.68, 0.32, 0.05, 0.004] + [0.01] * 15
+    fractions = [c.step(sample(x, float(k)), float(k)).fraction for k, x in enumerate(lat)]
+    assert fractions[1] > 0.02 and min(fractions) == 0.0
+    assert c.knee is None and fractions[-1] >= 0.5, fractions
+
+
 def test_an_overshoot_after_the_ramp_still_teaches_the_knee() -> None:
     c = SlackController(0.1, MAX_RATE)
     for k in range(5):

@@ -258,3 +258,18 @@ def test_report_of_a_fig5_result_names_the_knee():
     assert "Figure 5 view: 100 tps offered" in text
     assert "knee (latency runs away) at 78.4 MB/s" in text
     assert "highest stable fixed rate 39.2 MB/s at 45.0 ms" in text
+
+
+def test_run_figures_can_leave_out_the_copys_first_seconds(tmp_path):
+    # A copy of 30 s whose first 5 s are the backup tool's start (1 s latency at any rate), then 20 ms.
+    c0 = T0 + 100.0
+    recs = [rec(c0 + k + 1, 1.0 if k < 5 else 0.02) for k in range(30)]
+    path = write_harness(tmp_path / "h.jsonl", recs)
+    whole = an.latency_stats(an.harness_records(path), c0, c0 + 30 - 2.0)
+    run = {"migration": {"snapshot_start": c0, "snapshot_end": c0 + 30.0, "avg_rate": 8e6, "snapshot_s": 30.0,
+                         "duration_s": 40.0, "result": "succeeded", "series_path": None},
+           "copy": whole, "harness_path": str(path)}
+    f_all = an.run_figures(run, 2.0)
+    f_settled = an.run_figures(run, 2.0, head_exclude_s=6.0)
+    assert f_all["mean_s"] == pytest.approx((5 * 1.0 + 22 * 0.02) / 27, rel=0.05)
+    assert f_settled["mean_s"] == pytest.approx(0.02) and f_settled["sd_s"] == pytest.approx(0.0)

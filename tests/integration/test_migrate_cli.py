@@ -1,6 +1,7 @@
 """`slacker migrate` as a user runs it: summary, --json, abort, and every bad-input path."""
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -51,8 +52,11 @@ def test_migrate_bad_input(cluster):
 
 def test_ctrl_c_aborts(cluster):
     create_loaded_tenant(cluster, "cli3", rows=2000)
+    # As typed in a terminal: SIGINT at its default disposition even when this suite runs as a background
+    # job (which starts everything with SIGINT ignored, and an ignored signal stays ignored across exec).
     p = subprocess.Popen([sys.executable, "-m", "slacker", "migrate", "cli3", "--to", "node-2", "--rate", "200kB/s"],  # copy outlasts the 4 s
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(4)
     p.send_signal(2)  # SIGINT, as Ctrl-C
     out, err = p.communicate(timeout=60)

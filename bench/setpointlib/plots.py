@@ -162,7 +162,7 @@ def plot_compare(res: dict, items: list[tuple[str, str, str]], sp: float, path: 
             ax3b.set_ylabel("others' CPU\n(cores, dotted)", fontsize=7)
             ax3b.set_ylim(0, 2)
         if mark_step:
-            an = (res.get("fig13a") or {}).get(("pid" if "pid" in name else "fixed") + "_analysis") or {}
+            an = (res.get("fig13a") or {}).get(("fixed" if "-fixed-" in name else "pid") + "_analysis") or {}
             if an.get("step_wall"):
                 for ax in (ax1, ax2):
                     ax.axvline(an["step_wall"] - t0, color=colour, ls="--", lw=1, alpha=0.7)

@@ -192,7 +192,7 @@ def disk_of(path: Path) -> str:
 
 
 def validate_read_bps(bps: float) -> int:
-    if not 1024 * 1024 <= bps <= 100 * 1024 ** 3:
+    if not 1e6 <= bps <= 100e9:
         raise InvalidInput(f"--disk-read-per-node {bps:g} B/s is out of range", "1 MB/s to 100 GB/s",
                            "for example 40MB/s")
     return int(bps)

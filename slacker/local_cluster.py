@@ -47,9 +47,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
     and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
     their group; the quota itself is updated). `disk_read_per_node` (bytes/s) does the same with a
-    limit on what each node reads from the disk under `run_dir` (a host with a slower disk). `netns` puts each node in a network namespace of its
-    own with an address from `netns_subnet` (first_address is then unused). `stats_interval_s` sets
-    the agents' load-history interval (default a minute; seconds in tests, see docs/rebalance.md).
+    limit on what each node reads from the disk under `run_dir` (a host with a slower disk). `netns`
+    puts each node in a network namespace of its own with an address from `netns_subnet`
+    (first_address is then unused). `stats_interval_s` sets the agents' load-history interval
+    (default a minute; seconds in tests, see docs/rebalance.md).
     `tls` makes a cluster CA and a certificate per node (RUN_DIR/tls/) and turns on HTTPS for the
     agents, TLS for the snapshot stream, the tenants and replication; without it everything is plain
     text."""
@@ -57,6 +58,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         cgroups.validate_cpus(cpu_per_node)
     if disk_read_per_node is not None:
         cgroups.validate_read_bps(disk_read_per_node)
+        existing = run_dir.resolve()
+        while not existing.exists():
+            existing = existing.parent
+        cgroups.disk_of(existing)  # a run directory on tmpfs cannot be limited: say so before anything starts
     if directory not in DIRECTORY_BACKENDS:
         raise InvalidInput(f"unknown directory {directory!r}", f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "")
     if directory == "etcd" and (etcd_client_port == etcd_peer_port or api_port in (etcd_client_port, etcd_peer_port)):

@@ -56,8 +56,8 @@ def cluster() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None, tls: bool | None, fault_injection: bool,
-               as_json: bool) -> None:
+               disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None,
+               tls: bool | None, fault_injection: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone. With

@@ -80,7 +80,8 @@ class SlackController(ThrottleController):
                                      ("minimum step", min_step, 0.0, 1.0), ("backoff", backoff, 0.0, 1.0),
                                      ("further cut", further_cut, 0.0, 1.0), ("deep overshoot", deep, 1.0, 1e6),
                                      ("recut", recut, 1.0, 1e6), ("smoothing", smoothing, 0.0, 1.0),
-                                     ("restart share", restart_share, 0.0, 1.0), ("restart minimum", restart_min, 0.0, 1.0)):
+                                     ("restart share", restart_share, 0.0, 1.0), ("restart minimum", restart_min, 0.0, 1.0),
+                                     ("low start", low_start, 0.0, 1.0)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not lo <= value <= hi:
                 raise InvalidInput(f"invalid {label} {value!r}", f"it must be between {lo:g} and {hi:g}")

@@ -11,6 +11,7 @@ This controller works on ratios instead of differences (r = latency / setpoint):
     still rising a lag later:   u ← u · min(0.85^n, (2.5 / r)^beta)  n-th cut: deeper each time,
                                                   in proportion to the overshoot when r > 2.5
     stopped (u = 0) and r < 1:  restart at half the knee (never stuck at 0 below the setpoint)
+    r > 1 in the first steps, started low:  hold the starting rate (the backup tool's start-up reads)
 
 with rules that keep it off the knee's steep side:
 - a brake: latency rising fast enough to cross the setpoint within the loop's
@@ -70,6 +71,7 @@ class SlackController(ThrottleController):
         bisect: bool = True,
         bisect_below: float = 0.2,
         low_start: float = 0.05,
+        start_hold_steps: int = 6,
         **safety: float,
     ) -> None:
         super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
@@ -87,6 +89,8 @@ class SlackController(ThrottleController):
                 raise InvalidInput(f"invalid {label} {value!r}", f"it must be between {lo:g} and {hi:g}")
         if not isinstance(lag_steps, int) or lag_steps < 1:
             raise InvalidInput(f"invalid lag {lag_steps!r}", "expected a whole number of steps >= 1")
+        if not isinstance(start_hold_steps, int) or isinstance(start_hold_steps, bool) or start_hold_steps < 0:
+            raise InvalidInput(f"invalid start hold {start_hold_steps!r}", "expected a whole number of steps >= 0")
         self.growth_max, self.alpha, self.beta = float(growth_max), float(alpha), float(beta)
         self.probe_per_step, self.lag_steps = float(probe_per_step), lag_steps
         self.knee_loosen_per_step, self.min_step = float(knee_loosen_per_step), float(min_step)
@@ -95,6 +99,7 @@ class SlackController(ThrottleController):
         self._initial = float(initial_fraction)
         self.bisect, self.bisect_below = bool(bisect), float(bisect_below)
         self.low_start = float(low_start)  # starting rates up to this learn no knee from the copy's first seconds
+        self.start_hold_steps = start_hold_steps  # ... and hold (not cut) through the backup's start-up reads
         self._ceiling: float | None = None
         self.knee: float | None = None  # fraction that last pushed latency over the setpoint
         self._episode_knee: float | None = None  # the knee the current overshoot first showed
@@ -104,6 +109,12 @@ class SlackController(ThrottleController):
         self._cuts = 0  # cuts in the current overshoot
         self._r_cut = 1.0  # latency / setpoint at the last cut
         self._k = 0
+        self._peak = 0.0  # the fastest rate applied since the start
+
+    def _at_start(self, window: int | None = None) -> bool:
+        """In the copy's first `window` steps, started low, never faster than the ramp's first doubling."""
+        window = self.start_hold_steps if window is None else window
+        return self._initial <= self.low_start and self._k <= window and self._peak <= 2.2 * self._initial
 
     def set_setpoint(self, setpoint_s: float) -> None:
         # The knee was where latency crossed the old setpoint: meaningless for a new one.
@@ -131,6 +142,7 @@ class SlackController(ThrottleController):
         self._k += 1
         u = self._fraction
         self._applied.append(u)
+        self._peak = max(self._peak, u)
         r = latency_s / self.setpoint_s
         y_prev, self._y_prev = self._y_prev, latency_s
         rising = 0.0 if y_prev is None else (latency_s - y_prev) / self.setpoint_s
@@ -154,6 +166,17 @@ class SlackController(ThrottleController):
             return new, f"latency back under the setpoint: restarting at {new:.2f} of max", new, 0.0, 0.0
 
         if r > 1.0:
+            if self.knee is None and self._at_start():
+                # Over the setpoint in the copy's first seconds, the window still showing the starting
+                # rate (chosen low): the backup tool's own start. mariabackup reads its first chunk of
+                # every file it copies at once (10 MiB each, --parallel of them) and the redo log since
+                # the last checkpoint, whatever the pipe's rate; stopping the pipe does not end those
+                # reads, it only delays the ramp. Hold the starting rate until the start window is over;
+                # latency still over the setpoint after it is the copy's (or a load's) and is cut.
+                new = min(u, self._initial)
+                self._over = False
+                return new, "over setpoint at the copy's start (the backup tool's start-up reads): holding", \
+                    new - u, 0.0, 0.0
             first = not self._over
             self._over = True
             if first:
@@ -161,14 +184,11 @@ class SlackController(ThrottleController):
                 # (or below it). Land just under it; a single noisy window then costs 2 %, not a
                 # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
                 culprit = self._applied[0]
-                at_start = (self._initial <= self.low_start and self._k <= 2 * self.lag_steps
-                            and culprit <= 1.1 * self._initial)
-                if at_start and self.knee is None:
-                    # Over the setpoint in the copy's first seconds with the window still showing the
-                    # starting rate (the ramp's first doubling cannot show yet), a rate chosen low: the
-                    # backup tool's own start (it reads the redo log since the last checkpoint, unpaced)
-                    # or a load that was there before the copy. Cut as usual, but learn no knee from it:
-                    # remembered, it would pin the copy under the starting rate and creep from there.
+                if self.knee is None and self._at_start(window=self.start_hold_steps + self.lag_steps):
+                    # Still over the setpoint just after the start window, the window showing the
+                    # starting rate: a burst that outlasted the hold, or a load that was there before
+                    # the copy. Cut as usual, but learn no knee from it: remembered, it would pin the
+                    # copy under the starting rate and creep from there.
                     culprit = 0.0
                 if culprit > 0:
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)
@@ -216,6 +236,8 @@ class SlackController(ThrottleController):
         # Ramp on the larger of this window and the smoothed ratio: one quiet window does not leap.
         q = max(r, math.exp(self._lr))
         factor = min(self.growth_max, q ** -self.alpha) if q > 0 else self.growth_max
+        if factor <= 1.0:  # this window under the setpoint, the smoothed ratio still over it
+            return u, "latency just back under the setpoint: holding", 0.0, 0.0, 0.0
         new = max(u * factor, u + self.min_step * (factor - 1.0) / (self.growth_max - 1.0 or 1.0))
         note = f"ramping x{factor:.2f}"
         if self.knee is not None and new > self.backoff * self.knee:

@@ -38,6 +38,16 @@ class BackupPosition:
 # docs/results.md. Polling every 10 ms costs next to nothing.
 LOG_COPY_INTERVAL_MS = 10
 
+# Data files copied at once. mariabackup (10.11) reads a data file in 10 MiB
+# chunks, each one O_DIRECT pread at the disk's full speed, and the pipe paces
+# only what comes after: at the copy's start every copying thread reads its
+# first chunk at once, whatever the rate. With two threads (ibdata1 and the
+# largest table side by side) that was 20 MiB, 0.7 s of a 30 MB/s disk, and the
+# tenant's queue took seconds to drain (docs/results.md, issue 14, fifth
+# session). A throttled copy gains nothing from a second thread: the pipe is
+# the limit, not the reads.
+PARALLEL_FILES = 1
+
 
 class BackupTool:
     """A hot-backup tool that streams xbstream and prepares with --prepare.
@@ -54,7 +64,7 @@ class BackupTool:
     def stream_argv(self, defaults_file: Path, work_dir: Path) -> list[str]:
         """Command that writes an xbstream of a hot backup to stdout."""
         return [mariadb.find_program(self.stream_program), f"--defaults-file={defaults_file}", "--backup",
-                "--stream=xbstream", f"--target-dir={work_dir}", "--parallel=2",
+                "--stream=xbstream", f"--target-dir={work_dir}", f"--parallel={PARALLEL_FILES}",
                 f"--log-copy-interval={LOG_COPY_INTERVAL_MS}"]
 
     def extract_argv(self, dest: Path) -> list[str]:

@@ -222,7 +222,11 @@ class SlackController(ThrottleController):
         if self.knee is not None:
             self.knee = min(1.0, self.knee * (1.0 + self.knee_loosen_per_step))
             c = self._ceiling
-            if c is not None and u >= self.backoff * self.knee * 0.99 and r < self.bisect_below:
+            # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
+            # the window lagging 3-4 steps): the first halving needs only latency clearly under the
+            # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
+            below = self.bisect_below if c is None or c <= 2.5 * self.knee else max(self.bisect_below, 0.6)
+            if c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
                 # At the knee's lower bound with latency well under the setpoint: the knee was
                 # underestimated (the window showed a rate of a fast ramp). Bisect towards the
                 # rate the overshoot happened at, one lag per halving.

@@ -138,8 +138,16 @@ class MplController:
             return MplDecision(nxt, "peak" if nxt == cur else ("climb" if nxt > cur else "descend"), round(peak, 2))
         # No maximum inside (rising or inverted parabola): follow the slope at the current MPL.
         if 2 * a * x + b > 0:
-            return MplDecision(self._toward(cur, cur * 2), "climb")
-        return MplDecision(self._toward(cur, cur / 2), "descend")
+            nxt, reason = self._toward(cur, cur * 2), "climb"
+        else:
+            nxt, reason = self._toward(cur, cur / 2), "descend"
+        if nxt == cur:
+            # At a bound the slope points out of the range: a curve that falls steeply and then
+            # flattens (convex on log2) hides a peak between the bound and its tried neighbour.
+            probe = self._refine(cur, avg)
+            if probe is not None:
+                return MplDecision(probe, "refine")
+        return MplDecision(nxt, reason)
 
     def _explore(self, avg: dict[int, float]) -> int:
         """The next MPL to try while the best ones are not bracketed: twice the highest of them if

@@ -84,7 +84,7 @@ def test_fixed_bounds_hold_one_mpl():
 
 
 # --- properties (hypothesis) -----------------------------------------------------------------------
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
@@ -108,6 +108,9 @@ def test_any_measurements_keep_the_mpl_in_bounds_and_moves_bounded(lo, span, sta
 @settings(max_examples=300, deadline=None)
 @given(peak=st.floats(1.5, 14), peak_tps=st.floats(1_000, 20_000), thrash=st.floats(0.0, 0.15),
        seed=st.integers(0, 1000), start=st.integers(1, 16))
+# Found by hypothesis (fifth session of issue 14): peak between 1 and 2, flat beyond 5; the fit has no
+# interior maximum and the slope pointed below the lower bound, so MPL 2 was never tried (0.89x).
+@example(peak=1.78125, peak_tps=1000.0, thrash=0.09375, seed=0, start=12)
 def test_settles_near_the_best_fixed_mpl_on_any_single_peaked_curve(peak, peak_tps, thrash, seed, start):
     f = curve(peak, peak_tps, thrash)
     ctrl = MplController(lo=1, hi=16, start=start)

@@ -168,10 +168,10 @@ class SlackController(ThrottleController):
         if r > 1.0:
             if self.knee is None and self._at_start():
                 # Over the setpoint in the copy's first seconds, the window still showing the starting
-                # rate (chosen low): the backup tool's own start. mariabackup reads its first chunk of
-                # every file it copies at once (10 MiB each, --parallel of them) and the redo log since
-                # the last checkpoint, whatever the pipe's rate; stopping the pipe does not end those
-                # reads, it only delays the ramp. Hold the starting rate until the start window is over;
+                # rate (chosen low): the backup tool's own start. mariabackup reads the first chunk of
+                # each file it copies at once (10 MiB, one O_DIRECT read, --parallel of them), whatever
+                # the pipe's rate; stopping the pipe does not end those reads, it only delays the
+                # ramp. Hold the starting rate until the start window is over;
                 # latency still over the setpoint after it is the copy's (or a load's) and is cut.
                 new = min(u, self._initial)
                 self._over = False

@@ -179,7 +179,11 @@ def _disk_mount() -> tuple[Path, int]:
 
 
 def disk_of(path: Path) -> str:
-    """MAJ:MIN of the disk holding `path` (a partition's parent disk: throttling acts on the disk's queue)."""
+    """MAJ:MIN of the disk holding `path`, or its nearest existing parent if it is not made yet (a
+    partition's parent disk: throttling acts on the disk's queue)."""
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
     st = os.stat(path)
     dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     sys_dev = Path("/sys/dev/block") / dev

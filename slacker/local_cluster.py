@@ -58,10 +58,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         cgroups.validate_cpus(cpu_per_node)
     if disk_read_per_node is not None:
         cgroups.validate_read_bps(disk_read_per_node)
-        existing = run_dir.resolve()
-        while not existing.exists():
-            existing = existing.parent
-        cgroups.disk_of(existing)  # a run directory on tmpfs cannot be limited: say so before anything starts
+        cgroups.disk_of(run_dir)  # a run directory on tmpfs cannot be limited: say so before anything starts
     if directory not in DIRECTORY_BACKENDS:
         raise InvalidInput(f"unknown directory {directory!r}", f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "")
     if directory == "etcd" and (etcd_client_port == etcd_peer_port or api_port in (etcd_client_port, etcd_peer_port)):

@@ -46,6 +46,9 @@ from .pid import DEFAULT_GAINS, Gains, ThrottleController
 class SlackController(ThrottleController):
     """Ratio control with a brake and knee memory; the safety rules are the PID's (see ThrottleController)."""
 
+    RAMP_OVERSHOOT = 2.5  # an overshoot at this many times the knee it taught came from the ramp ...
+    RAMP_BISECT_BELOW = 0.6  # ... and its first halving needs latency under this share of the setpoint
+
     def __init__(
         self,
         setpoint_s: float,
@@ -225,7 +228,8 @@ class SlackController(ThrottleController):
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the
             # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
-            below = self.bisect_below if c is None or c <= 2.5 * self.knee else max(self.bisect_below, 0.6)
+            ramp = c is not None and c > self.RAMP_OVERSHOOT * self.knee
+            below = max(self.bisect_below, self.RAMP_BISECT_BELOW) if ramp else self.bisect_below
             if c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
                 # At the knee's lower bound with latency well under the setpoint: the knee was
                 # underestimated (the window showed a rate of a fast ramp). Bisect towards the

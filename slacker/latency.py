@@ -46,12 +46,22 @@ class LatencySample:
     # counters (None: not watched). Tells an idle tenant from a source that is blind.
     server_commits: float | None = None
     blind: bool = False  # failed because the server committed while the source saw nothing
+    # The newest step's own share of the window (its last second by default): None when not known.
+    last_sum_s: float | None = None
+    last_count: float | None = None
 
     @property
     def latency_s(self) -> float | None:
         if not self.ok or self.count <= 0:
             return None
         return self.sum_s / self.count
+
+    @property
+    def last_latency_s(self) -> float | None:
+        """The average over the newest step only: noisier than the window, but not behind it."""
+        if not self.ok or self.last_sum_s is None or not self.last_count or self.last_count <= 0:
+            return None
+        return self.last_sum_s / self.last_count
 
     @property
     def empty(self) -> bool:
@@ -73,6 +83,7 @@ class LatencySample:
             "error": self.error,
             "server_commits": self.server_commits,
             "blind": self.blind,
+            "last_latency_s": self.last_latency_s,
         }
 
 
@@ -161,6 +172,13 @@ class CounterWindow:
         base = self._ring[0]
         return sum_s - base.sum_s, count - base.count, t - base.t
 
+    def last(self) -> tuple[float, float] | None:
+        """(sum delta, count delta) of the newest step alone; None before two readings."""
+        if len(self._ring) < 2:
+            return None
+        a, b = self._ring[-2], self._ring[-1]
+        return b.sum_s - a.sum_s, b.count - a.count
+
     def clear(self) -> None:
         self._ring.clear()
 
@@ -216,7 +234,9 @@ class CounterSource(LatencySource):
             # ring is kept and the next good read spans the gap only within the window.
             return LatencySample.failed(self.name, t, _describe(exc))
         d_sum, d_count, span = self.window.add(t, sum_s, count, epoch)
-        return LatencySample(self.name, t, sum_s=d_sum, count=d_count, window_s=span)
+        last = self.window.last()
+        return LatencySample(self.name, t, sum_s=d_sum, count=d_count, window_s=span,
+                             last_sum_s=None if last is None else last[0], last_count=None if last is None else last[1])
 
 
 def _describe(exc: BaseException) -> str:
@@ -642,7 +662,8 @@ def max_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
     if not with_data:
         return LatencySample(name, t, window_s=window_s)
     worst = max(with_data, key=lambda s: s.sum_s / s.count)
-    return LatencySample(name, t, sum_s=worst.sum_s, count=worst.count, window_s=window_s)
+    return LatencySample(name, t, sum_s=worst.sum_s, count=worst.count, window_s=window_s,
+                         last_sum_s=worst.last_sum_s, last_count=worst.last_count)
 
 
 def aggregate_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
@@ -650,12 +671,16 @@ def aggregate_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
     t, window_s = _combined_times(samples)
     if any(not s.ok for s in samples):
         return _combined_failure(name, t, samples)
+    lasts = None if any(s.last_count is None for s in samples) else \
+        (sum(s.last_sum_s or 0.0 for s in samples), sum(s.last_count or 0.0 for s in samples))
     return LatencySample(
         name,
         t,
         sum_s=sum(s.sum_s for s in samples),
         count=sum(s.count for s in samples),
         window_s=window_s,
+        last_sum_s=None if lasts is None else lasts[0],
+        last_count=None if lasts is None else lasts[1],
     )
 
 
@@ -775,6 +800,7 @@ class NodeCountersSource(LatencySource):
         if bad:
             return LatencySample.failed(self.name, t, "; ".join(f"{r['tenant']}: {r['error']}" for r in bad))
         total_sum = total_count = 0.0
+        last_sum, last_count = 0.0, 0.0
         spans = []
         seen = set()
         for r in rows:
@@ -787,9 +813,14 @@ class NodeCountersSource(LatencySource):
             total_sum += d_sum
             total_count += d_count
             spans.append(span)
+            last = w.last()
+            if last is not None:
+                last_sum += last[0]
+                last_count += last[1]
         for gone in set(self._windows) - seen:
             del self._windows[gone]
-        return LatencySample(self.name, t, sum_s=total_sum, count=total_count, window_s=min(spans, default=0.0))
+        return LatencySample(self.name, t, sum_s=total_sum, count=total_count, window_s=min(spans, default=0.0),
+                             last_sum_s=last_sum, last_count=last_count)
 
 
 class GuardedSource(LatencySource):
@@ -832,9 +863,14 @@ class GuardedSource(LatencySource):
         side = max(ratios, key=lambda k: ratios[k][0])
         ratio, count = ratios[side]
         self.sides["binding"] = side
+        # The newest step alone, the same way: the worse of the two, in the source's setpoint.
+        lasts = [x for x in ((s.last_latency_s, sp), (g.last_latency_s, tsp)) if x[0] is not None]
+        last = max((v / spx for v, spx in lasts), default=None)
+        last_fields = {"last_sum_s": None, "last_count": None} if last is None else \
+            {"last_sum_s": last * sp, "last_count": 1.0}
         if side == "source":
-            return s
-        return replace(s, sum_s=ratio * sp * count, count=count, t=min(s.t, g.t))
+            return replace(s, **last_fields)
+        return replace(s, sum_s=ratio * sp * count, count=count, t=min(s.t, g.t), **last_fields)
 
     def close(self) -> None:
         self.source.close()

@@ -48,6 +48,7 @@ class SlackController(ThrottleController):
 
     RAMP_OVERSHOOT = 2.5  # an overshoot at this many times the knee it taught came from the ramp ...
     RAMP_BISECT_BELOW = 0.6  # ... and its first halving needs latency under this share of the setpoint
+    BURST_OVER_BELOW = 0.5  # the backup's start is over when the last second is under this share ...
 
     def __init__(
         self,
@@ -113,6 +114,31 @@ class SlackController(ThrottleController):
         self._r_cut = 1.0  # latency / setpoint at the last cut
         self._k = 0
         self._peak = 0.0  # the fastest rate applied since the start
+        self._start_held = False  # the last step held through the backup's start
+        self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
+        self._last_latency: float | None = None  # this step's sample: its newest second alone
+
+    def _step(self, sample, now: float, bytes_done: int):
+        self._last_latency = sample.last_latency_s
+        return super()._step(sample, now, bytes_done)
+
+    def _through_start_burst(self, r: float, rising: float) -> tuple[float, float, bool]:
+        """(ratio, rising, burst) to steer on while the window still holds the backup's start.
+
+        The window lags the burst's end by its length (3 s); when the newest second is already
+        clearly under the setpoint and the window falls, the start is over: for the window's
+        length the newest second steers (no brake: a window falling from the burst is no
+        trend). A newest second over the setpoint then holds the rate (the burst may not be
+        over), teaching nothing.
+        """
+        if self._last_latency is None or self.knee is not None:
+            return r, rising, False
+        last_r = self._last_latency / self.setpoint_s
+        if self._start_held and r > 1.0 and rising < 0 and last_r < self.BURST_OVER_BELOW:
+            self._burst_tail_until = self._k + self.lag_steps
+        if self._burst_tail_until is not None and self._k < self._burst_tail_until and r > 1.0:
+            return last_r, 0.0, last_r >= 1.0
+        return r, rising, False
 
     def _at_start(self, window: int | None = None) -> bool:
         """In the copy's first `window` steps, started low, never faster than the ramp's first doubling."""
@@ -149,7 +175,14 @@ class SlackController(ThrottleController):
         r = latency_s / self.setpoint_s
         y_prev, self._y_prev = self._y_prev, latency_s
         rising = 0.0 if y_prev is None else (latency_s - y_prev) / self.setpoint_s
+        r, rising, burst = self._through_start_burst(r, rising)
+        if burst:
+            return u, "over setpoint in the backup's start (its newest second): holding", 0.0, 0.0, 0.0
         lr = math.log(max(r, 1e-6))
+        if self._start_held and r <= 1.0:
+            # The backup's start is over: the burst it caused says nothing about the copy's rate, so
+            # it neither damps the ramp (smoothed ratio) nor brakes it (a window falling from it).
+            self._start_held, self._lr, rising = False, None, 0.0
         self._lr = lr if self._lr is None else (1.0 - self.smoothing) * self._lr + self.smoothing * lr
         waiting = self._hold_until is not None and self._k < self._hold_until
 
@@ -177,7 +210,7 @@ class SlackController(ThrottleController):
                 # ramp. Hold the starting rate until the start window is over;
                 # latency still over the setpoint after it is the copy's (or a load's) and is cut.
                 new = min(u, self._initial)
-                self._over = False
+                self._over, self._start_held = False, True
                 return new, "over setpoint at the copy's start (the backup tool's start-up reads): holding", \
                     new - u, 0.0, 0.0
             first = not self._over

@@ -602,3 +602,24 @@ def test_window_average_is_always_an_average_of_recent_observations(steps) -> No
         if s.latency_s is not None:
             recent = [lat for t, lat in history if t > fc.t - s.window_s - 1e-9]
             assert min(recent) - 1e-9 <= s.latency_s <= max(recent) + 1e-9
+
+
+def test_each_sample_carries_its_newest_second_alone() -> None:
+    # The window lags a change by its length; the newest step alone does not (the start hold reads it).
+    fc = FakeCounters()
+    src = fc.source()
+    assert src.read().last_latency_s is None  # one reading: no step yet
+    for latency_s, n in [(1.0, 10), (1.0, 10), (0.01, 30)]:
+        fc.t += 1
+        fc.observe(latency_s, n)
+        s = src.read()
+    assert s.latency_s == pytest.approx((10 + 10 + 0.3) / 50)
+    assert s.last_latency_s == pytest.approx(0.01)
+    # Combined: one population sums both; the worst source brings its own newest second.
+    a = LatencySample("a", 1.0, sum_s=3.0, count=30, window_s=3.0, last_sum_s=0.1, last_count=10)
+    b = LatencySample("b", 1.0, sum_s=9.0, count=30, window_s=3.0, last_sum_s=0.9, last_count=10)
+    assert AggregateOf([Fixed("a", a), Fixed("b", b)]).read().last_latency_s == pytest.approx(0.05)
+    assert MaxOf([Fixed("a", a), Fixed("b", b)]).read().last_latency_s == pytest.approx(0.09)
+    unknown = replace(b, last_sum_s=None, last_count=None)
+    assert AggregateOf([Fixed("a", a), Fixed("b", unknown)]).read().last_latency_s is None
+

@@ -353,3 +353,46 @@ def test_pid_spike_that_clamps_at_zero_does_not_kick_the_rate_up(gains: Gains) -
     assert after[-1] <= before + 4 * gains.ki * 0.1 + 1e-9
     if gains.kd == 0:
         assert max(after) <= before + 4 * gains.ki * 0.1 + 1e-9
+
+
+def test_the_ramp_starts_at_full_speed_when_the_start_burst_is_over() -> None:
+    # A real run at 70 ms (server-side 3 s windows, the backup's start at t=2-5): when the window came back
+    # under the setpoint the smoothed ratio still held the burst ("just back under: holding"), then the
+    # window falling-then-rising read as a climb ("rising towards the setpoint: holding"): 2 s lost before
+    # the first doubling. The burst is the backup tool's, not the copy's: the ramp starts at once, x2.
+    c = SlackController(0.07, MAX_RATE)
+    lat = [0.0436, 0.458, 0.543, 0.412, 0.182, 0.0315, 0.0250, 0.0166]
+    fractions = [c.step(sample(x, float(k)), float(k)).fraction for k, x in enumerate(lat)]
+    assert max(fractions[1:5]) == pytest.approx(0.02) and c.knee is None
+    assert fractions[5] == pytest.approx(0.04)  # x2 as soon as the window is back under
+    assert fractions[7] >= 0.08
+
+
+def seconds(window_s: float, last_s: float, t: float) -> LatencySample:
+    """A 3 s window and its newest second alone."""
+    return LatencySample("fake", t, sum_s=window_s * 300, count=300, window_s=3.0, last_sum_s=last_s * 100,
+                         last_count=100)
+
+
+def test_the_start_hold_ends_when_the_newest_second_is_quiet_not_when_the_window_is() -> None:
+    # A real run at 100 ms: the backup's start stalled the tenant at t=1-2 (858, 491 ms a second), the
+    # tenant was quiet from t=3 (9.6 ms), the 3 s window came back under only at t=5. Ramping from the
+    # quiet second gains the two steps the window lags; the window's fall is no trend (no brake).
+    c = SlackController(0.1, MAX_RATE)
+    window = [0.1002, 0.4651, 0.5738, 0.4241, 0.2096, 0.0157, 0.0345]
+    last = [0.0614, 0.8584, 0.4915, 0.0096, 0.0444, 0.0040, 0.0635]
+    out = [c.step(seconds(w, x, float(k)), float(k)) for k, (w, x) in enumerate(zip(window, last))]
+    fractions = [o.fraction for o in out]
+    assert fractions[1:3] == [pytest.approx(0.02)] * 2  # held through the burst
+    assert fractions[3] == pytest.approx(0.04) and fractions[4] == pytest.approx(0.08), fractions
+    assert fractions[5] == pytest.approx(0.16) and c.knee is None
+
+
+def test_a_start_burst_that_comes_back_after_a_quiet_second_is_held_and_teaches_nothing() -> None:
+    c = SlackController(0.1, MAX_RATE)
+    window = [0.3, 0.5, 0.45, 0.4, 0.35, 0.05, 0.03, 0.03, 0.03]
+    last = [0.5, 0.6, 0.01, 0.4, 0.02, 0.01, 0.02, 0.02, 0.02]
+    fractions = [c.step(seconds(w, x, float(k)), float(k)).fraction for k, (w, x) in enumerate(zip(window, last))]
+    assert fractions[2] == pytest.approx(0.04)  # the quiet second: ramp
+    assert fractions[3] == pytest.approx(0.04)  # the burst again in the newest second: hold, no cut
+    assert c.knee is None and fractions[-1] >= 0.3, fractions

@@ -128,3 +128,10 @@ def test_preflight_measure_answers_after_one_step_on_a_busy_tenant() -> None:
     quiet = Fake(0)
     assert measure(quiet, 0.6, 0.1).latency_s is None  # an idle tenant gets the whole window
     assert time.monotonic() - t0 >= 0.55 and quiet.reads >= 6
+
+
+def test_the_newest_second_is_the_worse_side_in_the_sources_setpoint() -> None:
+    s = LatencySample("source", 1.0, sum_s=3.0, count=30, window_s=3.0, last_sum_s=0.2, last_count=10)
+    t = LatencySample("target", 1.0, sum_s=3.0, count=30, window_s=3.0, last_sum_s=1.0, last_count=10)
+    g = guard([s], [t], sp=0.1, tsp=0.2)  # newest second: source 0.2x, target 0.5x its setpoint
+    assert g.read().last_latency_s == pytest.approx(0.05)

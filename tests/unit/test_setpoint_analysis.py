@@ -192,14 +192,22 @@ def test_fixed_curve_from_fig5_and_fig11():
 
 # --- the comparison --------------------------------------------------------------------------------
 
-def snap_series(t0: float, rates: list[float]) -> list[dict]:
-    return [{"ts": iso(t0 + i), "phase": "snapshot", "throughput_bytes_per_s": r} for i, r in enumerate(rates)]
+def snap_series(t0: float, rates: list[float], lag: int = 0) -> list[dict]:
+    """One sample a second; rates[i] is the copy's rate over the second before sample i. The progress
+    line's throughput shows it `lag` samples late (its moving average)."""
+    done, out = 0.0, []
+    for i, r in enumerate(rates):
+        done += r if i else 0.0
+        out.append({"ts": iso(t0 + i), "phase": "snapshot", "bytes_done": done,
+                    "throughput_bytes_per_s": rates[max(0, i - lag)]})
+    return out
 
 
 def test_time_to_90_percent_of_the_final_rate():
     rates = [1e6, 5e6, 8e6, 9.5e6, 10e6, 10e6, 10e6, 10e6, 10e6, 10e6]
-    m = {"snapshot_start": T0, "snapshot_end": T0 + 12, "series": snap_series(T0, rates)}
-    assert an.ramp_s(m, 2.0) == pytest.approx(3.0)
+    m = {"snapshot_start": T0, "snapshot_end": T0 + 12, "series": snap_series(T0, rates, lag=2)}
+    assert an.ramp_s(m, 2.0) == pytest.approx(3.0)  # the copy's own bytes a second
+    assert an.ramp_progress_s(m, 2.0) == pytest.approx(5.0)  # the progress line's average, 2 s behind
     m["series"] = snap_series(T0, [1e6, 1e6])
     assert an.ramp_s(m, 2.0) is None  # too few points
 

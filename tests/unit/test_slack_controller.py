@@ -396,3 +396,22 @@ def test_a_start_burst_that_comes_back_after_a_quiet_second_is_held_and_teaches_
     assert fractions[2] == pytest.approx(0.04)  # the quiet second: ramp
     assert fractions[3] == pytest.approx(0.04)  # the burst again in the newest second: hold, no cut
     assert c.knee is None and fractions[-1] >= 0.3, fractions
+
+
+def test_a_ramp_that_overshot_only_twice_the_knee_it_taught_is_bisected_too() -> None:
+    # A real run at 70 ms (sixth session): 4 -> 8 -> 15.7 MB/s, the brake held 2 steps, the window showed
+    # the overshoot with the knee learnt at 8 MB/s (the culprit) and 15.7 as the ceiling: 1.96x, under
+    # the 2.5x the fifth session's rule asked for. Latency at 8 MB/s was 0.4-0.9x the setpoint, never
+    # 0.2x: the copy crept 1 %/step from 7.8 MB/s for the rest of the copy (0.8x the oracle's speed).
+    # No probe overshoots by half: anything over 1.5x the knee came from the ramp.
+    c = SlackController(0.07, 200e6)  # no --max-rate: 2 % is 4 MB/s
+    mb = 1e6 / 200e6
+    lat_ms = [40.1, 434.3, 684.4, 543.2, 302.1, 35.8, 44.7, 65.7, 104.5, 102.6, 96.9,
+              63.4, 63.9, 51.5, 45.8, 31.6, 39.3, 40.0, 31.1, 41.1, 52.1, 63.8, 42.9, 29.6, 27.4]
+    last_ms = [40.0, 900.0, 500.0, 300.0, 30.0, 36.0, 50.0, 80.0, 120.0, 90.0, 70.0,
+               40.0, 60.0, 45.0, 40.0, 30.0, 40.0, 40.0, 30.0, 45.0, 55.0, 60.0, 40.0, 30.0, 25.0]
+    fractions = [c.step(seconds(x / 1000, y / 1000, float(k)), float(k)).fraction
+                 for k, (x, y) in enumerate(zip(lat_ms, last_ms))]
+    assert max(fractions[4:8]) >= 15 * mb  # the ramp's overshoot
+    assert min(fractions[8:12]) < 8.5 * mb  # cut to the knee the window showed
+    assert fractions[-1] >= 10 * mb, [round(f / mb, 1) for f in fractions]  # and bisected back up

@@ -66,6 +66,7 @@ class RatePolicy:
         state = out.to_dict()
         state["source"] = sample.source
         state["window_count"] = sample.count
+        state["last_latency_s"] = sample.last_latency_s  # the newest step alone (the start hold reads it)
         state["server_commits"] = sample.server_commits
         state["source_state"] = source_state(sample)
         if not sample.ok:

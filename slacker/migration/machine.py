@@ -834,7 +834,7 @@ class Migration:
         if self.finishing_reason:
             sample["note"] = self.finishing_reason
         if self.controller_state:
-            for k in ("latency_s", "setpoint_s", "p", "i", "d", "fraction", "note", "source_state", "binding",
+            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "note", "source_state", "binding",
                       "source_latency_s", "target_latency_s", "target_setpoint_s"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]

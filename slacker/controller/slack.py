@@ -115,6 +115,8 @@ class SlackController(ThrottleController):
         self._k = 0
         self._peak = 0.0  # the fastest rate applied since the start
         self._start_held = False  # the last step held through the backup's start
+        self._halvings = 0  # bisections towards the current ceiling
+        self._tail_culprit: float | None = None  # the rate a newest second over the setpoint blamed
         self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
         self._last_latency: float | None = None  # this step's sample: its newest second alone
 
@@ -128,15 +130,21 @@ class SlackController(ThrottleController):
         The window lags the burst's end by its length (3 s); when the newest second is already
         clearly under the setpoint and the window falls, the start is over: for the window's
         length the newest second steers (no brake: a window falling from the burst is no
-        trend). A newest second over the setpoint then holds the rate (the burst may not be
-        over), teaching nothing.
+        trend; and a window that has just let the burst out reads low while the ramp's newest
+        second may already be over). A newest second over the setpoint then holds the rate
+        (the burst may not be over, or the ramp went past the knee), teaching nothing.
         """
         if self._last_latency is None or self.knee is not None:
             return r, rising, False
         last_r = self._last_latency / self.setpoint_s
         if self._start_held and r > 1.0 and rising < 0 and last_r < self.BURST_OVER_BELOW:
             self._burst_tail_until = self._k + self.lag_steps
-        if self._burst_tail_until is not None and self._k < self._burst_tail_until and r > 1.0:
+        if self._burst_tail_until is not None and self._k < self._burst_tail_until:
+            if last_r >= 1.0 and len(self._applied) >= 2:
+                # If this is the ramp going past the knee (not the burst again), its culprit is the
+                # rate of a step ago (the newest second lags the rate by the pipe's ~1 s), not the
+                # one the window will blame a lag from now.
+                self._tail_culprit = self._applied[-2]
             return last_r, 0.0, last_r >= 1.0
         return r, rising, False
 
@@ -220,6 +228,8 @@ class SlackController(ThrottleController):
                 # (or below it). Land just under it; a single noisy window then costs 2 %, not a
                 # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
                 culprit = self._applied[0]
+                if self._tail_culprit is not None:
+                    culprit, self._tail_culprit = max(culprit, self._tail_culprit), None
                 if self.knee is None and self._at_start(window=self.start_hold_steps + self.lag_steps):
                     # Still over the setpoint just after the start window, the window showing the
                     # starting rate: a burst that outlasted the hold, or a load that was there before
@@ -233,6 +243,7 @@ class SlackController(ThrottleController):
                     new = min(new, u * (self.deep / r) ** self.beta)
                 self._cuts, self._episode_knee = 1, self.knee
                 self._ceiling = u if self.bisect else None  # the knee is between the culprit and this
+                self._halvings = 0
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.
                 return u, "over setpoint; waiting for the last cut to show", 0.0, 0.0, 0.0
@@ -261,7 +272,7 @@ class SlackController(ThrottleController):
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the
             # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
-            ramp = c is not None and c > self.RAMP_OVERSHOOT * self.knee
+            ramp = c is not None and c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0
             below = max(self.bisect_below, self.RAMP_BISECT_BELOW) if ramp else self.bisect_below
             if c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
                 # At the knee's lower bound with latency well under the setpoint: the knee was
@@ -272,6 +283,7 @@ class SlackController(ThrottleController):
                 else:
                     self.knee = math.sqrt(self.knee * c)
                     self._hold_until = self._k + self.lag_steps
+                    self._halvings += 1
         if r + self.lag_steps * max(0.0, rising) >= 1.0:
             return u, "latency rising towards the setpoint: holding", 0.0, 0.0, 0.0
         # Ramp on the larger of this window and the smoothed ratio: one quiet window does not leap.

@@ -415,3 +415,23 @@ def test_a_ramp_that_overshot_only_twice_the_knee_it_taught_is_bisected_too() ->
     assert max(fractions[4:8]) >= 15 * mb  # the ramp's overshoot
     assert min(fractions[8:12]) < 8.5 * mb  # cut to the knee the window showed
     assert fractions[-1] >= 10 * mb, [round(f / mb, 1) for f in fractions]  # and bisected back up
+
+
+def test_after_the_start_the_newest_second_steers_and_only_the_first_halving_is_quick() -> None:
+    # A real run at 70 ms (sixth session, 1.43x the setpoint over the copy): the hold ended on a quiet
+    # second (t=4), the ramp went 8 -> 16, and at t=6 the window (4.9, 27, 89 ms: the burst just out of
+    # it) read 0.54x and the ramp leapt to 29.7 MB/s while the newest second was already 89 ms; the
+    # window showed it a lag later (228 ms a second), and after the knee of 4 MB/s two quick halvings
+    # towards 29.7 took the rate to 17.8 MB/s at 0.59x: a second overshoot (163 ms a second).
+    c = SlackController(0.07, 200e6)
+    mb = 1e6 / 200e6
+    window = [95.2, 416.4, 497.3, 365.0, 169.3, 37.7, 112.4, 177.0, 138.4, 89.3, 18.3, 19.6, 21.4, 33.5,
+              44.7, 45.4, 42.1, 41.2, 40.0, 41.0, 42.0, 41.0, 40.0, 41.0]
+    last = [409.1, 804.6, 341.9, 4.9, 27.2, 89.0, 218.7, 209.6, 6.6, 44.1, 9.2, 7.7, 43.2, 46.1, 45.1,
+            45.2, 35.4, 43.0, 40.0, 42.0, 41.0, 40.0, 42.0, 40.0]
+    fractions = [c.step(seconds(w / 1000, x / 1000, float(k)), float(k)).fraction / mb
+                 for k, (w, x) in enumerate(zip(window, last))]
+    assert fractions[3] == pytest.approx(8.0) and fractions[4] == pytest.approx(16.0)
+    assert fractions[5] == pytest.approx(16.0), fractions  # the newest second over: no leap to 30
+    assert max(fractions) <= 16.0 + 1e-9, fractions  # no second overshoot
+    assert fractions[-1] >= 10.0, fractions  # the first halving still quick

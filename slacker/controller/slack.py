@@ -11,7 +11,8 @@ This controller works on ratios instead of differences (r = latency / setpoint):
     still rising a lag later:   u ← u · min(0.85^n, (2.5 / r)^beta)  n-th cut: deeper each time,
                                                   in proportion to the overshoot when r > 2.5
     stopped (u = 0) and r < 1:  restart at half the knee (never stuck at 0 below the setpoint)
-    r > 1 in the first steps, started low:  hold the starting rate (the backup tool's start-up reads)
+    r > 1 in the first steps, started low:  hold the starting rate (the backup tool's start-up reads),
+                                            until the newest second alone is quiet (not the window)
 
 with rules that keep it off the knee's steep side:
 - a brake: latency rising fast enough to cross the setpoint within the loop's
@@ -23,7 +24,8 @@ with rules that keep it off the knee's steep side:
 - bisection: after a fast ramp the first window over shows a rate 4-8x below
   the one the overshoot happened at, so the knee is underestimated; at the
   knee with latency far below the setpoint (< 0.2x) it moves to the geometric
-  mean of itself and that rate, one lag per halving;
+  mean of itself and that rate, one lag per halving; the first halving of a
+  ramp's overshoot (> 1.5x the knee it taught) needs only < 0.6x;
 - one cut, then wait: a cut shows only `lag` steps later; no further cut
   before that (unless latency gets `recut` times worse) nor while the queue is
   already draining.

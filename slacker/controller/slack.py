@@ -41,7 +41,8 @@ import math
 from collections import deque
 
 from ..errors import InvalidInput
-from ..latency import DEFAULT_STEP_S
+from ..latency import DEFAULT_STEP_S, LatencySample
+from .base import ControllerStep
 from .pid import DEFAULT_GAINS, Gains, ThrottleController
 
 
@@ -118,11 +119,11 @@ class SlackController(ThrottleController):
         self._peak = 0.0  # the fastest rate applied since the start
         self._start_held = False  # the last step held through the backup's start
         self._halvings = 0  # bisections towards the current ceiling
-        self._tail_culprit: float | None = None  # the rate a newest second over the setpoint blamed
+        self._tail_culprit: tuple[int, float] | None = None  # (step, rate) a newest second over blamed
         self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
         self._last_latency: float | None = None  # this step's sample: its newest second alone
 
-    def _step(self, sample, now: float, bytes_done: int):
+    def _step(self, sample: LatencySample, now: float, bytes_done: int) -> ControllerStep:
         self._last_latency = sample.last_latency_s
         return super()._step(sample, now, bytes_done)
 
@@ -146,7 +147,7 @@ class SlackController(ThrottleController):
                 # If this is the ramp going past the knee (not the burst again), its culprit is the
                 # rate of a step ago (the newest second lags the rate by the pipe's ~1 s), not the
                 # one the window will blame a lag from now.
-                self._tail_culprit = self._applied[-2]
+                self._tail_culprit = (self._k, self._applied[-2])
             return last_r, 0.0, last_r >= 1.0
         return r, rising, False
 
@@ -230,8 +231,9 @@ class SlackController(ThrottleController):
                 # (or below it). Land just under it; a single noisy window then costs 2 %, not a
                 # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
                 culprit = self._applied[0]
-                if self._tail_culprit is not None:
-                    culprit, self._tail_culprit = max(culprit, self._tail_culprit), None
+                if self._tail_culprit is not None and self._k - self._tail_culprit[0] <= self.lag_steps:
+                    culprit = max(culprit, min(u, self._tail_culprit[1]))  # only while the window can show it
+                self._tail_culprit = None
                 if self.knee is None and self._at_start(window=self.start_hold_steps + self.lag_steps):
                     # Still over the setpoint just after the start window, the window showing the
                     # starting rate: a burst that outlasted the hold, or a load that was there before
@@ -240,7 +242,7 @@ class SlackController(ThrottleController):
                     culprit = 0.0
                 if culprit > 0:
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)
-                new = self.backoff * (self.knee if self.knee is not None else u)
+                new = self.backoff * min(u, self.knee if self.knee is not None else u)  # never a raise
                 if r >= self.deep:
                     new = min(new, u * (self.deep / r) ** self.beta)
                 self._cuts, self._episode_knee = 1, self.knee

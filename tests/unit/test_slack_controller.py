@@ -435,3 +435,23 @@ def test_after_the_start_the_newest_second_steers_and_only_the_first_halving_is_
     assert fractions[5] == pytest.approx(16.0), fractions  # the newest second over: no leap to 30
     assert max(fractions) <= 16.0 + 1e-9, fractions  # no second overshoot
     assert fractions[-1] >= 10.0, fractions  # the first halving still quick
+
+
+def test_an_overshoot_never_lands_above_the_rate_it_is_at() -> None:
+    # The first window over lands just under the rate it blames (a lag ago, or a step before a newest
+    # second over the setpoint in the start hold's tail). If the rate fell meanwhile (here a source that
+    # failed: hold, then halve; also a restart after a stop), that rate is above the current one: a
+    # "cut" to 98 % of it raised the rate while latency was over the setpoint.
+    c = SlackController(0.1, 200e6)
+    mb = 1e6 / 200e6
+    for k, (w, x) in enumerate([(0.3, 0.5), (0.5, 0.6), (0.45, 0.01), (0.4, 0.02), (0.08, 0.15)]):
+        c.step(seconds(w, x, float(k)), float(k))
+    assert c.fraction == pytest.approx(16 * mb)
+    for k in range(5, 10):
+        c.step(LatencySample.failed("fake", float(k), "down"), float(k))
+    before = c.fraction
+    assert before < 8 * mb
+    c.step(seconds(0.05, 0.05, 10.0), 10.0)
+    u = c.fraction
+    out = c.step(seconds(0.2, 0.2, 11.0), 11.0)
+    assert "over setpoint" in out.note and out.fraction < u, (u / mb, out.fraction / mb)

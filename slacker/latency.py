@@ -59,7 +59,7 @@ class LatencySample:
     @property
     def last_latency_s(self) -> float | None:
         """The average over the newest step only: noisier than the window, but not behind it."""
-        if not self.ok or self.last_sum_s is None or not self.last_count or self.last_count <= 0:
+        if not self.ok or self.last_sum_s is None or self.last_count is None or self.last_count <= 0:
             return None
         return self.last_sum_s / self.last_count
 

@@ -417,7 +417,8 @@ class Migration:
             initial = self.rate_policy.initial_rate()
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
-                              commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context())
+                              commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context(),
+                              preread_program=True)
         self.pipe.start()
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
@@ -814,6 +815,10 @@ class Migration:
                 if self.pipe.commit_locked:
                     state["note"] = "backup holds the commit lock: copying unthrottled" + (
                         f" ({state['note']})" if state.get("note") else "")
+                elif self.pipe.prereading:
+                    state["note"] = (f"reading the backup tool into memory at this rate "
+                                     f"({self.pipe.preread_bytes / 1e6:.1f} MB)") + (
+                        f" ({state['note']})" if state.get("note") else "")
                 self.controller_state = state
             elif self.result is None and self.phase not in ("pending", "preflight"):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
@@ -831,6 +836,8 @@ class Migration:
                   "rate_bytes_per_s": self.current_rate(), "throughput_bytes_per_s": round(self._throughput, 1)}
         if self.pipe is not None and self.pipe.commit_locked and not self.pipe.done:
             sample["commit_locked"] = True  # the rate above is not applied: the copy runs unthrottled
+        if self.pipe is not None and self.pipe.preread_bytes:
+            sample["preread_bytes"] = self.pipe.preread_bytes  # the backup tool's program, read before it ran
         if self.finishing_reason:
             sample["note"] = self.finishing_reason
         if self.controller_state:

@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .. import pagecache
 from ..errors import InvalidInput, MigrationFailed
 from ..units import format_rate
 from . import protocol
 from ._proc import StreamTail, check_argv
+from .bucket import Aborted
 
 log = logging.getLogger("slacker.transfer")
 
@@ -94,8 +96,14 @@ class ThrottledPipe(ABC):
         connect_timeout_s: float = 10.0,
         finish_timeout_s: float = 600.0,
         commit_lock_events: Callable[[str], bool | None] | None = None,
+        preread_program: bool = False,
     ) -> None:
         self.producer_argv = check_argv(producer_argv, "producer")
+        # Read the producer's program into the page cache at the pipe's rate before starting it
+        # (slacker.pagecache): a program loading itself from a busy disk stalls it at any rate.
+        self.preread_program = bool(preread_program)
+        self.preread_bytes = 0  # bytes of program read so far
+        self.prereading = False  # the pipe is reading the program, the producer has not started
         self.host = host
         self.port = int(port)
         self.migration_id = migration_id
@@ -197,6 +205,27 @@ class ThrottledPipe(ABC):
             self.abort()
 
     # -- for implementations ------------------------------------------------
+
+    def _preread(self, take: Callable[[int], int]) -> None:
+        """Read the uncached parts of the producer's program and libraries, `take(n)` pacing each read."""
+        if not self.preread_program:
+            return
+        t0 = time.monotonic()
+        self.prereading = True
+
+        def counted(n: int) -> int:
+            if self._aborted.is_set():
+                raise Aborted()
+            got = take(n)
+            self.preread_bytes += got
+            return got
+        try:
+            pagecache.preread(pagecache.program_files(self.producer_argv[0]), counted)
+        finally:
+            self.prereading = False
+        if self.preread_bytes:
+            log.info("%s %s: read %d bytes of %s into memory in %.1fs before starting it", self.kind,
+                     self.migration_id, self.preread_bytes, self.producer_argv[0], time.monotonic() - t0)
 
     def _producer_line(self, line: bytes) -> bool:
         """StreamTail hook for the producer's stderr; keeps every line in the tail."""

@@ -67,6 +67,11 @@ class NativePipe(ThrottledPipe):
             if self._started:
                 raise RuntimeError("pipe already started")
             self._started = True
+        try:
+            self._preread(self._bucket.take)
+        except Aborted:
+            self._finished.set()
+            raise self._error or stage_error("aborted", self._what("aborted"), "aborted before the copy started") from None
         self._t_start = time.monotonic()
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)

@@ -37,7 +37,8 @@ from ..errors import InvalidInput
 from . import protocol
 from ._proc import (StreamTail, env_or_none, kill_group, pipe_backlog, pipe_capacity,
                     require_program, spawn)
-from .base import ThrottledPipe, log
+from .base import ThrottledPipe, log, stage_error
+from .bucket import Aborted, TokenBucket
 
 POLL_S = 0.02
 GOVERNOR_TICK_S = 0.1
@@ -200,6 +201,7 @@ class PvNcPipe(ThrottledPipe):
         self._verdict = b""
         self._verdict_done = threading.Event()
         self._wake = threading.Condition()
+        self._preread_bucket: TokenBucket | None = None  # paces the program's pre-read (start)
         self._nc_stopped = False
         self._supervisor: threading.Thread | None = None
         self._governor: threading.Thread | None = None
@@ -230,6 +232,9 @@ class PvNcPipe(ThrottledPipe):
         super().set_rate(bytes_per_s)
 
     def _rate_changed(self) -> None:
+        bucket = self._preread_bucket
+        if bucket is not None:
+            bucket.set_rate(self.effective_rate)
         with self._wake:
             self._wake.notify_all()
 
@@ -246,6 +251,14 @@ class PvNcPipe(ThrottledPipe):
         except BaseException:
             self._finished.set()
             raise
+        self._preread_bucket = TokenBucket(self.effective_rate)
+        try:
+            self._preread(self._preread_bucket.take)
+        except Aborted:
+            self._finished.set()
+            raise self._error or stage_error("aborted", self._what("aborted"), "aborted before the copy started") from None
+        finally:
+            self._preread_bucket = None
         self._t_start = time.monotonic()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -498,6 +511,9 @@ class PvNcPipe(ThrottledPipe):
 
     def abort(self) -> None:
         self._aborted.set()
+        bucket = self._preread_bucket
+        if bucket is not None:
+            bucket.close()  # a pre-read waiting on the rate ends now
         if not self._started:
             return
         self._fail("aborted", f"aborted after {self._pv_bytes} bytes")

@@ -64,13 +64,13 @@ def link():
     made = []
 
     def make(kind, producer, extract=("cat",), extract_stdout=None, rate=None, token=None, mid="m-1",
-             sender_token=None, sender_mid=None, **receiver_kw):
+             sender_token=None, sender_mid=None, pipe_kw=None, **receiver_kw):
         token = token or new_token()
         receiver = Receiver(mid, token, list(extract), "127.0.0.1", extract_stdout=extract_stdout,
                             **receiver_kw)
         receiver.start()
         pipe = make_pipe(kind, producer, "127.0.0.1", receiver.port, sender_mid or mid, sender_token or token,
-                         rate_bytes_per_s=rate)
+                         rate_bytes_per_s=rate, **(pipe_kw or {}))
         made.append((pipe, receiver))
         return pipe, receiver
 
@@ -346,6 +346,74 @@ def test_wait_timeout_aborts_and_raises(link):
         pipe.wait(0.5)
     assert err.value.stage == "timeout"
     assert wait_until(lambda: all_gone(pipe.pids), 3)
+
+
+def cold_program(tmp_path, payload, size: int):
+    """An executable of `size` bytes that streams `payload`, not in the page cache (None on tmpfs)."""
+    prog = tmp_path / "backup-tool"
+    prog.write_bytes(b"#!/bin/sh\nexec cat '" + str(payload).encode() + b"'\n#" + b"x" * size + b"\n")
+    prog.chmod(0o755)
+    fd = os.open(prog, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    from slacker import pagecache
+    vec, _ = pagecache.resident(prog)
+    return prog if sum(b & 1 for b in vec) < len(vec) // 2 else None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_producers_program_is_read_into_memory_at_the_pipes_rate_first(kind, link, payload, tmp_path):
+    # A backup tool that is not in memory loads itself from the source's disk at full speed when it
+    # starts (mariabackup: ~40 MB in its first second): the pipe reads it first, at the copy's rate.
+    prog = cold_program(tmp_path, payload, 3 * MB)
+    if prog is None:
+        pytest.skip("this filesystem keeps every page in memory")
+    out = tmp_path / "out"
+    pipe, receiver = link(kind, [str(prog)], extract_stdout=out, rate=2 * MB, pipe_kw={"preread_program": True})
+    t0 = time.monotonic()
+    pipe.start()
+    started = time.monotonic() - t0
+    assert 3 * MB <= pipe.preread_bytes <= 3.2 * MB and not pipe.prereading
+    assert started >= 1.2  # 3 MB at 2 MB/s (less one burst), before the producer ran
+    pipe.set_rate(None)
+    pipe.wait(30)
+    receiver.wait(10)
+    assert sha256(out) == sha256(payload)  # the stream itself is untouched
+    # In memory now: a second pipe reads nothing and starts at once.
+    pipe2, receiver2 = link(kind, [str(prog)], extract_stdout=tmp_path / "out2", rate=2 * MB, mid="m-2",
+                            pipe_kw={"preread_program": True})
+    t0 = time.monotonic()
+    pipe2.start()
+    assert pipe2.preread_bytes == 0 and time.monotonic() - t0 < 1.0
+    pipe2.set_rate(None)
+    pipe2.wait(30)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_abort_while_the_program_is_read_ends_it_before_it_ran(kind, link, payload, tmp_path):
+    prog = cold_program(tmp_path, payload, 3 * MB)
+    if prog is None:
+        pytest.skip("this filesystem keeps every page in memory")
+    pipe, receiver = link(kind, [str(prog)], rate=0.2 * MB, pipe_kw={"preread_program": True})
+    errors = []
+
+    def start():
+        try:
+            pipe.start()
+        except MigrationFailed as exc:
+            errors.append(exc)
+
+    import threading
+    t = threading.Thread(target=start)
+    t.start()
+    assert wait_until(lambda: pipe.prereading, 5)
+    t0 = time.monotonic()
+    pipe.abort()
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - t0 < 3
+    assert errors and errors[0].stage == "aborted", errors
+    assert pipe.done and pipe.pids == [] and receiver.bytes_received == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -87,6 +87,10 @@ class RateController(ABC):
     def resume(self) -> None:
         self._paused = False
 
+    def set_warming(self, warming: bool) -> None:
+        """Whether the pipe is still reading the backup tool's program (slacker.pagecache), before the
+        copy. Controllers that treat the copy's first seconds apart count them from its real start."""
+
 
 def is_stale(sample: LatencySample, now: float, stale_after_s: float) -> bool:
     """A sample read too long ago (or from the future: a different clock) is not evidence."""

@@ -53,7 +53,8 @@ class RatePolicy:
             return None
         return self.controller.rate_bytes_per_s
 
-    def step(self, now: float, bytes_done: int) -> tuple[int | None, dict[str, Any]]:
+    def step(self, now: float, bytes_done: int, warming: bool = False) -> tuple[int | None, dict[str, Any]]:
+        self.controller.set_warming(warming)
         try:
             sample = self.source.read()
         except Exception as exc:  # noqa: BLE001 - a source that breaks its promise still must not stop the copy loop

@@ -122,6 +122,10 @@ class SlackController(ThrottleController):
         self._tail_culprit: tuple[int, float] | None = None  # (step, rate) a newest second over blamed
         self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
         self._last_latency: float | None = None  # this step's sample: its newest second alone
+        self._warming = False  # the pipe reads the backup tool's program: the copy has not started
+
+    def set_warming(self, warming: bool) -> None:
+        self._warming = bool(warming)
 
     def _step(self, sample: LatencySample, now: float, bytes_done: int) -> ControllerStep:
         self._last_latency = sample.last_latency_s
@@ -179,7 +183,8 @@ class SlackController(ThrottleController):
         self._lr: float | None = None  # smoothed log(latency / setpoint)
 
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
-        self._k += 1
+        if not self._warming:
+            self._k += 1  # the copy's steps: the start's rules count from the backup tool's start
         u = self._fraction
         self._applied.append(u)
         self._peak = max(self._peak, u)
@@ -212,6 +217,11 @@ class SlackController(ThrottleController):
             self._over, self._hold_until, self._lr = False, self._k + self.lag_steps, lr
             return new, f"latency back under the setpoint: restarting at {new:.2f} of max", new, 0.0, 0.0
 
+        if r <= 1.0 and self.knee is None and self._at_start() and self._last_latency is not None \
+                and self._last_latency >= self.setpoint_s:
+            # The copy's first seconds, the window still under the setpoint but its newest second over it:
+            # the backup tool's start-up reads (its first data chunk) arriving. Hold; do not ramp into them.
+            return u, "over setpoint at the copy's start (its newest second): holding", 0.0, 0.0, 0.0
         if r > 1.0:
             if self.knee is None and self._at_start():
                 # Over the setpoint in the copy's first seconds, the window still showing the starting
@@ -302,6 +312,10 @@ class SlackController(ThrottleController):
             creep = u * (1.0 + self.probe_per_step)
             new = max(min(new, self.backoff * self.knee), min(new, creep), u)
             note = "near the last knee: probing"
+        if self._warming and new > self.growth_max * self._initial:
+            # The backup tool's program is read at this rate before it starts: ramp, but no further
+            # than the first doubling, so the copy (and its first chunk read) starts low.
+            new, note = max(u, self.growth_max * self._initial), "ramping while the backup tool is read in"
         if new >= 1.0:
             new, note = 1.0, "at max rate"
         return new, note, new - u, 0.0, 0.0

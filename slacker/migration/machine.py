@@ -810,7 +810,7 @@ class Migration:
         self._last_bytes = (now, done)
         if self.rate_policy is not None:
             if self.phase == "snapshot" and self.pipe is not None and not self.pipe.done:
-                rate, state = self.rate_policy.step(now, done)
+                rate, state = self.rate_policy.step(now, done, warming=self.pipe.prereading)
                 self.pipe.set_rate(rate)
                 if self.pipe.commit_locked:
                     state["note"] = "backup holds the commit lock: copying unthrottled" + (

@@ -455,3 +455,25 @@ def test_an_overshoot_never_lands_above_the_rate_it_is_at() -> None:
     u = c.fraction
     out = c.step(seconds(0.2, 0.2, 11.0), 11.0)
     assert "over setpoint" in out.note and out.fraction < u, (u / mb, out.fraction / mb)
+
+
+def test_while_the_backup_tool_is_read_in_the_ramp_stops_at_its_first_doubling_and_the_start_waits() -> None:
+    # The pipe reads a cold backup tool's program at the copy's rate before starting it (slacker.pagecache).
+    # Latency is low meanwhile, but the copy, and its first 10 MiB chunk read at the disk's full speed,
+    # has not started: the ramp goes no further than x2, and the start's rules count from the copy's
+    # start. A real run without this ramped to 15 MB/s during the read, took mariabackup's first chunk
+    # for an overshoot and learnt a knee of 5.4 MB/s from a rate of the read (0.66x the setpoint after).
+    c = SlackController(0.1, 200e6)
+    mb = 1e6 / 200e6
+    c.set_warming(True)
+    fractions = [c.step(seconds(0.004, 0.004, float(k)), float(k)).fraction for k in range(6)]
+    assert max(fractions) == pytest.approx(8 * mb) and "backup tool" in c.step(
+        seconds(0.004, 0.004, 6.0), 6.0).note
+    c.set_warming(False)
+    # The copy starts; its first chunk's burst: held, no knee, then the ramp goes on.
+    out = c.step(seconds(0.02, 0.15, 7.0), 7.0)
+    assert out.fraction == pytest.approx(8 * mb) and "holding" in out.note  # the newest second: no ramp into it
+    for k, (w, x) in enumerate([(0.12, 0.11), (0.1, 0.03), (0.05, 0.02), (0.03, 0.02), (0.02, 0.02)], start=8):
+        c.step(seconds(w, x, float(k)), float(k))
+    assert c.knee is None  # the burst taught nothing
+    assert c.fraction > 8 * mb  # and the ramp goes on past it

@@ -225,7 +225,9 @@ def progress_line(doc: dict) -> str:
         line += f"/{ctl['setpoint_s'] * 1000:.0f}ms"
         line += source_state_text(ctl)
         line += binding_text(ctl)
-    if doc.get("eta_s") is not None:
+    if doc.get("prereading"):
+        line += f"  (reading the backup tool into memory first: {format_size(doc.get('preread_bytes') or 0)})"
+    elif doc.get("eta_s") is not None:
         line += f"  ETA {format_duration(doc['eta_s'])}"
     if doc.get("rounds") and doc["phase"] == "delta":
         line += f"  round {len(doc['rounds'])}"

@@ -166,6 +166,9 @@ class Migration:
             "mode": self.opts.mode, "phase": self.phase, "active": self.active, "result": self.result,
             "error": err, "phases": [asdict(p) for p in self.phases],
             "bytes_done": self.bytes_done(), "bytes_total": self.bytes_total,
+            # the backup tool's program read into memory before it started (slacker.pagecache)
+            "preread_bytes": self.pipe.preread_bytes if self.pipe is not None else 0,
+            "prereading": bool(self.pipe is not None and self.pipe.prereading),
             "rate_bytes_per_s": rate, "unthrottled": rate is None,
             "throughput_bytes_per_s": round(self._throughput, 1), "eta_s": self.eta_s(),
             "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms,
@@ -419,7 +422,11 @@ class Migration:
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
                               commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context(),
                               preread_program=True)
-        self.pipe.start()
+        try:
+            self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
+        except MigrationFailed:
+            self._check_abort()
+            raise
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
             self._check_abort()

@@ -163,3 +163,43 @@ def test_preflight_refuses_non_innodb_and_warns_on_missing_primary_key(cluster):
     with resolve("pf", cluster).connect().cursor() as cur:
         cur.execute("INSERT INTO shop.orders (item, qty) VALUES (1, 1)")
     assert not (node_dir(cluster, "node-1") / "tenants" / "pf").exists()
+
+
+def evict_backup_tool() -> bool:
+    """Drop mariabackup's own program from the page cache (its libraries are shared with running servers)."""
+    from slacker import pagecache
+    prog = pagecache.program_files("mariabackup")[0]
+    fd = os.open(prog, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    vec, _ = pagecache.resident(prog)
+    return sum(b & 1 for b in vec) < len(vec) // 2
+
+
+def test_a_cold_backup_tool_is_read_in_at_the_rate_and_an_abort_there_leaves_nothing(loaded):
+    # A backup tool not in memory is read in at the copy's rate before it starts (slacker.pagecache):
+    # at 0.5 MB/s its 26 MB take most of a minute. An abort meanwhile ends the migration as aborted,
+    # with no backup process ever started and the source serving every acknowledged write.
+    cluster, writer, src_pid = loaded
+    if not evict_backup_tool():
+        pytest.skip("mariabackup's pages could not be dropped from the page cache here")
+    doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=500_000)
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + 30
+    while True:
+        cur = agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")
+        if cur["prereading"] and cur["preread_bytes"] >= 1_000_000:
+            break
+        assert cur["active"] and time.monotonic() < deadline, cur
+        time.sleep(0.1)
+    assert cur["phase"] == "snapshot" and cur["bytes_done"] == 0
+    assert not [p for p, cmd in processes_mentioning(doc["id"]) if "mariabackup" in cmd]  # not started yet
+    time.sleep(1.0)
+    later = agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")
+    assert later["preread_bytes"] - cur["preread_bytes"] <= 1_000_000  # paced at 0.5 MB/s (one burst more)
+    agents["node-1"].request("POST", f"/v1/migrations/{doc['id']}/abort", {})
+    doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=30)
+    assert doc["result"] == "aborted", doc
+    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")

@@ -29,6 +29,9 @@ with rules that keep it off the knee's steep side:
 - one cut, then wait: a cut shows only `lag` steps later; no further cut
   before that (unless latency gets `recut` times worse) nor while the queue is
   already draining.
+- the copy's mean: r is taken against aim x setpoint, aim = setpoint / the
+  copy's running mean latency (0.85-1.15, 0.01 a step), so the copy's mean,
+  not each window, sits at the setpoint (_trim_aim).
 
 A single noisy window over the setpoint costs 2 % of the rate (the landing
 under the knee), not a cut in proportion to the spike: that proportional cut

@@ -129,6 +129,7 @@ class SlackController(ThrottleController):
         self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
         self._last_latency: float | None = None  # this step's sample: its newest second alone
         self._warming = False  # the pipe reads the backup tool's program: the copy has not started
+        self._warmed = False  # the last step was one of those
         self._mean_sum, self._mean_n, self._copy_steps = 0.0, 0.0, 0  # the copy's latency so far
         self._aim = 1.0  # the share of the setpoint each window is held at (see _trim_aim)
 
@@ -221,6 +222,12 @@ class SlackController(ThrottleController):
         if not self._warming:
             self._k += 1  # the copy's steps: the start's rules count from the backup tool's start
         u = self._fraction
+        if self._warmed and not self._warming:
+            # The copy starts: the rates applied while the tool was read in drove no copy, and its first
+            # seconds (the first chunk's read) must not be blamed on them. A real run learnt a knee of
+            # 4 MB/s from its read-in rate that way and crept from 8 MB/s for a minute (0.77x the speed).
+            self._applied.clear()
+        self._warmed = self._warming
         self._applied.append(u)
         self._peak = max(self._peak, u)
         r = latency_s / (self.setpoint_s * self._aim)

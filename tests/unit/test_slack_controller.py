@@ -477,3 +477,21 @@ def test_while_the_backup_tool_is_read_in_the_ramp_stops_at_its_first_doubling_a
         c.step(seconds(w, x, float(k)), float(k))
     assert c.knee is None  # the burst taught nothing
     assert c.fraction > 8 * mb  # and the ramp goes on past it
+
+
+def test_the_rates_of_the_read_in_are_never_blamed_for_the_copys_first_overshoot() -> None:
+    # A real run at 100 ms (seventh session): 4 MB/s while the tool was read in, 8 at its end, the copy's
+    # first step ramped to 16, and its first chunk's second went over: the window blamed the rate three
+    # steps back, 4 MB/s of the read-in, and the copy crept from 8 MB/s for a minute (0.77x the oracle).
+    c = SlackController(0.1, 200e6)
+    mb = 1e6 / 200e6
+    c.set_warming(True)
+    for k, (w, x) in enumerate([(0.154, 0.367), (0.133, 0.101), (0.133, 0.004), (0.039, 0.004)]):
+        c.step(seconds(w, x, float(k)), float(k))
+    c.set_warming(False)
+    fractions = [c.step(seconds(w, x, float(k)), float(k)).fraction / mb
+                 for k, (w, x) in enumerate([(0.019, 0.058), (0.048, 0.082), (0.104, 0.172), (0.124, 0.129),
+                                             (0.104, 0.004), (0.066, 0.037)], start=4)]
+    assert fractions[0] == pytest.approx(16.0), fractions
+    assert c.knee is not None and c.knee >= 8 * mb, (c.knee / mb, fractions)
+    assert min(fractions) >= 7.5, fractions

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -29,7 +30,6 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1 << 20  # one read at a time; the rate limit is asked for each
 LDD_TIMEOUT_S = 5.0
 
-_PROT_READ, _MAP_SHARED = 0x1, 0x01
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _libc = None
 
@@ -55,7 +55,7 @@ def resident(path: str | Path) -> tuple[bytes, int]:
             return b"", 0
         page = os.sysconf("SC_PAGE_SIZE")
         libc = _c()
-        addr = libc.mmap(None, size, _PROT_READ, _MAP_SHARED, fd, 0)
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
         if addr in (None, _MAP_FAILED):
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err), str(path))

@@ -182,6 +182,7 @@ def step_analysis(run: dict, sp: float, tail_exclude_s: float) -> dict:
         "before": latency_stats(recs, c0, step, sp), "after": latency_stats(recs, step, c1, sp),
         "after_10s": latency_stats(recs, step + 10, c1, sp) if c1 > step + 12 else None,
         "recovery_s": rec_s,
+        "first_back_s": first_back_s(after, step, sp),
         "rate_before": bytes_at(step) / max(1e-9, step - c0),
         "rate_after": (m["bytes"] - bytes_at(step)) / max(1e-9, m["snapshot_end"] - step),
         "peak_3s_after_s": max((v for _, v in after), default=None),
@@ -201,6 +202,16 @@ def recovery_s(after: list[tuple[float, float]], step: float, sp: float) -> floa
         if v <= 1.1 * sp:
             return t - step
     return None
+
+
+def first_back_s(after: list[tuple[float, float]], step: float, sp: float) -> float | None:
+    """Seconds from the load step until latency (3 s average) first comes back to 1.1 x setpoint after first
+    going above it: the step's own response, without a later excursion (which recovery_s counts); 0 if it
+    never went above; None if it never came back."""
+    above = next((i for i, (_, v) in enumerate(after) if v > 1.1 * sp), None)
+    if above is None:
+        return 0.0 if after else None
+    return next((t - step for t, v in after[above:] if v <= 1.1 * sp), None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -483,9 +494,11 @@ def report(res: dict, head_exclude_s: float = 0.0) -> str:
                          ms(a10.get("mean_s")), fmt(a10["mean_s"] / sp if a10.get("mean_s") else None),
                          ms(an.get("peak_3s_after_s"), 0),
                          fmt(an.get("recovery_s"), 0) if an.get("recovery_s") is not None else "never",
+                         fmt(an.get("first_back_s"), 0) if an.get("first_back_s") is not None else "-",
                          f"{r['migration']['snapshot_s']:.0f}", fmt(r["cpu_during_copy"]["others_cores"])])
         out.append(table(["throttle", "step at", "MB/s before", "MB/s after", "before ms", "/sp", "after ms", "/sp",
-                          "after+10s ms", "/sp", "peak 3s ms", "back <=1.1 sp in s", "copy s", "others' cores"], rows,
+                          "after+10s ms", "/sp", "peak 3s ms", "back <=1.1 sp in s",
+                          "first back s", "copy s", "others' cores"], rows,
                          f"Figure 13a view: offered load {f13.get('tps_before', 0):g} -> {f13.get('tps_after', 0):g} tps "
                          f"during the copy, setpoint {ms(sp, 0)} ms"))
         out.append(f"fixed rate = the PID's rate over the last 10 s before the step: {mbs(f13['pid_pre_step_rate'])} MB/s "

@@ -87,6 +87,10 @@ class RateController(ABC):
     def resume(self) -> None:
         self._paused = False
 
+    def state(self) -> dict[str, Any]:
+        """What the controller has learnt so far, for status and the time series (none by default)."""
+        return {}
+
     def set_warming(self, warming: bool) -> None:
         """Whether the pipe is still reading the backup tool's program (slacker.pagecache), before the
         copy. Controllers that treat the copy's first seconds apart count them from its real start."""

@@ -65,6 +65,7 @@ class RatePolicy:
         if self.metrics is not None:
             self.metrics.update(out, self.migration, self.tenant)
         state = out.to_dict()
+        state.update(self.controller.state())
         state["source"] = sample.source
         state["window_count"] = sample.count
         state["last_latency_s"] = sample.last_latency_s  # the newest step alone (the start hold reads it)

@@ -150,6 +150,13 @@ class SlackController(ThrottleController):
         step = self.MEAN_TRIM_PER_STEP
         self._aim = min(self._aim + step, max(self._aim - step, want))
 
+    def state(self) -> dict:
+        """The knee it remembers (bytes/s; None: none learnt) and the share of the setpoint it holds
+        each window at (the copy's mean trim, see _trim_aim)."""
+        with self._lock:
+            knee = None if self.knee is None else round(self.knee * self.max_rate_bytes_per_s)
+            return {"aim": round(self._aim, 3), "knee_bytes_per_s": knee}
+
     def set_warming(self, warming: bool) -> None:
         self._warming = bool(warming)
 

@@ -848,8 +848,8 @@ class Migration:
         if self.finishing_reason:
             sample["note"] = self.finishing_reason
         if self.controller_state:
-            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "note", "source_state", "binding",
-                      "source_latency_s", "target_latency_s", "target_setpoint_s"):
+            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
+                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]
         if self.phase == "delta" and self.delta_stats:  # the MPL and apply rate over time

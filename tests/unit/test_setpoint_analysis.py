@@ -100,6 +100,20 @@ def test_recovery_time(after, expected):
     assert an.recovery_s(after, 9.0, 0.1) == expected
 
 
+@pytest.mark.parametrize("after, expected", [
+    ([(10.0, 0.05), (11.0, 0.09)], 0.0),                                        # never above
+    ([(10.0, 0.2), (12.0, 0.1), (14.0, 0.5), (20.0, 0.1)], 3.0),                # back at 12 s; 14 s is later
+    ([(10.0, 0.05), (11.0, 0.3), (12.0, 0.2)], None),                           # never came back
+    ([], None),
+])
+def test_first_back_is_the_steps_own_response(after, expected):
+    # recovery_s waits out the highest point since the step (a later flush or a second overshoot);
+    # first_back_s is the step's own response.
+    assert an.first_back_s(after, 9.0, 0.1) == expected
+    if expected is not None and expected > 0:
+        assert an.recovery_s(after, 9.0, 0.1) > expected
+
+
 def test_step_analysis_finds_the_step_and_the_rates(tmp_path):
     # copy from T0+10 to T0+40; the offered load steps from 10 to 14 tps at T0+20; latency 20 ms before, 60 after
     rs = [rec(T0 + i, 0.02 if i <= 20 else 0.06, target_tps=10.0 if i <= 20 else 14.0) for i in range(1, 45)]

@@ -516,3 +516,14 @@ def test_a_read_in_that_ends_between_steps_keeps_the_copys_start_rules() -> None
     assert c.knee is None, (c.knee / mb, fractions)  # the first chunk's burst taught nothing
     assert min(fractions) >= 4.7, fractions  # held at the copy's starting rate, not cut under it
     assert fractions[-1] >= 19, fractions  # and the ramp went on (the real run: 5 MB/s, creeping)
+
+
+def test_its_state_shows_the_knee_it_remembers_and_the_aim() -> None:
+    # The time series and status carry both: without them a creeping copy cannot be told from a held one.
+    c = SlackController(0.1, 200e6)
+    assert c.state() == {"aim": 1.0, "knee_bytes_per_s": None}
+    for k, (w, x) in enumerate([(0.03, 0.03)] * 8 + [(0.3, 0.4)]):
+        c.step(seconds(w, x, float(k)), float(k))
+    st = c.state()
+    assert st["knee_bytes_per_s"] is not None and st["knee_bytes_per_s"] == round(c.knee * 200e6)
+    assert ThrottleController(0.1, 200e6).state() == {}

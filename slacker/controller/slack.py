@@ -121,7 +121,9 @@ class SlackController(ThrottleController):
         self._over = False
         self._cuts = 0  # cuts in the current overshoot
         self._r_cut = 1.0  # latency / setpoint at the last cut
-        self._k = 0
+        self._k = 0  # steps (the lag's clock)
+        self._copy_k = 0  # ... of them since the copy started (the start window's clock)
+        self._warm_k = 0  # ... of them while the backup tool was read in
         self._peak = 0.0  # the fastest rate applied since the copy started
         self._copy_start: float | None = None  # the rate the copy started at (after the backup tool's read-in)
         self._start_held = False  # the last step held through the backup's start
@@ -202,7 +204,10 @@ class SlackController(ThrottleController):
         rate the copy started at (the read-in of the backup tool may have doubled the initial rate already)."""
         window = self.start_hold_steps if window is None else window
         start = self._copy_start if self._copy_start is not None else self._initial  # None: still read in
-        return self._initial <= self.low_start and self._k <= window and self._peak <= 2.2 * start
+        # While the tool is read in, its own start window: the hold there cannot last the whole read-in
+        # (at a low rate a minute, and a load over the setpoint then must be cut, not held).
+        k = self._warm_k if self._warming else self._copy_k
+        return self._initial <= self.low_start and k <= window and self._peak <= 2.2 * start
 
     def set_setpoint(self, setpoint_s: float) -> None:
         # The knee was where latency crossed the old setpoint: meaningless for a new one; the mean so
@@ -229,8 +234,11 @@ class SlackController(ThrottleController):
         self._lr: float | None = None  # smoothed log(latency / setpoint)
 
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
-        if not self._warming:
-            self._k += 1  # the copy's steps: the start's rules count from the backup tool's start
+        self._k += 1
+        if self._warming:
+            self._warm_k += 1
+        else:
+            self._copy_k += 1  # the copy's steps: the start's rules count from the backup tool's start
         u = self._fraction
         if self._warmed and not self._warming:
             # The copy starts: the rates applied while the tool was read in drove no copy, and its first

@@ -10,8 +10,8 @@ import pytest
 from slacker.agent.client import cluster_clients
 from slacker.procs import alive, read_pid, wait_gone
 
-from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
-                                start_migration, wait_migration, wait_phase)
+from .migration_helpers import (acked_ids_present, create_loaded_tenant, evict_backup_tool, follow, node_dir,
+                                processes_mentioning, start_migration, wait_migration, wait_phase)
 from slacker.ackwriter import AckedWriter
 
 
@@ -163,19 +163,6 @@ def test_preflight_refuses_non_innodb_and_warns_on_missing_primary_key(cluster):
     with resolve("pf", cluster).connect().cursor() as cur:
         cur.execute("INSERT INTO shop.orders (item, qty) VALUES (1, 1)")
     assert not (node_dir(cluster, "node-1") / "tenants" / "pf").exists()
-
-
-def evict_backup_tool() -> bool:
-    """Drop mariabackup's own program from the page cache (its libraries are shared with running servers)."""
-    from slacker import pagecache
-    prog = pagecache.program_files("mariabackup")[0]
-    fd = os.open(prog, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    vec, _ = pagecache.resident(prog)
-    return sum(b & 1 for b in vec) < len(vec) // 2
 
 
 def test_a_cold_backup_tool_is_read_in_at_the_rate_and_an_abort_there_leaves_nothing(loaded):

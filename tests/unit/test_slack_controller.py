@@ -527,3 +527,15 @@ def test_its_state_shows_the_knee_it_remembers_and_the_aim() -> None:
     st = c.state()
     assert st["knee_bytes_per_s"] is not None and st["knee_bytes_per_s"] == round(c.knee * 200e6)
     assert ThrottleController(0.1, 200e6).state() == {}
+
+
+def test_a_load_over_the_setpoint_during_a_long_read_in_is_cut_not_held() -> None:
+    # At 400 kB/s a cold backup tool takes a minute to read in. The start's hold (the tool's own start-up
+    # reads) held the initial rate for all of it: a setpoint nobody could meet never paused the copy.
+    c = SlackController(0.0001, 20e6)
+    c.set_warming(True)
+    outs = [c.step(seconds(0.005, 0.005, float(k)), float(k)) for k in range(20)]
+    assert "backup tool's start-up reads" in outs[0].note  # held at first ...
+    stopped = next(k for k, o in enumerate(outs) if o.fraction == 0.0)
+    assert stopped <= c.start_hold_steps + 2, [o.note for o in outs]  # ... then cut, to a stop
+    assert c.knee is None  # a read-in rate taught nothing

@@ -49,6 +49,16 @@ class LatencySample:
     # The newest step's own share of the window (its last second by default): None when not known.
     last_sum_s: float | None = None
     last_count: float | None = None
+    # Transactions the source completed in the newest step, when last_count counts something else (the
+    # target guard's worse side): the load the copy shares the source with (None: last_count is it).
+    last_load: float | None = None
+
+    @property
+    def newest_load(self) -> float | None:
+        """Transactions the source completed in the newest step (None: not known)."""
+        if not self.ok:
+            return None
+        return self.last_load if self.last_load is not None else self.last_count
 
     @property
     def latency_s(self) -> float | None:
@@ -663,7 +673,7 @@ def max_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
         return LatencySample(name, t, window_s=window_s)
     worst = max(with_data, key=lambda s: s.sum_s / s.count)
     return LatencySample(name, t, sum_s=worst.sum_s, count=worst.count, window_s=window_s,
-                         last_sum_s=worst.last_sum_s, last_count=worst.last_count)
+                         last_sum_s=worst.last_sum_s, last_count=worst.last_count, last_load=_total_load(samples))
 
 
 def aggregate_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
@@ -681,7 +691,14 @@ def aggregate_of(name: str, samples: Sequence[LatencySample]) -> LatencySample:
         window_s=window_s,
         last_sum_s=None if lasts is None else lasts[0],
         last_count=None if lasts is None else lasts[1],
+        last_load=_total_load(samples),
     )
+
+
+def _total_load(samples: Sequence[LatencySample]) -> float | None:
+    """The newest step's transactions over all of them (None: one is not known)."""
+    loads = [s.newest_load for s in samples]
+    return None if any(x is None for x in loads) else sum(loads)
 
 
 # --- parsing --latency-source -------------------------------------------------
@@ -868,6 +885,7 @@ class GuardedSource(LatencySource):
         last = max((v / spx for v, spx in lasts), default=None)
         last_fields = {"last_sum_s": None, "last_count": None} if last is None else \
             {"last_sum_s": last * sp, "last_count": 1.0}
+        last_fields["last_load"] = s.newest_load  # the source's own transactions, whichever side steers
         if side == "source":
             return replace(s, **last_fields)
         return replace(s, sum_s=ratio * sp * count, count=count, t=min(s.t, g.t), **last_fields)

@@ -58,6 +58,9 @@ class SlackController(ThrottleController):
     MEAN_TRIM = (0.85, 1.15)  # the copy's running mean steers the aim within these shares of the setpoint ...
     MEAN_AFTER_STEPS = 10  # ... once the copy has run this many steps ...
     MEAN_TRIM_PER_STEP = 0.01  # ... moving the aim by at most this share per step
+    LOAD_ROSE = 1.3  # an overshoot's transactions/s at this many times those before it: the load rose ...
+    LOAD_SIGMAS = 4.0  # ... by this many standard deviations of a Poisson count (completions come in bursts) ...
+    LOAD_REF_STEPS = 20  # ... against the mean of up to this many steps before the overshoot
 
     def __init__(
         self,
@@ -135,6 +138,9 @@ class SlackController(ThrottleController):
         self._warmed = False  # the last step was one of those
         self._mean_sum, self._mean_n, self._copy_steps = 0.0, 0.0, 0  # the copy's latency so far
         self._aim = 1.0  # the share of the setpoint each window is held at (see _trim_aim)
+        self._load: deque[float | None] = deque(maxlen=self.LOAD_REF_STEPS + lag_steps)  # newest seconds' counts
+        self._load_ref: float | None = None  # transactions a step before the current overshoot
+        self._episode_load: list[float] = []  # ... and in it (from a lag before its first cut)
 
     def _trim_aim(self) -> None:
         """Hold the copy's mean latency, not each window, at the setpoint.
@@ -159,11 +165,48 @@ class SlackController(ThrottleController):
             knee = None if self.knee is None else round(self.knee * self.max_rate_bytes_per_s)
             return {"aim": round(self._aim, 3), "knee_bytes_per_s": knee}
 
+    def _start_load_watch(self) -> None:
+        """At an overshoot's first cut: the transactions per step before it, and its own from a lag back
+        (a load step shows in the window about a lag after it arrived)."""
+        seen = list(self._load)
+        before = [c for c in seen[:-self.lag_steps] if c is not None]
+        self._load_ref = sum(before) / len(before) if len(before) >= self.LOAD_REF_STEPS // 2 else None
+        self._episode_load = [c for c in seen[-self.lag_steps:] if c is not None]
+
+    def _load_rose(self, u: float) -> bool:
+        """Back under the setpoint after an overshoot that needed more than one cut: did the load rise?
+
+        The knee remembered is the rate the last further cut was made *from*, with the load that was
+        there before. After a load increase (+40 % transactions/s in Figure 13a) the ramp went straight
+        back to 98 % of it and overshot again (sixth session: 2 of 3 runs). The transactions completed
+        over the whole overshoot count its arrivals (latency is back: the queue has drained), so their
+        rate tells a load that rose from a queue that formed and drained. A rise: the knee is the old one
+        scaled by before/after (the slack left for the copy shrinks as the load grows), never under the
+        rate latency came back at, and the old knee a ceiling a bisection may climb back towards. A client
+        whose load falls as latency rises (a closed loop) never trips this. The transactions counted are
+        the source's (`LatencySample.newest_load`), whichever side steers.
+        """
+        ref, seen = self._load_ref, self._episode_load
+        self._load_ref, self._episode_load = None, []
+        if self._cuts < 2 or ref is None or ref <= 0 or len(seen) < 2 * self.lag_steps or u <= 0:
+            return False
+        expected, got = ref * len(seen), sum(seen)
+        if got < self.LOAD_ROSE * expected or got - expected < self.LOAD_SIGMAS * math.sqrt(expected):
+            return False
+        old = self.knee if self.knee is not None else u
+        # The slack left for the copy shrinks as the load grows: the old knee in proportion, never under
+        # the rate latency came back at (cuts made while a queue drained can go deeper than the new knee).
+        self.knee = self._episode_knee = min(old, max(u, old * expected / got))
+        self._ceiling = old if self.bisect and old > 1.05 * self.knee else None
+        self._halvings = 0
+        return True
+
     def set_warming(self, warming: bool) -> None:
         self._warming = bool(warming)
 
     def _step(self, sample: LatencySample, now: float, bytes_done: int) -> ControllerStep:
         self._last_latency = sample.last_latency_s
+        self._load.append(None if self._warming else sample.newest_load)
         if not self._warming and sample.ok:
             self._copy_steps += 1
             if sample.last_sum_s is not None and sample.last_count:  # the newest second's transactions
@@ -216,6 +259,7 @@ class SlackController(ThrottleController):
         with self._lock:
             self.knee, self._episode_knee, self._over, self._hold_until = None, None, False, None
             self._mean_sum, self._mean_n, self._copy_steps, self._aim = 0.0, 0.0, 0, 1.0
+            self._load_ref, self._episode_load = None, []
 
     def set_max_rate(self, max_rate_bytes_per_s: float) -> None:
         old = self.max_rate_bytes_per_s
@@ -254,6 +298,8 @@ class SlackController(ThrottleController):
             self._copy_start, self._peak = u, 0.0
         self._applied.append(u)
         self._peak = max(self._peak, u)
+        if self._over and self._load and self._load[-1] is not None:
+            self._episode_load.append(self._load[-1])  # an overshoot's transactions (see _load_rose)
         r = latency_s / (self.setpoint_s * self._aim)
         y_prev, self._y_prev = self._y_prev, latency_s
         rising = 0.0 if y_prev is None else (latency_s - y_prev) / self.setpoint_s
@@ -322,6 +368,7 @@ class SlackController(ThrottleController):
                 if r >= self.deep:
                     new = min(new, u * (self.deep / r) ** self.beta)
                 self._cuts, self._episode_knee = 1, self.knee
+                self._start_load_watch()
                 self._ceiling = u if self.bisect else None  # the knee is between the culprit and this
                 self._halvings = 0
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
@@ -343,6 +390,9 @@ class SlackController(ThrottleController):
             note = "stopped: latency above setpoint" if new == 0.0 else f"over setpoint: cut to {new:.2f} of max"
             return new, note, new - u, 0.0, 0.0
 
+        if self._over and self._load_rose(u):
+            self._over = False
+            return u, "back under the setpoint after a load increase: the knee is here now", 0.0, 0.0, 0.0
         self._over = False
         if waiting:
             return u, "waiting for the last cut to show", 0.0, 0.0, 0.0

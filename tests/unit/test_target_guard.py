@@ -135,3 +135,22 @@ def test_the_newest_second_is_the_worse_side_in_the_sources_setpoint() -> None:
     t = LatencySample("target", 1.0, sum_s=3.0, count=30, window_s=3.0, last_sum_s=1.0, last_count=10)
     g = guard([s], [t], sp=0.1, tsp=0.2)  # newest second: source 0.2x, target 0.5x its setpoint
     assert g.read().last_latency_s == pytest.approx(0.05)
+
+
+def test_the_load_the_controller_watches_is_the_sources_whichever_side_steers() -> None:
+    # The guard's newest second is the worse side's, counted as 1; the source's own transactions ride
+    # along, so a change of the binding side never looks like a change of the source's load.
+    src = LatencySample("source", 0.0, sum_s=5.0, count=100, window_s=3.0, last_sum_s=1.5, last_count=30)
+    tgt = LatencySample("target", 0.0, sum_s=40.0, count=200, window_s=3.0, last_sum_s=16.0, last_count=80)
+    g = GuardedSource(Scripted([src]), Scripted([tgt]), lambda: 0.1, lambda: 0.1)
+    s = g.read()
+    assert g.sides["binding"] == "target" and s.last_count == 1.0
+    assert s.newest_load == 30
+    g = GuardedSource(Scripted([src]), Scripted([tgt]), lambda: 0.1, lambda: 1.0)
+    s = g.read()
+    assert g.sides["binding"] == "source" and s.newest_load == 30
+    # Combinators add the loads up (several tenants, one source node); unknown anywhere is unknown.
+    from slacker.latency import aggregate_of, max_of
+    assert max_of("m", [src, tgt]).newest_load == 110 and aggregate_of("a", [src, tgt]).newest_load == 110
+    assert max_of("m", [src, lat(0.2)]).newest_load is None
+    assert LatencySample.failed("x", 0.0, "down").newest_load is None

@@ -149,3 +149,15 @@ def evict_backup_tool() -> bool:
         os.close(fd)
     vec, _ = pagecache.resident(prog)
     return sum(b & 1 for b in vec) < len(vec) // 2
+
+
+def wait_reading_in(cluster, mid: str, min_bytes: int = 1_000_000, timeout_s: float = 30) -> dict:
+    """Until the source's pipe has read `min_bytes` of a cold backup tool in (slacker.pagecache); its status."""
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cur = agents["node-1"].request("GET", f"/v1/migrations/{mid}")
+        if cur["prereading"] and cur["preread_bytes"] >= min_bytes:
+            return cur
+        assert cur["active"] and time.monotonic() < deadline, cur
+        time.sleep(0.1)

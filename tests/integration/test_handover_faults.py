@@ -13,7 +13,8 @@ from slacker.agent.client import cluster_clients
 from slacker.errors import Conflict
 
 from .fault_helpers import Scenario, directory_stopped
-from .migration_helpers import evict_backup_tool, processes_mentioning, start_migration, wait_migration, wait_phase
+from .migration_helpers import (evict_backup_tool, processes_mentioning, start_migration, wait_migration, wait_phase,
+                                wait_reading_in)
 
 FAST = {"lease_ttl_s": 4}
 
@@ -94,14 +95,7 @@ def test_source_agent_killed_while_it_reads_the_backup_tool_in(scenario):
     if not evict_backup_tool():
         pytest.skip("mariabackup's pages could not be dropped from the page cache here")
     mid = start_migration(s.cluster, s.tenant, target="node-2", rate_bytes_per_s=500_000, **FAST)["id"]
-    agents, _ = cluster_clients(s.cluster)
-    deadline = time.monotonic() + 30
-    while True:
-        cur = agents["node-1"].request("GET", f"/v1/migrations/{mid}")
-        if cur["prereading"] and cur["preread_bytes"] >= 1_000_000:
-            break
-        assert cur["active"] and time.monotonic() < deadline, cur
-        time.sleep(0.1)
+    wait_reading_in(s.cluster, mid)
     s.kill_agent("node-1")
     assert not [p for p, cmd in processes_mentioning(mid) if "mariabackup" in cmd]
     assert s.writable() == ["node-1"], "the source serves on while its agent is down"

@@ -11,7 +11,7 @@ from slacker.agent.client import cluster_clients
 from slacker.procs import alive, read_pid, wait_gone
 
 from .migration_helpers import (acked_ids_present, create_loaded_tenant, evict_backup_tool, follow, node_dir,
-                                processes_mentioning, start_migration, wait_migration, wait_phase)
+                                processes_mentioning, start_migration, wait_migration, wait_phase, wait_reading_in)
 from slacker.ackwriter import AckedWriter
 
 
@@ -173,14 +173,8 @@ def test_a_cold_backup_tool_is_read_in_at_the_rate_and_an_abort_there_leaves_not
     if not evict_backup_tool():
         pytest.skip("mariabackup's pages could not be dropped from the page cache here")
     doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=500_000)
+    cur = wait_reading_in(cluster, doc["id"])
     agents, _ = cluster_clients(cluster)
-    deadline = time.monotonic() + 30
-    while True:
-        cur = agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")
-        if cur["prereading"] and cur["preread_bytes"] >= 1_000_000:
-            break
-        assert cur["active"] and time.monotonic() < deadline, cur
-        time.sleep(0.1)
     assert cur["phase"] == "snapshot" and cur["bytes_done"] == 0
     assert not [p for p, cmd in processes_mentioning(doc["id"]) if "mariabackup" in cmd]  # not started yet
     time.sleep(1.0)

@@ -289,6 +289,11 @@ class SlackController(ThrottleController):
             # seconds (the first chunk's read) must not be blamed on them. A real run learnt a knee of
             # 4 MB/s from its read-in rate that way and crept from 8 MB/s for a minute (0.77x the speed).
             self._applied.clear()
+            # The read-in ramps as latency allows (a cold tool at a low --max-rate took minutes at a
+            # capped rate), but the copy, and mariabackup's first chunk read at the disk's full speed,
+            # starts no higher than the first doubling of the initial rate. A real run that started the
+            # copy at the read-in's 15 MB/s took that chunk for an overshoot and learnt a knee of 5.4 MB/s.
+            u = min(u, self.growth_max * self._initial)
         self._warmed = self._warming
         if not self._warming and self._copy_start is None:
             # The start's rules count from here: a read-in that ended between two steps lets the copy's
@@ -356,11 +361,12 @@ class SlackController(ThrottleController):
                 if self._tail_culprit is not None and self._k - self._tail_culprit[0] <= self.lag_steps:
                     culprit = max(culprit, min(u, self._tail_culprit[1]))  # only while the window can show it
                 self._tail_culprit = None
-                if self.knee is None and self._at_start(window=self.start_hold_steps + self.lag_steps):
+                if self._warming or (self.knee is None
+                                     and self._at_start(window=self.start_hold_steps + self.lag_steps)):
                     # Still over the setpoint just after the start window, the window showing the
                     # starting rate: a burst that outlasted the hold, or a load that was there before
-                    # the copy. Cut as usual, but learn no knee from it: remembered, it would pin the
-                    # copy under the starting rate and creep from there.
+                    # the copy (or the tool's read-in, before any copy). Cut as usual, but learn no knee
+                    # from it: remembered, it would pin the copy under the starting rate and creep.
                     culprit = 0.0
                 if culprit > 0:
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)
@@ -379,7 +385,7 @@ class SlackController(ThrottleController):
                 # above the knee too. Each further cut is deeper (x0.85, x0.72, ...), and a latency far
                 # over the setpoint cuts in proportion to it: a queue that runs away drains only
                 # below capacity, and the knee may have moved far (a machine that got busy).
-                if u > 0:
+                if u > 0 and not self._warming:  # a read-in rate teaches no knee (the copy starts low)
                     self.knee = u if self.knee is None else min(self.knee, u)
                 self._cuts += 1
                 new = u * min(self.further_cut ** (self._cuts - 1), min(1.0, self.deep / r) ** self.beta)
@@ -428,10 +434,8 @@ class SlackController(ThrottleController):
             creep = u * (1.0 + self.probe_per_step)
             new = max(min(new, self.backoff * self.knee), min(new, creep), u)
             note = "near the last knee: probing"
-        if self._warming and new > self.growth_max * self._initial:
-            # The backup tool's program is read at this rate before it starts: ramp, but no further
-            # than the first doubling, so the copy (and its first chunk read) starts low.
-            new, note = max(u, self.growth_max * self._initial), "ramping while the backup tool is read in"
+        if self._warming:
+            note = f"{note} while the backup tool is read in"  # the copy will start low (see above)
         if new >= 1.0:
             new, note = 1.0, "at max rate"
         return new, note, new - u, 0.0, 0.0

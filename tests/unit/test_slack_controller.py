@@ -457,18 +457,19 @@ def test_an_overshoot_never_lands_above_the_rate_it_is_at() -> None:
     assert "over setpoint" in out.note and out.fraction < u, (u / mb, out.fraction / mb)
 
 
-def test_while_the_backup_tool_is_read_in_the_ramp_stops_at_its_first_doubling_and_the_start_waits() -> None:
-    # The pipe reads a cold backup tool's program at the copy's rate before starting it (slacker.pagecache).
-    # Latency is low meanwhile, but the copy, and its first 10 MiB chunk read at the disk's full speed,
-    # has not started: the ramp goes no further than x2, and the start's rules count from the copy's
-    # start. A real run without this ramped to 15 MB/s during the read, took mariabackup's first chunk
-    # for an overshoot and learnt a knee of 5.4 MB/s from a rate of the read (0.66x the setpoint after).
+def test_the_backup_tools_read_in_ramps_but_the_copy_starts_at_the_first_doubling() -> None:
+    # The pipe reads a cold backup tool's program at the controller's rate before starting it
+    # (slacker.pagecache). Latency is low meanwhile: the read-in ramps as usual (held at the first doubling
+    # before, a 26 MB tool at a --max-rate of 2 MB/s took over two minutes at 80 kB/s). But the copy, and its first
+    # 10 MiB chunk read at the disk's full speed, starts at the first doubling of the initial rate, and the
+    # start's rules count from the copy's start. A real run that started the copy at the read-in's 15 MB/s
+    # took mariabackup's first chunk for an overshoot and learnt a knee of 5.4 MB/s (0.66x the setpoint).
     c = SlackController(0.1, 200e6)
     mb = 1e6 / 200e6
     c.set_warming(True)
     fractions = [c.step(seconds(0.004, 0.004, float(k)), float(k)).fraction for k in range(6)]
-    assert max(fractions) == pytest.approx(8 * mb) and "backup tool" in c.step(
-        seconds(0.004, 0.004, 6.0), 6.0).note
+    assert fractions[-1] >= 16 * fractions[0]  # x2 a step: the read-in is not held at 8 MB/s
+    assert "backup tool is read in" in c.step(seconds(0.004, 0.004, 6.0), 6.0).note or c.fraction == 1.0
     c.set_warming(False)
     # The copy starts; its first chunk's burst: held, no knee, then the ramp goes on.
     out = c.step(seconds(0.02, 0.15, 7.0), 7.0)

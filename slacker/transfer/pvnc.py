@@ -66,6 +66,7 @@ class CreditGovernor:
     history_samples: int = 20    # ~2 s of unpaused samples for the typical flow
     hysteresis: float = 0.1
     min_sample_s: float = 0.05
+    climb: float = 1.5            # limit x this per step while pv holds data back
 
     def __post_init__(self) -> None:
         self.applied = 0
@@ -136,9 +137,18 @@ class CreditGovernor:
         if pv_limited:
             floor = self.min_credit_bytes / self.horizon_s
             if self.fresh() and self.last_rate >= 0.8 * self.applied:
-                # pv passes all it may and data still waits: climb, at most 2x per
-                # step, so an overshoot adds at most one step's worth of credit.
-                limit = 2.0 * max(float(self.applied), floor)
+                # pv passes all it may and data still waits: climb, at most x1.5 per
+                # step, so an overshoot adds at most half a step's worth of the flow
+                # as credit (x2 left 7-8 MB of it at a 10 MB/s producer's start on a
+                # loaded host: 0.8 s at full speed after any cut).
+                limit = self.climb * max(float(self.applied), floor)
+            elif self.fresh():
+                # Data waits, yet pv passed well under its limit over an interval wholly under
+                # it: pv itself is starved (a loaded CPU), not limited, and every tick the
+                # limit stays above the flow adds to a credit a later cut cannot take back
+                # (a limit held at 35 MB/s for 0.4 s over a 10 MB/s producer passed 11 MB
+                # at full speed after a cut to 1 MB/s). Back to the flow seen lately.
+                limit = max(self.typical_rate(), floor)
             else:
                 # A backlog alone (e.g. right after a pause) proves nothing about the
                 # producer's speed: go back to the flow seen lately, not beyond.

@@ -53,7 +53,7 @@ class SlackController(ThrottleController):
     """Ratio control with a brake and knee memory; the safety rules are the PID's (see ThrottleController)."""
 
     RAMP_OVERSHOOT = 1.5  # an overshoot at this many times the knee it taught came from the ramp ...
-    RAMP_BISECT_BELOW = 0.6  # ... and its first halving needs latency under this share of the setpoint
+    RAMP_BISECT_BELOW = 0.8  # ... and its first halving needs latency under this share of the setpoint
     BURST_OVER_BELOW = 0.5  # the backup's start is over when the last second is under this share ...
     MEAN_TRIM = (0.85, 1.15)  # the copy's running mean steers the aim within these shares of the setpoint ...
     MEAN_AFTER_STEPS = 10  # ... once the copy has run this many steps ...
@@ -131,6 +131,7 @@ class SlackController(ThrottleController):
         self._copy_start: float | None = None  # the rate the copy started at (after the backup tool's read-in)
         self._start_held = False  # the last step held through the backup's start
         self._halvings = 0  # bisections towards the current ceiling
+        self._ramp_goal: float | None = None  # a ramp's first halving, reached in steps of 1/latency ratio
         self._tail_culprit: tuple[int, float] | None = None  # (step, rate) a newest second over blamed
         self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
         self._last_latency: float | None = None  # this step's sample: its newest second alone
@@ -198,7 +199,7 @@ class SlackController(ThrottleController):
         # the rate latency came back at (cuts made while a queue drained can go deeper than the new knee).
         self.knee = self._episode_knee = min(old, max(u, old * expected / got))
         self._ceiling = old if self.bisect and old > 1.05 * self.knee else None
-        self._halvings = 0
+        self._halvings, self._ramp_goal = 0, None
         return True
 
     def set_warming(self, warming: bool) -> None:
@@ -376,7 +377,7 @@ class SlackController(ThrottleController):
                 self._cuts, self._episode_knee = 1, self.knee
                 self._start_load_watch()
                 self._ceiling = u if self.bisect else None  # the knee is between the culprit and this
-                self._halvings = 0
+                self._halvings, self._ramp_goal = 0, None
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.
                 return u, "over setpoint; waiting for the last cut to show", 0.0, 0.0, 0.0
@@ -408,16 +409,24 @@ class SlackController(ThrottleController):
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the
             # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
-            ramp = c is not None and c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0
+            ramp = c is not None and (self._ramp_goal is not None
+                                      or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
             below = max(self.bisect_below, self.RAMP_BISECT_BELOW) if ramp else self.bisect_below
             if c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
                 # At the knee's lower bound with latency well under the setpoint: the knee was
                 # underestimated (the window showed a rate of a fast ramp). Bisect towards the
-                # rate the overshoot happened at, one lag per halving.
+                # rate the overshoot happened at, one lag per halving. A ramp's first halving
+                # (latency only clearly under the setpoint) goes in steps of at most 1/latency
+                # ratio, one a lag (at 0.7x: x1.43 a lag, not x2.8 at once across a 4-8x gap).
                 if c <= 1.05 * self.knee:
                     self._ceiling = None
                 else:
-                    self.knee = math.sqrt(self.knee * c)
+                    if ramp:
+                        goal = self._ramp_goal or math.sqrt(self.knee * c)
+                        self.knee = min(goal, self.knee / max(r, 1e-6))
+                        self._ramp_goal = goal if self.knee < 0.999 * goal else None
+                    else:
+                        self.knee = math.sqrt(self.knee * c)
                     self._hold_until = self._k + self.lag_steps
                     self._halvings += 1
         if r + self.lag_steps * max(0.0, rising) >= 1.0:

@@ -196,6 +196,11 @@ class Receiver:
         return f"receiving snapshot {self.migration_id} on {self.bind_host}:{self._port} failed"
 
     def _fail(self, stage: str, why: str) -> None:
+        tail = self._tail
+        if stage == "extractor" and tail is not None and tail is not threading.current_thread():
+            # The extractor has exited (or failed to take data): let its last words reach the tail, or
+            # the error names the exit code without the reason (seen: "disk full" missing, 1 run in ~7).
+            tail.join(timeout=1.0)
         with self._lock:
             if self._error is not None or self._result is not None:
                 return

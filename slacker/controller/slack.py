@@ -25,7 +25,8 @@ with rules that keep it off the knee's steep side:
   the one the overshoot happened at, so the knee is underestimated; at the
   knee with latency far below the setpoint (< 0.2x) it moves to the geometric
   mean of itself and that rate, one lag per halving; the first halving of a
-  ramp's overshoot (> 1.5x the knee it taught) needs only < 0.6x;
+  ramp's overshoot (> 1.5x the knee it taught) needs only < 0.8x
+  and goes there in steps of at most 1/(latency ratio) a lag;
 - one cut, then wait: a cut shows only `lag` steps later; no further cut
   before that (unless latency gets `recut` times worse) nor while the queue is
   already draining.

@@ -30,6 +30,9 @@ with rules that keep it off the knee's steep side:
 - one cut, then wait: a cut shows only `lag` steps later; no further cut
   before that (unless latency gets `recut` times worse) nor while the queue is
   already draining.
+- anti-windup: a copy that moves clearly under its limit (the source disk, the
+  backup tool or the target binds, see _copy_flow) holds the limit instead of
+  raising it, and its cuts start from the rate it moved at, not the limit.
 - the copy's mean: r is taken against aim x setpoint, aim = setpoint / the
   copy's running mean latency (0.85-1.15, 0.01 a step), so the copy's mean,
   not each window, sits at the setpoint (_trim_aim).
@@ -62,6 +65,9 @@ class SlackController(ThrottleController):
     LOAD_ROSE = 1.3  # an overshoot's transactions/s at this many times those before it: the load rose ...
     LOAD_SIGMAS = 4.0  # ... by this many standard deviations of a Poisson count (completions come in bursts) ...
     LOAD_REF_STEPS = 20  # ... against the mean of up to this many steps before the overshoot
+    FLOW_BELOW = 0.9  # the copy moved under this share of every limit in force ...
+    FLOW_STEPS = 4  # ... over this many steps (and the one before: the pipe lags the limit) ...
+    FLOW_SLACK_BYTES = 2 * 1024 * 1024  # ... by more than the pipe's granularity (it counts whole chunks)
 
     def __init__(
         self,
@@ -143,6 +149,8 @@ class SlackController(ThrottleController):
         self._load: deque[float | None] = deque(maxlen=self.LOAD_REF_STEPS + lag_steps)  # newest seconds' counts
         self._load_ref: float | None = None  # transactions a step before the current overshoot
         self._episode_load: list[float] = []  # ... and in it (from a lag before its first cut)
+        # (time, bytes copied, limit in force since the step before) per step of the copy (see _copy_flow)
+        self._flow: deque[tuple[float, int, float]] = deque(maxlen=self.FLOW_STEPS + 1)
 
     def _trim_aim(self) -> None:
         """Hold the copy's mean latency, not each window, at the setpoint.
@@ -206,7 +214,34 @@ class SlackController(ThrottleController):
     def set_warming(self, warming: bool) -> None:
         self._warming = bool(warming)
 
+    def _copy_flow(self) -> float | None:
+        """The rate the copy really moved at (a fraction of max), when it was clearly under the limit.
+
+        Anti-windup: when the copy cannot use the limit (the source disk, the backup tool or the
+        target is the bottleneck), probing keeps raising a limit nobody uses, and the first cuts
+        after a load step then land above the real rate and do nothing (Figure 13a, ninth session:
+        the limit had crept to 20-22.5 MB/s while the copy moved 15-17 MB/s; two cuts, 6 s, were
+        wasted). Measured over FLOW_STEPS steps against the lowest limit in force over them and the
+        step before (the pipe lags a raise by up to a step), less the pipe's chunk granularity.
+        None: no evidence (a caller that reports no bytes, the read-in, a pause, a limit in use).
+        """
+        f = self._flow
+        if len(f) < f.maxlen:
+            return None
+        (t0, b0, _), (t1, b1, _) = f[0], f[-1]
+        lowest = min(rate for _, _, rate in f)
+        if t1 <= t0 or lowest <= 0:
+            return None
+        moved = b1 - b0
+        if moved >= self.FLOW_BELOW * lowest * (t1 - t0) - self.FLOW_SLACK_BYTES:
+            return None
+        return max(0.0, moved / (t1 - t0) / self.max_rate_bytes_per_s)
+
     def _step(self, sample: LatencySample, now: float, bytes_done: int) -> ControllerStep:
+        if self._warming or self._paused or bytes_done <= 0 or (self._flow and bytes_done < self._flow[-1][1]):
+            self._flow.clear()
+        else:
+            self._flow.append((now, bytes_done, self._fraction * self.max_rate_bytes_per_s))
         self._last_latency = sample.last_latency_s
         self._load.append(None if self._warming else sample.newest_load)
         if not self._warming and sample.ok:
@@ -305,6 +340,7 @@ class SlackController(ThrottleController):
             self._copy_start, self._peak = u, 0.0
         self._applied.append(u)
         self._peak = max(self._peak, u)
+        flow = None if self._warming else self._copy_flow()  # the copy's real rate when under the limit
         if self._over and self._load and self._load[-1] is not None:
             self._episode_load.append(self._load[-1])  # an overshoot's transactions (see _load_rose)
         r = latency_s / (self.setpoint_s * self._aim)
@@ -370,14 +406,18 @@ class SlackController(ThrottleController):
                     # the copy (or the tool's read-in, before any copy). Cut as usual, but learn no knee
                     # from it: remembered, it would pin the copy under the starting rate and creep.
                     culprit = 0.0
+                # A copy moving under its limit (see _copy_flow) drove latency over at the rate it moved:
+                # a limit above that is no knee, and a cut to under it but above the flow does nothing.
+                base = u if flow is None else min(u, flow)
                 if culprit > 0:
+                    culprit = min(culprit, base)
                     self.knee = culprit if self.knee is None else min(self.knee, culprit)
-                new = self.backoff * min(u, self.knee if self.knee is not None else u)  # never a raise
+                new = self.backoff * min(base, self.knee if self.knee is not None else base)  # never a raise
                 if r >= self.deep:
-                    new = min(new, u * (self.deep / r) ** self.beta)
+                    new = min(new, base * (self.deep / r) ** self.beta)
                 self._cuts, self._episode_knee = 1, self.knee
                 self._start_load_watch()
-                self._ceiling = u if self.bisect else None  # the knee is between the culprit and this
+                self._ceiling = base if self.bisect else None  # the knee is between the culprit and this
                 self._halvings, self._ramp_goal = 0, None
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.
@@ -387,10 +427,13 @@ class SlackController(ThrottleController):
                 # above the knee too. Each further cut is deeper (x0.85, x0.72, ...), and a latency far
                 # over the setpoint cuts in proportion to it: a queue that runs away drains only
                 # below capacity, and the knee may have moved far (a machine that got busy).
-                if u > 0 and not self._warming:  # a read-in rate teaches no knee (the copy starts low)
-                    self.knee = u if self.knee is None else min(self.knee, u)
+                # A copy under its limit cuts from the rate it moved at (at most half the limit lower:
+                # one slow second of the source is no reason to stop the copy).
+                base = u if flow is None else min(u, max(flow, 0.5 * u))
+                if base > 0 and not self._warming:  # a read-in rate teaches no knee (the copy starts low)
+                    self.knee = base if self.knee is None else min(self.knee, base)
                 self._cuts += 1
-                new = u * min(self.further_cut ** (self._cuts - 1), min(1.0, self.deep / r) ** self.beta)
+                new = base * min(self.further_cut ** (self._cuts - 1), min(1.0, self.deep / r) ** self.beta)
             self._r_cut = r
             if new < 0.01:
                 new = 0.0
@@ -432,6 +475,10 @@ class SlackController(ThrottleController):
                     self._halvings += 1
         if r + self.lag_steps * max(0.0, rising) >= 1.0:
             return u, "latency rising towards the setpoint: holding", 0.0, 0.0, 0.0
+        if flow is not None:
+            # The copy does not use the limit it has: raising it would only wind it up (see _copy_flow).
+            return u, (f"the copy moves at {flow * self.max_rate_bytes_per_s / 1e6:.1f} MB/s, under its limit: "
+                       "holding"), 0.0, 0.0, 0.0
         # Ramp on the larger of this window and the smoothed ratio: one quiet window does not leap.
         q = max(r, math.exp(self._lr))
         factor = min(self.growth_max, q ** -self.alpha) if q > 0 else self.growth_max

@@ -8,7 +8,8 @@ saturation, queueing makes latency climb steeply (the knee in the paper's
 Figure 9). The rate acts after `delay_steps` (pipe buffers, backup tool
 read-ahead). `disk_speed(t)` and `speed_noise` make a harder plant: a disk
 whose speed changes over time (the knee moves) and wanders from step to step
-the way a machine shared with other work does (an AR(1) lognormal factor). Completed transactions feed ever-growing sum/count counters, which
+the way a machine shared with other work does (an AR(1) lognormal factor);
+`copy_cap` a source that cannot feed the copy faster (its disk, the backup tool). Completed transactions feed ever-growing sum/count counters, which
 the real latency sources window exactly as they would a Prometheus histogram.
 """
 
@@ -36,8 +37,10 @@ class Plant:
     disk_speed: Callable[[float], float] | None = None  # the disk's speed over time (1 = nominal)
     speed_noise: float = 0.0  # sd of the log of a per-step speed factor (a shared machine)
     speed_noise_corr: float = 0.8  # its step-to-step correlation
+    copy_cap: float | Callable[[float], float] | None = None  # fastest copy the source can feed (bytes/s)
     step_s: float = 1.0
     seed: int = 0
+    bytes_done: int = 0  # what the copy moved so far (at the rate applied, or the cap if lower)
     t: float = 0.0
     sum_s: float = 0.0
     count: float = 0.0
@@ -76,8 +79,12 @@ class Plant:
         """Run one step with the copy at `rate_bytes_per_s` (applied after the delay)."""
         self._pending.append(min(1.0, max(0.0, rate_bytes_per_s / self.max_rate_bytes_per_s)))
         fraction = self._pending.popleft()
-        speed = 1.0 - self.copy_share_at_max * fraction
         start, end = self.t, self.t + self.step_s
+        if self.copy_cap is not None:
+            cap = self.copy_cap(start) if callable(self.copy_cap) else self.copy_cap
+            fraction = min(fraction, cap / self.max_rate_bytes_per_s)
+        self.bytes_done += int(fraction * self.max_rate_bytes_per_s * self.step_s)
+        speed = 1.0 - self.copy_share_at_max * fraction
         if self.disk_speed is not None:
             speed *= self.disk_speed(start)
         if self.speed_noise > 0:
@@ -138,7 +145,7 @@ def simulate(
     for k in range(steps):
         plant.advance(controller.rate_bytes_per_s)
         sample = read()
-        out = controller.step(sample, plant.t)
+        out = controller.step(sample, plant.t, plant.bytes_done)
         trace.steps.append(out)
         trace.samples.append(sample)
         if on_step:

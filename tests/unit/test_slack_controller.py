@@ -56,7 +56,7 @@ def per_step_run(controller, plant: "Plant", steps: int) -> tuple[list[float], l
         s0, c0 = plant.snapshot()
         plant.advance(controller.rate_bytes_per_s)
         s1, c1 = plant.snapshot()
-        fractions.append(controller.step(source.read(), plant.t).fraction)
+        fractions.append(controller.step(source.read(), plant.t, plant.bytes_done).fraction)
         if c1 > c0:
             latencies.append((s1 - s0) / (c1 - c0))
     return fractions, latencies
@@ -580,3 +580,53 @@ def test_after_a_load_increase_the_knee_comes_down_with_it() -> None:
     # The same plant at a constant load: an overshoot's drained queue alone does not trip it.
     false = sum(any("after a load increase" in n for n in _load_step_run(seed, 1.0)[1]) for seed in range(1, 13))
     assert false <= 1, false
+
+
+def _capped_run(seed: int, report_bytes: bool, steps: int = 150):
+    # The source feeds the copy at most 65 % of max (its disk): the knee (~70 %) is above what the
+    # copy can use, latency sits at 0.6-0.7x the setpoint, and the limit is never what binds.
+    plant = Plant(seed=seed, copy_cap=0.65 * MAX_RATE)
+    c = SlackController(0.3, MAX_RATE)
+    source, fractions = plant.source(), []
+    for _ in range(steps):
+        plant.advance(c.rate_bytes_per_s)
+        fractions.append(c.step(source.read(), plant.t, plant.bytes_done if report_bytes else 0).fraction)
+    return c, fractions
+
+
+def test_a_copy_that_cannot_use_its_limit_does_not_wind_the_limit_up() -> None:
+    # Figure 13a, ninth session: the limit crept to 20-22.5 MB/s while the copy moved 15-17 MB/s
+    # (the source disk), so the first two cuts after the load step landed above the real rate.
+    # With the copy's bytes the limit stays near what the copy uses (the fast start ramp may pass
+    # it: the flow needs 4 steps to tell); without them it creeps to max as before.
+    wound = []
+    for seed in (1, 2, 3, 4):
+        _, fractions = _capped_run(seed, report_bytes=True)
+        wound.append(statistics.median(fractions[60:]))
+        assert statistics.median(_capped_run(seed, report_bytes=False)[1][60:]) > 0.95
+    assert statistics.median(wound) < 0.65 / 0.9 * 1.1, wound
+
+
+def test_a_cut_lands_under_the_rate_the_copy_moved_not_under_its_limit() -> None:
+    # The copy moves at 40 % of max under a limit of 80-100 %: a first cut to 0.98x the limit, or a
+    # further cut to 0.85x it, would not slow the copy at all.
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.8, start_hold_steps=0)
+    moved = 0
+    for k in range(8):  # quiet: once the flow tells, the limit holds (the copy does not use it)
+        moved += int(0.4 * MAX_RATE)
+        out = c.step(sample(0.5, float(k)), float(k), moved)
+    assert "the copy moves at 20.0 MB/s, under its limit" in out.note
+    moved += int(0.4 * MAX_RATE)
+    first = c.step(sample(1.5, 8.0), 8.0, moved)
+    assert first.fraction <= 0.98 * 0.4 + 1e-9, first
+    for k in range(9, 11):
+        moved += int(0.3 * MAX_RATE)
+        c.step(sample(1.7, float(k)), float(k), moved)
+    moved += int(0.3 * MAX_RATE)
+    second = c.step(sample(1.9, 11.0), 11.0, moved)
+    assert second.fraction <= 0.85 * first.fraction + 1e-9, second
+    # A caller that reports no bytes keeps the limit as the rate it cuts from.
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.8, start_hold_steps=0)
+    for k in range(8):
+        c.step(sample(0.5, float(k)), float(k))
+    assert c.step(sample(1.5, 8.0), 8.0).fraction > 0.7

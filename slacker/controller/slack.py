@@ -65,6 +65,7 @@ class SlackController(ThrottleController):
     LOAD_ROSE = 1.3  # an overshoot's transactions/s at this many times those before it: the load rose ...
     LOAD_SIGMAS = 4.0  # ... by this many standard deviations of a Poisson count (completions come in bursts) ...
     LOAD_REF_STEPS = 20  # ... against the mean of up to this many steps before the overshoot
+    KEEP_CEILING_BELOW = 1.3  # an overshoot under this ratio at a ramp's knee keeps the ramp's ceiling
     FLOW_BELOW = 0.9  # the copy moved under this share of every limit in force ...
     FLOW_STEPS = 4  # ... over this many steps (and the one before: the pipe lags the limit) ...
     FLOW_SLACK_BYTES = 2 * 1024 * 1024  # ... by more than the pipe's granularity (it counts whole chunks)
@@ -130,6 +131,7 @@ class SlackController(ThrottleController):
         self._hold_until: int | None = None
         self._over = False
         self._cuts = 0  # cuts in the current overshoot
+        self._moved = False  # ... whose first cut found the copy under its limit: the plant moved, not the copy
         self._r_cut = 1.0  # latency / setpoint at the last cut
         self._k = 0  # steps (the lag's clock)
         self._copy_k = 0  # ... of them since the copy started (the start window's clock)
@@ -198,7 +200,7 @@ class SlackController(ThrottleController):
         """
         ref, seen = self._load_ref, self._episode_load
         self._load_ref, self._episode_load = None, []
-        if self._cuts < 2 or ref is None or ref <= 0 or len(seen) < 2 * self.lag_steps or u <= 0:
+        if (self._cuts < 2 and not self._moved) or ref is None or ref <= 0 or len(seen) < 2 * self.lag_steps or u <= 0:
             return False
         expected, got = ref * len(seen), sum(seen)
         if got < self.LOAD_ROSE * expected or got - expected < self.LOAD_SIGMAS * math.sqrt(expected):
@@ -395,7 +397,7 @@ class SlackController(ThrottleController):
                 # The window shows the rate applied about `lag` steps ago: that is where the knee is
                 # (or below it). Land just under it; a single noisy window then costs 2 %, not a
                 # cut in proportion to the spike. Only a deep overshoot cuts in proportion at once.
-                culprit = self._applied[0]
+                culprit, knee_before = self._applied[0], self.knee
                 if self._tail_culprit is not None and self._k - self._tail_culprit[0] <= self.lag_steps:
                     culprit = max(culprit, min(u, self._tail_culprit[1]))  # only while the window can show it
                 self._tail_culprit = None
@@ -415,9 +417,26 @@ class SlackController(ThrottleController):
                 new = self.backoff * min(base, self.knee if self.knee is not None else base)  # never a raise
                 if r >= self.deep:
                     new = min(new, base * (self.deep / r) ** self.beta)
+                self._moved = flow is not None
+                if self._moved:
+                    # The copy did not speed up into this overshoot (it moved under its limit): the load
+                    # or the machine moved the knee, by as much as latency says. Landing 2 % under the
+                    # old rate left Figure 13a's +40 % load over the setpoint until a second overshoot
+                    # (tenth session: 10-12 s back). A noisy window costs a few seconds of ramp back
+                    # to the knee (kept); a load that rose scales it down when latency is back (_load_rose).
+                    new = min(new, base * (1.0 / r) ** self.beta)
                 self._cuts, self._episode_knee = 1, self.knee
                 self._start_load_watch()
-                self._ceiling = base if self.bisect else None  # the knee is between the culprit and this
+                # The knee is between the culprit and this rate. A mild overshoot at the knee a ramp taught,
+                # while that ramp's first halving has not been tried, says nothing about the rate the ramp
+                # overshot at: keep it as the ceiling (a real 70 ms run crept 1 %/step from a knee at
+                # 0.75x the oracle's rate after a window at 0.95x the setpoint reset it, ninth session).
+                keep = (self._ceiling is not None and (self._halvings == 0 or self._ramp_goal is not None)
+                        and r < self.KEEP_CEILING_BELOW
+                        and knee_before is not None and culprit >= 0.95 * knee_before
+                        and self._ceiling > self.RAMP_OVERSHOOT * knee_before)
+                if not keep:
+                    self._ceiling = base if self.bisect else None
                 self._halvings, self._ramp_goal = 0, None
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.

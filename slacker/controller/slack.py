@@ -32,7 +32,11 @@ with rules that keep it off the knee's steep side:
   already draining.
 - anti-windup: a copy that moves clearly under its limit (the source disk, the
   backup tool or the target binds, see _copy_flow) holds the limit instead of
-  raising it, and its cuts start from the rate it moved at, not the limit.
+  raising it, and its cuts start from the rate it moved at, not the limit; an
+  overshoot that finds it so was not the copy's doing (the load or the machine
+  moved the knee) and its first cut is in proportion, flow / r;
+- a mild overshoot (r < 1.3) at the knee a ramp taught keeps the ramp's ceiling,
+  so the first halving towards it is not lost to one window over the aim.
 - the copy's mean: r is taken against aim x setpoint, aim = setpoint / the
   copy's running mean latency (0.85-1.15, 0.01 a step), so the copy's mean,
   not each window, sits at the setpoint (_trim_aim).

@@ -432,8 +432,8 @@ class SlackController(ThrottleController):
                 self._cuts, self._episode_knee = 1, self.knee
                 self._start_load_watch()
                 # The knee is between the culprit and this rate. A mild overshoot at the knee a ramp taught,
-                # while that ramp's first halving has not been tried, says nothing about the rate the ramp
-                # overshot at: keep it as the ceiling (a real 70 ms run crept 1 %/step from a knee at
+                # while that ramp's first halving is untried or under way, says nothing about the rate the
+                # ramp overshot at: keep it as the ceiling (a real 70 ms run crept 1 %/step from a knee at
                 # 0.75x the oracle's rate after a window at 0.95x the setpoint reset it, ninth session).
                 keep = (self._ceiling is not None and (self._halvings == 0 or self._ramp_goal is not None)
                         and r < self.KEEP_CEILING_BELOW

@@ -540,6 +540,27 @@ def test_its_state_shows_the_knee_it_remembers_and_the_aim() -> None:
     assert ThrottleController(0.1, 200e6).state() == {}
 
 
+def test_the_copys_mean_reaches_the_setpoint_when_noise_keeps_every_window_under_the_aim() -> None:
+    # Real 100 ms runs (tenth session): every rule keeps the windows under the aim, and the plant's noise
+    # left the copy's mean at ~0.7x the aim; the proportional aim (setpoint / mean, at most 1.15) settled
+    # that mean at 0.80-0.83x the setpoint. Here each step's latency is 0.75x the aim in force: the
+    # integrated aim brings the copy's mean (counted from its 10th step) within 10 % of the setpoint.
+    sp = 0.1
+    c = SlackController(sp, MAX_RATE)
+    seen = []
+    for k in range(70):
+        x = 0.75 * c.state()["aim"] * sp
+        c.step(sample(x, float(k)), float(k))
+        seen.append(x)
+    assert 0.9 <= statistics.fmean(seen[10:]) / sp <= 1.1, (seen, c.state())
+    assert c.state()["aim"] <= SlackController.MEAN_TRIM[1]
+    # A copy whose latency stays over the setpoint never aims under it (the cuts hold the windows there).
+    c = SlackController(sp, MAX_RATE)
+    for k in range(40):
+        c.step(sample(1.3 * sp, float(k)), float(k))
+    assert c.state()["aim"] == 1.0
+
+
 def test_a_load_over_the_setpoint_during_a_long_read_in_is_cut_not_held() -> None:
     # At 400 kB/s a cold backup tool takes a minute to read in. The start's hold (the tool's own start-up
     # reads) held the initial rate for all of it: a setpoint nobody could meet never paused the copy.
@@ -597,8 +618,8 @@ def _capped_run(plant: "Plant", report_bytes: bool, steps: int) -> list:
 def test_a_copy_that_cannot_use_its_limit_does_not_wind_the_limit_up() -> None:
     # Figure 13a, ninth session: the limit crept to 20-22.5 MB/s while the copy moved 15-17 MB/s
     # (the source disk), so the first two cuts after the load step landed above the real rate.
-    # With the copy's bytes the limit stays near what the copy uses (the fast start ramp may pass
-    # it: the flow needs 4 steps to tell); without them it creeps to max as before.
+    # With the copy's bytes the limit stays near what the copy uses (the fast start ramp passes it:
+    # the flow needs 4 steps to tell; the limit then comes down); without them it creeps to max.
     # The source feeds the copy at most 65 % of max (its disk): the knee (~70 %) is above what the
     # copy can use, latency sits at 0.6-0.7x the setpoint, and the limit is never what binds.
     def median_limit(seed: int, report_bytes: bool) -> float:
@@ -608,7 +629,8 @@ def test_a_copy_that_cannot_use_its_limit_does_not_wind_the_limit_up() -> None:
     for seed in (1, 2, 3, 4):
         wound.append(median_limit(seed, True))
         assert median_limit(seed, False) > 0.95
-    assert statistics.median(wound) < 0.65 / 0.9 * 1.1, wound
+    # ... it comes down to where the copy moves at FLOW_LIMIT_AT of it, even after the ramp passed the cap
+    assert max(wound) <= 1.05 * 0.65 / SlackController.FLOW_LIMIT_AT, wound
 
 
 def test_a_cut_lands_under_the_rate_the_copy_moved_not_under_its_limit() -> None:

@@ -32,15 +32,17 @@ with rules that keep it off the knee's steep side:
   already draining.
 - anti-windup: a copy that moves clearly under its limit (the source disk, the
   backup tool or the target binds, see _copy_flow) holds the limit instead of
-  raising it, and its cuts start from the rate it moved at, not the limit; an
+  raising it (a limit well above the flow comes down to flow / 0.75), and its
+  cuts start from the rate it moved at, not the limit; an
   overshoot that finds it so was not the copy's doing (the load or the machine
   moved the knee) and its first cut is in proportion, flow / r;
 - a mild overshoot (r < 1.3) at the knee a ramp taught keeps the ramp's ceiling,
   so the first halving towards it is not lost to one window over the aim.
 - the copy's mean: r is taken against aim x setpoint; the aim integrates the
   gap between the setpoint and the copy's running mean latency after its start
-  (1.0-1.4, at most 0.02 a step), so the copy's mean, not each window, sits at
-  the setpoint (_trim_aim).
+  (1.0-1.4, at most 0.02 a step; it rises only while the limit is what holds
+  the copy back), so the copy's mean, not each window, sits at the setpoint
+  (_trim_aim).
 
 A single noisy window over the setpoint costs 2 % of the rate (the landing
 under the knee), not a cut in proportion to the spike: that proportional cut
@@ -175,12 +177,19 @@ class SlackController(ThrottleController):
         ramp's overshoot and the backup tool's start-up reads before it are not the trim's to steer,
         and counted they wound the aim down for the rest of the copy. The floor of 1.0 keeps a high
         mean from winding the aim under the setpoint: the cuts already hold the windows under it.
+        The aim rises only while the limit is what holds the copy back (conditional integration):
+        a copy at the max rate, or moving under its limit (the source's disk binds, see _copy_flow),
+        runs under the setpoint whatever the aim, and an aim wound up meanwhile would let the
+        windows run to 1.4x the setpoint before the first cut when a load arrives. (Paused steps
+        neither count nor trim: see _step.)
         """
         if self._copy_steps < self.MEAN_AFTER_STEPS or self._mean_n <= 0 or self._mean_sum <= 0:
             return
         lo, hi = self.MEAN_TRIM
         gap = 1.0 - self._mean_sum / self._mean_n / self.setpoint_s
         step = max(-self.MEAN_TRIM_PER_STEP, min(self.MEAN_TRIM_PER_STEP, self.MEAN_TRIM_GAIN * gap))
+        if step > 0 and (self._fraction >= 1.0 or self._copy_flow() is not None):
+            return  # the limit is not what holds the copy back: a higher aim would only wind up
         self._aim = min(hi, max(lo, self._aim + step))
 
     def state(self) -> dict:
@@ -259,7 +268,7 @@ class SlackController(ThrottleController):
             self._flow.append((now, bytes_done, self._fraction * self.max_rate_bytes_per_s))
         self._last_latency = sample.last_latency_s
         self._load.append(None if self._warming else sample.newest_load)
-        if not self._warming and sample.ok:
+        if not self._warming and not self._paused and sample.ok:
             self._copy_steps += 1
             counted = self._copy_steps >= self.MEAN_AFTER_STEPS  # not the copy's start (see _trim_aim)
             if counted and sample.last_sum_s is not None and sample.last_count:  # the newest second's
@@ -517,8 +526,11 @@ class SlackController(ThrottleController):
             # with no flow: a first cut above the copy's rate), with room for a source that speeds up,
             # which then fills the limit, ends the test, and ramps on as usual. Left where the ramp put
             # it, the limit came down only with an overshoot's cut.
+            # At most half the limit a step and never under restart_min: a copy that stalls (the target
+            # or the tool stops reading: flow 0) is no reason to stop it, nor to forget the knee (a limit
+            # of 0 is a stop, and the restart replaces the knee).
             moved = f"the copy moves at {flow * self.max_rate_bytes_per_s / 1e6:.1f} MB/s, under its limit"
-            new = min(u, flow / self.FLOW_LIMIT_AT)
+            new = min(u, max(flow / self.FLOW_LIMIT_AT, 0.5 * u, self.restart_min))
             if new < u:
                 return new, f"{moved}: lowered to {new:.2f} of max", new - u, 0.0, 0.0
             return u, f"{moved}: holding", 0.0, 0.0, 0.0

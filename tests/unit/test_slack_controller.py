@@ -633,15 +633,13 @@ def test_a_copy_that_cannot_use_its_limit_does_not_wind_the_limit_up() -> None:
     for seed in (1, 2, 3, 4):
         wound.append(median_limit(seed, True))
         assert median_limit(seed, False) > 0.95
-    # ... it comes down to where the copy moves at 0.75 of it (0.867 of max), even after the ramp passed
-    # the cap, and never under what the copy moves
-    assert 0.65 <= min(wound) and max(wound) <= 0.92, wound
+    assert statistics.median(wound) < 0.65 / 0.9 * 1.1, wound
 
 
 def test_a_copy_that_stalls_keeps_a_limit_and_its_knee() -> None:
     # The target or the backup tool stops reading for a while: the copy moves nothing, its flow is 0.
-    # Lowering the limit to that flow stopped the copy (a limit of 0), and the restart that followed
-    # replaced the knee it had learnt. The limit comes down at most by half a step, to restart_min.
+    # An interim version lowered the limit to that flow: a limit of 0 stopped the copy, and the restart
+    # that followed replaced the knee it had learnt. The limit is held; the copy goes on when it moves.
     c = SlackController(0.1, MAX_RATE, initial_fraction=0.1, start_hold_steps=0)
     t, done, fractions, knee = 0.0, 0, [], None
     for k, latency in enumerate([0.03] * 5 + [0.2] * 2 + [0.05] * 45):
@@ -652,7 +650,7 @@ def test_a_copy_that_stalls_keeps_a_limit_and_its_knee() -> None:
             knee = c.knee
         t += 1.0
     assert knee is not None and c.knee is not None and c.knee >= knee, (knee, c.knee)
-    assert min(fractions[25:40]) >= c.restart_min, fractions
+    assert min(fractions[25:40]) >= fractions[24], fractions
     assert fractions[-1] >= 0.5 * fractions[24], fractions  # and it is back once the copy moves again
 
 

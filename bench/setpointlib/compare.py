@@ -11,6 +11,8 @@ from .runner import Bench
 
 def run(bench: Bench, binding: list[float]) -> dict:
     a = bench.args
+    if a.nonbinding_only:
+        binding = []
     f5 = bench.results["runs"].get("fig5")
     oracle = oracle_rates(f5, binding) if f5 else {}
     for sp, rate in zip(binding, a.oracle_rates or []):

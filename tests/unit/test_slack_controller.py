@@ -200,8 +200,8 @@ def test_a_ramps_overshoot_is_bisected_with_latency_clearly_but_not_far_under_th
         if lat_ms == 70:  # 1/0.7 a lag is less than the way to the goal (x2.26): in steps, not one leap
             assert sum(1 for a, b in zip(knees[9:], knees[10:]) if b > 1.05 * a) >= 2, knees
         assert max(fractions) <= ceiling and fractions[-1] < 0.5
-    # Latency at 0.95x (the copy's mean only 5 % under the setpoint: the aim rises 0.5 % a step): too
-    # close to the setpoint for a leap; the knee stays and the rate creeps.
+    # Latency at 0.95x (0.83x of the aim the copy's low mean raises to 1.15): too close to the setpoint
+    # for a leap; the knee stays and the rate creeps.
     c = SlackController(0.1, MAX_RATE)
     lat = [0.01] * 5 + [0.2, 0.15, 0.12, 0.08] + [0.095] * 12
     fractions = [c.step(sample(x, float(k)), float(k)).fraction for k, x in enumerate(lat)]
@@ -540,29 +540,6 @@ def test_its_state_shows_the_knee_it_remembers_and_the_aim() -> None:
     st = c.state()
     assert st["knee_bytes_per_s"] is not None and st["knee_bytes_per_s"] == round(c.knee * 200e6)
     assert ThrottleController(0.1, 200e6).state() == {}
-
-
-def test_the_copys_mean_reaches_the_setpoint_when_noise_keeps_every_window_under_the_aim() -> None:
-    # Real 100 ms runs (tenth session): every rule keeps the windows under the aim, and the plant's noise
-    # left the copy's mean at ~0.7x the aim; the proportional aim (setpoint / mean, at most 1.15) settled
-    # that mean at 0.80-0.83x the setpoint. Here a ramp's overshoot teaches a knee (so the limit, near
-    # it, is what holds the copy back), then each step's latency is 0.75x the aim in force: the
-    # integrated aim brings the copy's mean (counted from its 10th step) within 10 % of the setpoint.
-    sp = 0.1
-    c = SlackController(sp, MAX_RATE, initial_fraction=0.1, start_hold_steps=0)
-    seen, fractions = [], []
-    for k in range(75):
-        x = 0.03 if k < 4 else 0.2 if k < 6 else 0.75 * c.state()["aim"] * sp
-        fractions.append(c.step(sample(x, float(k)), float(k)).fraction)
-        seen.append(x)
-    assert max(fractions[6:]) < 1.0  # after the overshoot the copy never runs unthrottled
-    assert 0.9 <= statistics.fmean(seen[15:]) / sp <= 1.1, (seen, c.state())
-    assert c.state()["aim"] <= SlackController.MEAN_TRIM[1]
-    # A copy whose latency stays over the setpoint never aims under it (the cuts hold the windows there).
-    c = SlackController(sp, MAX_RATE)
-    for k in range(40):
-        c.step(sample(1.3 * sp, float(k)), float(k))
-    assert c.state()["aim"] == 1.0
 
 
 def test_a_load_over_the_setpoint_during_a_long_read_in_is_cut_not_held() -> None:

@@ -600,7 +600,7 @@ def test_a_copy_that_cannot_use_its_limit_does_not_wind_the_limit_up() -> None:
     # Figure 13a, ninth session: the limit crept to 20-22.5 MB/s while the copy moved 15-17 MB/s
     # (the source disk), so the first two cuts after the load step landed above the real rate.
     # With the copy's bytes the limit stays near what the copy uses (the fast start ramp passes it:
-    # the flow needs 4 steps to tell; the limit then comes down); without them it creeps to max.
+    # the flow needs 4 steps to tell; an overshoot's cut brings it down); without them it creeps to max.
     # The source feeds the copy at most 65 % of max (its disk): the knee (~70 %) is above what the
     # copy can use, latency sits at 0.6-0.7x the setpoint, and the limit is never what binds.
     def median_limit(seed: int, report_bytes: bool) -> float:

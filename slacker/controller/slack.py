@@ -20,7 +20,9 @@ with rules that keep it off the knee's steep side:
 - knee memory: the rate that last drove latency over the setpoint is
   remembered; above 98 % of it the rate only creeps (probe_per_step). The
   memory loosens a little every step without an overshoot, so a load that
-  falls frees the slack again;
+  falls frees the slack again, and rises to the rates of the last lag when
+  their window is clearly under the aim (< 0.9x), so one window over after a
+  probe lands under the probed rate, not back at a stale knee;
 - bisection: after a fast ramp the first window over shows a rate 4-8x below
   the one the overshoot happened at, so the knee is underestimated; at the
   knee with latency far below the setpoint (< 0.2x) it moves to the geometric
@@ -472,6 +474,12 @@ class SlackController(ThrottleController):
             return u, "waiting for the last cut to show", 0.0, 0.0, 0.0
         if self.knee is not None:
             self.knee = min(1.0, self.knee * (1.0 + self.knee_loosen_per_step))
+            if flow is None and not self._warming and len(self._applied) == self._applied.maxlen and r < 0.9:
+                # Every rate of the last lag is in this window, and it is clearly under the aim: the knee is
+                # above them. Probing past a stale knee (1 %/step) taught nothing before, so the next window over
+                # cut back to it: real 100 ms runs fell 14.9 -> 10.2 MB/s on one window at 1.2x and crept
+                # back for 40 s (the copy's mean at 0.81x the setpoint, tenth session).
+                self.knee = min(1.0, max(self.knee, min(self._applied)))
             c = self._ceiling
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the

@@ -234,6 +234,23 @@ def test_a_single_noisy_window_costs_little() -> None:
     assert out.fraction >= 0.95 * before
 
 
+def test_a_rate_probed_past_a_stale_knee_is_not_lost_to_one_window_over() -> None:
+    # Real 100 ms runs (tenth/eleventh sessions): the knee learnt early stayed at ~10 MB/s while the
+    # rate probed to 14.9 MB/s under the setpoint; one window at 1.2x then cut back to the old knee
+    # (14.9 -> 10.2 MB/s) and the copy crept back for 40 s: its mean sat at 0.81x the setpoint.
+    # A lag of windows under the setpoint at the probed rates raises the knee to them.
+    c = SlackController(1.0, MAX_RATE, initial_fraction=0.4)
+    c.step(sample(1.2, 0.0), 0.0)  # an overshoot teaches a knee at 0.4
+    assert c.knee == pytest.approx(0.4)
+    for k in range(1, 41):
+        c.step(sample(0.5, float(k)), float(k))
+    before = c.fraction
+    assert before > 1.25 * 0.4  # probed well past the knee it was taught
+    out = c.step(sample(1.5, 41.0), 41.0)
+    assert "over setpoint" in out.note
+    assert 0.9 * before <= out.fraction < before
+
+
 def test_never_stuck_at_zero_once_latency_is_back_under_the_setpoint() -> None:
     # The disk slows to 35 % for 30 s (someone else's load): the queue runs away even with the copy
     # stopped. Once latency is back under the setpoint the copy restarts and is back at speed in

@@ -36,7 +36,10 @@ def run(bench: Bench, binding: list[float]) -> dict:
         c["runs"].append({"rep": rep, "kind": kind, "setpoint_s": sp, "name": name})
         bench.save()
 
-    kinds = ["slack", "pid", "threshold", "oracle"]
+    kinds = [k for k in ("slack", "pid", "threshold", "oracle") if k in a.controllers.split(",")]
+    unknown = set(a.controllers.split(",")) - {"slack", "pid", "threshold", "oracle"}
+    if unknown or not kinds:
+        raise SystemExit(f"--controllers: expected a subset of slack,pid,threshold,oracle, got {a.controllers!r}")
     for rep in range(1, a.repeats + 1):
         one(rep, "unthrottled", None)
         if c["nonbinding"] is None:
@@ -49,5 +52,6 @@ def run(bench: Bench, binding: list[float]) -> dict:
             for kind in order:
                 one(rep, kind, sp)
         for kind in ("slack", "pid"):
-            one(rep, kind, c["nonbinding"])
+            if kind in kinds:
+                one(rep, kind, c["nonbinding"])
     return c

@@ -72,6 +72,7 @@ class SlackController(ThrottleController):
     LOAD_SIGMAS = 4.0  # ... by this many standard deviations of a Poisson count (completions come in bursts) ...
     LOAD_REF_STEPS = 20  # ... against the mean of up to this many steps before the overshoot
     KEEP_CEILING_BELOW = 1.3  # an overshoot under this ratio at a ramp's knee keeps the ramp's ceiling
+    KNEE_FOLLOWS_BELOW = 0.9  # a window under this share of the aim raises the knee to the rates of its lag
     FLOW_BELOW = 0.9  # the copy moved under this share of every limit in force ...
     FLOW_STEPS = 4  # ... over this many steps (and the one before: the pipe lags the limit) ...
     FLOW_SLACK_BYTES = 2 * 1024 * 1024  # ... by more than the pipe's granularity (it counts whole chunks)
@@ -474,11 +475,12 @@ class SlackController(ThrottleController):
             return u, "waiting for the last cut to show", 0.0, 0.0, 0.0
         if self.knee is not None:
             self.knee = min(1.0, self.knee * (1.0 + self.knee_loosen_per_step))
-            if flow is None and not self._warming and len(self._applied) == self._applied.maxlen and r < 0.9:
+            if flow is None and not self._warming and len(self._applied) == self._applied.maxlen \
+                    and r < self.KNEE_FOLLOWS_BELOW:
                 # Every rate of the last lag is in this window, and it is clearly under the aim: the knee is
                 # above them. Probing past a stale knee (1 %/step) taught nothing before, so the next window over
-                # cut back to it: real 100 ms runs fell 14.9 -> 10.2 MB/s on one window at 1.2x and crept
-                # back for 40 s (the copy's mean at 0.81x the setpoint, tenth session).
+                # cut back to it: a real 100 ms run fell 14.9 -> 10.2 MB/s on one window at 1.2x and crept
+                # back for 40 s (eleventh session; the copy's mean was 0.81x the setpoint in the tenth).
                 self.knee = min(1.0, max(self.knee, min(self._applied)))
             c = self._ceiling
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,

@@ -295,3 +295,14 @@ def test_run_figures_can_leave_out_the_copys_first_seconds(tmp_path):
     f_settled = an.run_figures(run, 2.0, head_exclude_s=6.0)
     assert f_all["mean_s"] == pytest.approx((5 * 1.0 + 22 * 0.02) / 27, rel=0.05)
     assert f_settled["mean_s"] == pytest.approx(0.02) and f_settled["sd_s"] == pytest.approx(0.0)
+
+
+def test_compare_controllers_option_keeps_the_runs_order_and_rejects_unknown_names():
+    import argparse
+
+    from setpointlib.compare import parse_controllers
+
+    assert parse_controllers("oracle, slack") == ["slack", "oracle"]
+    for bad in ("slack,bogus", "", ","):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of slack,pid,threshold,oracle"):
+            parse_controllers(bad)

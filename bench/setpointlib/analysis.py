@@ -161,6 +161,22 @@ def step_wall(run: dict) -> float | None:
     return None
 
 
+def fig13a_repeats_summary(res: dict) -> list[str]:
+    """With several Figure 13a repeats (the table above shows the first): per throttle, the seconds back
+    within 1.1x the setpoint after the step in each repeat and their median (the issue's goal: <= 10 s)."""
+    reps = res.get("fig13a_repeats") or []
+    if len(reps) < 2:
+        return []
+    out = [f"over {len(reps)} repeats, back <= 1.1x the setpoint after the step (s; the goal: <= 10):"]
+    for which in ("pid", "fixed"):
+        values = [(f.get(which + "_analysis") or {}).get("recovery_s") for f in reps]
+        shown = ", ".join("never" if v is None else f"{v:.0f}" for v in values)
+        med = statistics.median(math.inf if v is None else v for v in values)
+        label = reps[0].get("controller", "pid") if which == "pid" else "fixed"
+        out.append(f"  {label}: {shown} (median {'never' if math.isinf(med) else f'{med:.0f}'})")
+    return out
+
+
 def step_analysis(run: dict, sp: float, tail_exclude_s: float) -> dict:
     """Latency after the load step: recovery time to within 10% of setpoint, means before/after."""
     m = run["migration"]
@@ -503,6 +519,7 @@ def report(res: dict, head_exclude_s: float = 0.0) -> str:
                          f"during the copy, setpoint {ms(sp, 0)} ms"))
         out.append(f"fixed rate = the PID's rate over the last 10 s before the step: {mbs(f13['pid_pre_step_rate'])} MB/s "
                    f"(its average since the copy started: {mbs(f13.get('pid_pre_step_avg_rate'))} MB/s)")
+        out.extend(fig13a_repeats_summary(res))
         out.append("")
     th = res.get("threshold")
     if th:

@@ -306,3 +306,25 @@ def test_compare_controllers_option_keeps_the_runs_order_and_rejects_unknown_nam
     for bad in ("slack,bogus", "", ","):
         with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of slack,pid,threshold,oracle"):
             parse_controllers(bad)
+
+
+def test_fig13a_repeats_are_summarised_with_medians_and_never():
+    one = {"setpoint_s": 0.1, "controller": "slack"}
+    reps = [dict(one, pid_analysis={"recovery_s": r}, fixed_analysis={"recovery_s": f})
+            for r, f in ((7.0, 25.0), (15.0, None), (9.0, 21.0))]
+    lines = an.fig13a_repeats_summary({"fig13a_repeats": reps})
+    assert lines[0].startswith("over 3 repeats")
+    assert lines[1] == "  slack: 7, 15, 9 (median 9)"
+    assert lines[2] == "  fixed: 25, never, 21 (median 25)"  # a run never back counts as the slowest
+    assert an.fig13a_repeats_summary({"fig13a_repeats": reps[:1]}) == []  # one repeat: the table says it all
+
+
+def test_fig13a_repeats_option_takes_a_whole_number_of_at_least_one():
+    import argparse
+
+    from setpointlib.fig13a import parse_repeats
+
+    assert parse_repeats("3") == 3
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a whole number >= 1"):
+            parse_repeats(bad)

@@ -539,7 +539,8 @@ class SlackController(ThrottleController):
                 vouched = max(vouched, self.backoff * self.knee)  # back to the knee it knows: no extrapolation
             if new > vouched:
                 new = max(u, vouched)
-                note = f"{note}, at most the window's rates x{allowed:.2f}"
+                note = (f"{note}, at most the window's rates x{allowed:.2f}" if new > u else
+                        "holding: the window vouches for no more than its lag's rates")
         if self.knee is not None and new > self.backoff * self.knee:
             # Near the rate that overshot before: creep, do not leap.
             creep = u * (1.0 + self.probe_per_step)

@@ -533,7 +533,7 @@ class SlackController(ThrottleController):
             # again (real runs: x1.31 then x1.25 at 0.76-0.8x the setpoint, 16 -> 27.5 MB/s, and
             # x1.36, x1.49, x1.73 from 7.8 MB/s; each overshot to 300-450 ms and cost the copy's
             # spread). So the ramp goes no higher than that rate times the factor.
-            allowed = q ** -self.alpha if q > 0 else math.inf  # what the window allows, unclamped
+            allowed = q ** -self.alpha  # what the window allows, unclamped (q >= VOUCH_FROM > 0)
             vouched = min(self._applied) * allowed
             if self.knee is not None:
                 vouched = max(vouched, self.backoff * self.knee)  # back to the knee it knows: no extrapolation

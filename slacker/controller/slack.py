@@ -15,6 +15,10 @@ This controller works on ratios instead of differences (r = latency / setpoint):
                                             until the newest second alone is quiet (not the window)
 
 with rules that keep it off the knee's steep side:
+- a jump undone: a raise by JUMP (1.4x) or more that the newest second shows over the setpoint within
+  a lag, no knee known yet, goes back to the rate before it at once (the window would show it a lag
+  later); that rate is the knee, the jump the ceiling, and the window over that follows is the jump's.
+  Climbed back to with latency under half the setpoint, the jump taught nothing: the knee is forgotten;
 - the window's lag: a window at VOUCH_FROM (0.5) of the aim or more vouches for the slowest rate
   of its lag, not the rate applied now, so the ramp goes no higher than that rate x 1/r (up to the
   knee it knows): raises within one lag do not compound the same window's factor;
@@ -77,6 +81,8 @@ class SlackController(ThrottleController):
     KEEP_CEILING_BELOW = 1.3  # an overshoot under this ratio at a ramp's knee keeps the ramp's ceiling
     KNEE_FOLLOWS_BELOW = 0.9  # a window under this share of the aim raises the knee to the rates of its lag
     VOUCH_FROM = 0.5  # a window at this share of the aim or more limits the ramp to its lag's rates (see _law)
+    JUMP = 1.4  # a raise by this factor or more that the newest second shows over the setpoint within a lag ...
+    UNDONE_FORGET_BELOW = 0.5  # ... is undone; back at the rate undone with latency under this share: it was not
     FLOW_BELOW = 0.9  # the copy moved under this share of every limit in force ...
     FLOW_STEPS = 4  # ... over this many steps (and the one before: the pipe lags the limit) ...
     FLOW_SLACK_BYTES = 2 * 1024 * 1024  # ... by more than the pipe's granularity (it counts whole chunks)
@@ -153,6 +159,8 @@ class SlackController(ThrottleController):
         self._halvings = 0  # bisections towards the current ceiling
         self._ramp_goal: float | None = None  # a ramp's first halving, reached in steps of 1/latency ratio
         self._tail_culprit: tuple[int, float] | None = None  # (step, rate) a newest second over blamed
+        self._jump: tuple[int, float] | None = None  # (step, rate before) of the last raise by JUMP or more
+        self._undone: int | None = None  # the step a jump was undone at: the ceiling is that jump (see _undo_jump)
         self._burst_tail_until: int | None = None  # the window still holds the start's seconds until then
         self._last_latency: float | None = None  # this step's sample: its newest second alone
         self._warming = False  # the pipe reads the backup tool's program: the copy has not started
@@ -292,6 +300,34 @@ class SlackController(ThrottleController):
             return last_r, 0.0, last_r >= 1.0
         return r, rising, False
 
+    def _undo_jump(self, u: float, r: float) -> tuple[float, str, float, float, float] | None:
+        """A jump of the ramp (x JUMP or more in one step) that the newest second shows over the setpoint
+        within a lag, before any knee is known: back to the rate before the jump at once, that rate the
+        knee and the jump's rate the ceiling (a ramp's bisection climbs back, see _law).
+
+        The window shows a raise a lag later. A x2 ramp that had just left the backup's start (on one
+        quiet newest second, 2-34 ms, the window still over the setpoint) held 16 MB/s for 2-3 s on
+        newest seconds at 1.5-1.8x the setpoint and then landed 2 % under it: the knee was 11 MB/s and
+        every 70 ms copy of the fourteenth session took its worst seconds there (the spread 1.59x the
+        best fixed rate's; from the 20th second on it was the fixed rate's). The newest second is noisy,
+        and the start's bursts come back: so a jump undone whose rate is later reached with latency
+        under UNDONE_FORGET_BELOW teaches nothing, the knee is forgotten and the ramp goes on.
+        """
+        jump, self._jump = self._jump, None
+        if jump is None or self._warming or self.knee is not None or self._last_latency is None:
+            return None
+        k, before = jump
+        if self._k - k > self.lag_steps or u < self.JUMP * before or self._last_latency < self.setpoint_s:
+            self._jump = jump if self._k - k <= self.lag_steps else None
+            return None
+        self.knee = self._episode_knee = before
+        self._ceiling, self._undone = (u, self._k) if self.bisect else (None, None)
+        self._halvings, self._ramp_goal = 0, None
+        self._hold_until = self._k + self.lag_steps
+        self._start_held, self._burst_tail_until, self._tail_culprit = False, None, None
+        return (before, f"newest second over the setpoint after a jump: back to {before:.2f} of max",
+                before - u, 0.0, 0.0)
+
     def _at_start(self, window: int | None = None) -> bool:
         """In the copy's first `window` steps, started low, never faster than the first doubling of the
         rate the copy started at (the read-in of the backup tool may have doubled the initial rate already)."""
@@ -308,6 +344,7 @@ class SlackController(ThrottleController):
         super().set_setpoint(setpoint_s)
         with self._lock:
             self.knee, self._episode_knee, self._over, self._hold_until = None, None, False, None
+            self._ceiling, self._undone, self._jump = None, None, None
             self._mean_sum, self._mean_n, self._copy_steps, self._aim = 0.0, 0.0, 0, 1.0
             self._load_ref, self._episode_load = None, []
 
@@ -344,6 +381,7 @@ class SlackController(ThrottleController):
             # starts no higher than the first doubling of the initial rate. A real run that started the
             # copy at the read-in's 15 MB/s took that chunk for an overshoot and learnt a knee of 5.4 MB/s.
             u = min(u, self.growth_max * self._initial)
+            self._jump = None
         self._warmed = self._warming
         if not self._warming and self._copy_start is None:
             # The start's rules count from here: a read-in that ended between two steps lets the copy's
@@ -359,6 +397,9 @@ class SlackController(ThrottleController):
         r = latency_s / (self.setpoint_s * self._aim)
         y_prev, self._y_prev = self._y_prev, latency_s
         rising = 0.0 if y_prev is None else (latency_s - y_prev) / self.setpoint_s
+        undone = self._undo_jump(u, r)
+        if undone is not None:
+            return undone
         r, rising, burst = self._through_start_burst(r, rising)
         if burst:
             return u, "over setpoint in the backup's start (its newest second): holding", 0.0, 0.0, 0.0
@@ -412,6 +453,11 @@ class SlackController(ThrottleController):
                 if self._tail_culprit is not None and self._k - self._tail_culprit[0] <= self.lag_steps:
                     culprit = max(culprit, min(u, self._tail_culprit[1]))  # only while the window can show it
                 self._tail_culprit = None
+                # The window over that follows a jump undone (it lags the newest second) shows the jump's
+                # seconds: the rate before the jump stays the knee, and the jump the ceiling.
+                aftermath = self._undone is not None and self._k - self._undone <= 2 * self.lag_steps
+                if aftermath and knee_before is not None:
+                    culprit = max(culprit, min(u, knee_before))
                 if self._warming or (self.knee is None
                                      and self._at_start(window=self.start_hold_steps + self.lag_steps)):
                     # Still over the setpoint just after the start window, the window showing the
@@ -446,8 +492,8 @@ class SlackController(ThrottleController):
                         and r < self.KEEP_CEILING_BELOW
                         and knee_before is not None and culprit >= 0.95 * knee_before
                         and self._ceiling > self.RAMP_OVERSHOOT * knee_before)
-                if not keep:
-                    self._ceiling = base if self.bisect else None
+                if not keep and not aftermath:
+                    self._ceiling, self._undone = (base if self.bisect else None), None
                 self._halvings, self._ramp_goal = 0, None
             elif (waiting and r < self.recut * self._r_cut) or rising < 0:
                 # The last cut cannot show yet, or the queue is already draining.
@@ -463,6 +509,7 @@ class SlackController(ThrottleController):
                 if base > 0 and not self._warming:  # a read-in rate teaches no knee (the copy starts low)
                     self.knee = base if self.knee is None else min(self.knee, base)
                 self._cuts += 1
+                self._undone = None  # the rate a jump was undone to is over too: the usual bisection
                 new = base * min(self.further_cut ** (self._cuts - 1), min(1.0, self.deep / r) ** self.beta)
             self._r_cut = r
             if new < 0.01:
@@ -490,9 +537,17 @@ class SlackController(ThrottleController):
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the
             # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
-            ramp = c is not None and (self._ramp_goal is not None
-                                      or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
-            below = max(self.bisect_below, self.RAMP_BISECT_BELOW) if ramp else self.bisect_below
+            first = c is not None and (self._ramp_goal is not None
+                                       or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
+            # A jump undone (see _undo_jump) is climbed back the same way while latency is far under the
+            # setpoint: the newest second it was undone on may have been the backup's start, not the jump.
+            undone = c is not None and self._undone is not None
+            ramp = first or undone
+            below = self.bisect_below
+            if first:
+                below = max(below, self.RAMP_BISECT_BELOW)
+            elif undone:
+                below = max(below, self.UNDONE_FORGET_BELOW)
             if c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
                 # At the knee's lower bound with latency well under the setpoint: the knee was
                 # underestimated (the window showed a rate of a fast ramp). Bisect towards the
@@ -500,7 +555,9 @@ class SlackController(ThrottleController):
                 # (latency only clearly under the setpoint) goes in steps of at most 1/latency
                 # ratio, one a lag (at 0.7x: x1.43 a lag, not x2.8 at once across a 4-8x gap).
                 if c <= 1.05 * self.knee:
-                    self._ceiling = None
+                    if self._undone is not None and r < self.UNDONE_FORGET_BELOW:
+                        self.knee = self._episode_knee = None  # the jump was not what went over: ramp on
+                    self._ceiling, self._undone = None, None
                 else:
                     if ramp:
                         goal = self._ramp_goal or math.sqrt(self.knee * c)
@@ -550,4 +607,6 @@ class SlackController(ThrottleController):
             note = f"{note} while the backup tool is read in"  # the copy will start low (see above)
         if new >= 1.0:
             new, note = 1.0, "at max rate"
+        if not self._warming and self.knee is None and self._copy_k > 1 and 0 < u and new >= self.JUMP * u:
+            self._jump = (self._k, u)  # the window will show it a lag later (see _undo_jump)
         return new, note, new - u, 0.0, 0.0

@@ -82,6 +82,7 @@ class SlackController(ThrottleController):
     KNEE_FOLLOWS_BELOW = 0.9  # a window under this share of the aim raises the knee to the rates of its lag
     VOUCH_FROM = 0.5  # a window at this share of the aim or more limits the ramp to its lag's rates (see _law)
     JUMP = 1.4  # a raise by this factor or more that the newest second shows over the setpoint within a lag ...
+    CLIMB_SHARE = 0.25  # ... is undone, and climbed back to by this share of the way (in log) a lag ...
     UNDONE_FORGET_BELOW = 0.5  # ... is undone; back at the rate undone with latency under this share: it was not
     FLOW_BELOW = 0.9  # the copy moved under this share of every limit in force ...
     FLOW_STEPS = 4  # ... over this many steps (and the one before: the pipe lags the limit) ...
@@ -328,6 +329,31 @@ class SlackController(ThrottleController):
         return (before, f"newest second over the setpoint after a jump: back to {before:.2f} of max",
                 before - u, 0.0, 0.0)
 
+    def _climb_to_jump(self, c: float, r: float) -> None:
+        """Back under the setpoint after a jump undone (see _undo_jump): move the knee towards the jump's
+        rate `c`, once the window has seen the knee's rate for a whole lag and latency is under
+        RAMP_BISECT_BELOW. A quarter of the way (in log, CLIMB_SHARE) a lag: the plant is convex, and the
+        geometric mean of a x2 jump was already past the knee (fifteenth session, 100 ms: 12.1 ->
+        17.1 MB/s on a window at 0.6x, the knee near 13, 249 ms a second; on the simulated plant half
+        the way at 0.33x the setpoint overshot too). While latency is under UNDONE_FORGET_BELOW the
+        window need not have seen the knee's rate for a whole lag (the second undone was more likely
+        the backup's start than the jump), and within 1.2x of the jump that far under the setpoint the
+        jump taught nothing: the knee is forgotten and the ramp goes on.
+        """
+        far = r < self.UNDONE_FORGET_BELOW
+        at = list(self._applied)[-1:] if far else self._applied  # far under: the rate now is enough
+        seen = len(self._applied) == self._applied.maxlen and min(at) >= self.backoff * self.knee * 0.99
+        if not seen or r >= self.RAMP_BISECT_BELOW:
+            return
+        if c <= (1.2 if far else 1.05) * self.knee:
+            if far:
+                self.knee = self._episode_knee = None  # the jump was not what went over: ramp on
+            self._ceiling, self._undone = None, None
+            return
+        self.knee = min(self.knee * (c / self.knee) ** self.CLIMB_SHARE, self.knee / max(r, 1e-6))
+        self._hold_until = self._k + self.lag_steps
+        self._halvings += 1
+
     def _at_start(self, window: int | None = None) -> bool:
         """In the copy's first `window` steps, started low, never faster than the first doubling of the
         rate the copy started at (the read-in of the backup tool may have doubled the initial rate already)."""
@@ -412,7 +438,7 @@ class SlackController(ThrottleController):
         waiting = self._hold_until is not None and self._k < self._hold_until
 
         if u == 0.0:
-            if r >= 1.0:
+            if r >= 1.0 and latency_s >= self.setpoint_s:  # under the setpoint itself restarts (aim < 1 too)
                 return 0.0, "stopped: latency above setpoint", 0.0, 0.0, 0.0
             # Latency is back under the setpoint: never stay stopped. The cuts that led to the stop
             # lowered the knee to rates applied while a queue (or someone else's load) held latency
@@ -537,27 +563,19 @@ class SlackController(ThrottleController):
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the
             # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
-            first = c is not None and (self._ramp_goal is not None
-                                       or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
-            # A jump undone (see _undo_jump) is climbed back the same way while latency is far under the
-            # setpoint: the newest second it was undone on may have been the backup's start, not the jump.
-            undone = c is not None and self._undone is not None
-            ramp = first or undone
-            below = self.bisect_below
-            if first:
-                below = max(below, self.RAMP_BISECT_BELOW)
-            elif undone:
-                below = max(below, self.UNDONE_FORGET_BELOW)
-            if c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
+            ramp = c is not None and (self._ramp_goal is not None
+                                      or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
+            below = max(self.bisect_below, self.RAMP_BISECT_BELOW) if ramp else self.bisect_below
+            if c is not None and self._undone is not None:
+                self._climb_to_jump(c, r)
+            elif c is not None and u >= self.backoff * self.knee * 0.99 and r < below:
                 # At the knee's lower bound with latency well under the setpoint: the knee was
                 # underestimated (the window showed a rate of a fast ramp). Bisect towards the
                 # rate the overshoot happened at, one lag per halving. A ramp's first halving
                 # (latency only clearly under the setpoint) goes in steps of at most 1/latency
                 # ratio, one a lag (at 0.7x: x1.43 a lag, not x2.8 at once across a 4-8x gap).
                 if c <= 1.05 * self.knee:
-                    if self._undone is not None and r < self.UNDONE_FORGET_BELOW:
-                        self.knee = self._episode_knee = None  # the jump was not what went over: ramp on
-                    self._ceiling, self._undone = None, None
+                    self._ceiling = None
                 else:
                     if ramp:
                         goal = self._ramp_goal or math.sqrt(self.knee * c)

@@ -18,7 +18,8 @@ with rules that keep it off the knee's steep side:
 - a jump undone: a raise by JUMP (1.4x) or more that the newest second shows over the setpoint within
   a lag, no knee known yet, goes back to the rate before it at once (the window would show it a lag
   later); that rate is the knee, the jump the ceiling, and the window over that follows is the jump's.
-  Climbed back to with latency under half the setpoint, the jump taught nothing: the knee is forgotten;
+  The knee climbs back a quarter of the way a lag; within 1.2x of the jump with latency under half the
+  setpoint, the jump taught nothing: the knee is forgotten;
 - the window's lag: a window at VOUCH_FROM (0.5) of the aim or more vouches for the slowest rate
   of its lag, not the rate applied now, so the ramp goes no higher than that rate x 1/r (up to the
   knee it knows): raises within one lag do not compound the same window's factor;
@@ -81,9 +82,10 @@ class SlackController(ThrottleController):
     KEEP_CEILING_BELOW = 1.3  # an overshoot under this ratio at a ramp's knee keeps the ramp's ceiling
     KNEE_FOLLOWS_BELOW = 0.9  # a window under this share of the aim raises the knee to the rates of its lag
     VOUCH_FROM = 0.5  # a window at this share of the aim or more limits the ramp to its lag's rates (see _law)
-    JUMP = 1.4  # a raise by this factor or more that the newest second shows over the setpoint within a lag ...
-    CLIMB_SHARE = 0.25  # ... is undone, and climbed back to by this share of the way (in log) a lag ...
-    UNDONE_FORGET_BELOW = 0.5  # ... is undone; back at the rate undone with latency under this share: it was not
+    JUMP = 1.4  # a raise by this factor or more, the newest second over the setpoint within a lag: undone ...
+    CLIMB_SHARE = 0.25  # ... and climbed back to by this share of the way (in log) a lag ...
+    CLIMB_HALF_BELOW = 0.3  # ... half the way under this share of the aim ...
+    UNDONE_FORGET_BELOW = 0.5  # ... faster under this share of the aim, and within 1.2x of it there: forgotten
     FLOW_BELOW = 0.9  # the copy moved under this share of every limit in force ...
     FLOW_STEPS = 4  # ... over this many steps (and the one before: the pipe lags the limit) ...
     FLOW_SLACK_BYTES = 2 * 1024 * 1024  # ... by more than the pipe's granularity (it counts whole chunks)
@@ -301,18 +303,17 @@ class SlackController(ThrottleController):
             return last_r, 0.0, last_r >= 1.0
         return r, rising, False
 
-    def _undo_jump(self, u: float, r: float) -> tuple[float, str, float, float, float] | None:
+    def _undo_jump(self, u: float) -> tuple[float, str, float, float, float] | None:
         """A jump of the ramp (x JUMP or more in one step) that the newest second shows over the setpoint
         within a lag, before any knee is known: back to the rate before the jump at once, that rate the
-        knee and the jump's rate the ceiling (a ramp's bisection climbs back, see _law).
+        knee and the jump's rate the ceiling (see _climb_to_jump).
 
         The window shows a raise a lag later. A x2 ramp that had just left the backup's start (on one
         quiet newest second, 2-34 ms, the window still over the setpoint) held 16 MB/s for 2-3 s on
         newest seconds at 1.5-1.8x the setpoint and then landed 2 % under it: the knee was 11 MB/s and
         every 70 ms copy of the fourteenth session took its worst seconds there (the spread 1.59x the
         best fixed rate's; from the 20th second on it was the fixed rate's). The newest second is noisy,
-        and the start's bursts come back: so a jump undone whose rate is later reached with latency
-        under UNDONE_FORGET_BELOW teaches nothing, the knee is forgotten and the ramp goes on.
+        and the start's bursts come back: a jump undone may teach nothing (see _climb_to_jump).
         """
         jump, self._jump = self._jump, None
         if jump is None or self._warming or self.knee is not None or self._last_latency is None:
@@ -335,7 +336,9 @@ class SlackController(ThrottleController):
         RAMP_BISECT_BELOW. A quarter of the way (in log, CLIMB_SHARE) a lag: the plant is convex, and the
         geometric mean of a x2 jump was already past the knee (fifteenth session, 100 ms: 12.1 ->
         17.1 MB/s on a window at 0.6x, the knee near 13, 249 ms a second; on the simulated plant half
-        the way at 0.33x the setpoint overshot too). While latency is under UNDONE_FORGET_BELOW the
+        the way at 0.33x the setpoint overshot too); half the way only under CLIMB_HALF_BELOW (the
+        newest second undone on a sixth-session trace was the start's, the knee 2.5x the rate undone to,
+        latency there 0.26x). While latency is under UNDONE_FORGET_BELOW the
         window need not have seen the knee's rate for a whole lag (the second undone was more likely
         the backup's start than the jump), and within 1.2x of the jump that far under the setpoint the
         jump taught nothing: the knee is forgotten and the ramp goes on.
@@ -350,7 +353,8 @@ class SlackController(ThrottleController):
                 self.knee = self._episode_knee = None  # the jump was not what went over: ramp on
             self._ceiling, self._undone = None, None
             return
-        self.knee = min(self.knee * (c / self.knee) ** self.CLIMB_SHARE, self.knee / max(r, 1e-6))
+        share = 0.5 if r < self.CLIMB_HALF_BELOW else self.CLIMB_SHARE
+        self.knee = min(self.knee * (c / self.knee) ** share, self.knee / max(r, 1e-6))
         self._hold_until = self._k + self.lag_steps
         self._halvings += 1
 
@@ -423,7 +427,7 @@ class SlackController(ThrottleController):
         r = latency_s / (self.setpoint_s * self._aim)
         y_prev, self._y_prev = self._y_prev, latency_s
         rising = 0.0 if y_prev is None else (latency_s - y_prev) / self.setpoint_s
-        undone = self._undo_jump(u, r)
+        undone = self._undo_jump(u)
         if undone is not None:
             return undone
         r, rising, burst = self._through_start_burst(r, rising)
@@ -480,10 +484,9 @@ class SlackController(ThrottleController):
                     culprit = max(culprit, min(u, self._tail_culprit[1]))  # only while the window can show it
                 self._tail_culprit = None
                 # The window over that follows a jump undone (it lags the newest second) shows the jump's
-                # seconds: the rate before the jump stays the knee, and the jump the ceiling.
+                # seconds: the jump stays the ceiling, and the window blames its lag as usual (the rate before
+                # a jump in a x2 chain was over too: a real 100 ms run kept 16 MB/s undone from 32 for 12 s).
                 aftermath = self._undone is not None and self._k - self._undone <= 2 * self.lag_steps
-                if aftermath and knee_before is not None:
-                    culprit = max(culprit, min(u, knee_before))
                 if self._warming or (self.knee is None
                                      and self._at_start(window=self.start_hold_steps + self.lag_steps)):
                     # Still over the setpoint just after the start window, the window showing the

@@ -17,9 +17,9 @@ This controller works on ratios instead of differences (r = latency / setpoint):
 with rules that keep it off the knee's steep side:
 - a jump undone: a raise by JUMP (1.4x) or more that the newest second shows over the setpoint within
   a lag, no knee known yet, goes back to the rate before it at once (the window would show it a lag
-  later); that rate is the knee, the jump the ceiling, and the window over that follows is the jump's.
-  The knee climbs back a quarter of the way a lag; within 1.2x of the jump with latency under half the
-  setpoint, the jump taught nothing: the knee is forgotten;
+  later); the jump is the ceiling, kept through the window over that follows (which blames its lag for
+  the knee as usual). The knee climbs back a quarter of the way a lag; within 1.2x of the jump with
+  latency under half the setpoint, the jump taught nothing: the knee is forgotten;
 - the window's lag: a window at VOUCH_FROM (0.5) of the aim or more vouches for the slowest rate
   of its lag, not the rate applied now, so the ramp goes no higher than that rate x 1/r (up to the
   knee it knows): raises within one lag do not compound the same window's factor;
@@ -306,7 +306,8 @@ class SlackController(ThrottleController):
     def _undo_jump(self, u: float) -> tuple[float, str, float, float, float] | None:
         """A jump of the ramp (x JUMP or more in one step) that the newest second shows over the setpoint
         within a lag, before any knee is known: back to the rate before the jump at once, that rate the
-        knee and the jump's rate the ceiling (see _climb_to_jump).
+        knee (until the window over that follows blames its lag) and the jump's rate the ceiling (see
+        _climb_to_jump).
 
         The window shows a raise a lag later. A x2 ramp that had just left the backup's start (on one
         quiet newest second, 2-34 ms, the window still over the setpoint) held 16 MB/s for 2-3 s on

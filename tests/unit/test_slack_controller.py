@@ -423,8 +423,8 @@ def test_a_start_burst_that_comes_back_after_a_jump_is_undone_and_then_forgotten
     # The newest second over the setpoint right after the ramp's x2 jump off a quiet second: the burst
     # again, or the jump past the knee (fourteenth session: every 70 ms run). Back to the rate before the
     # jump at once (the sixth session held the jump, which cost the 70 ms copies their spread). Here it
-    # was the burst: at the jump's rate latency is far under the setpoint, so once the bisection is back
-    # there the knee is forgotten and the ramp goes on.
+    # was the burst: latency is far under the setpoint, so once the climb back is within 1.2x of the jump
+    # the knee is forgotten and the ramp goes on.
     c = SlackController(0.1, MAX_RATE)
     window = [0.3, 0.5, 0.45, 0.4, 0.35, 0.05] + [0.03] * 24
     last = [0.5, 0.6, 0.01, 0.4, 0.02, 0.01] + [0.02] * 24
@@ -447,9 +447,9 @@ def test_a_ramp_that_overshot_only_twice_the_knee_it_taught_is_bisected_too() ->
     # this one): replayed, these windows would not find it there. The bisection still serves ramps far
     # under the setpoint (r < VOUCH_FROM), so it is tested with that rule off.
     c.VOUCH_FROM = math.inf
-    # The newest second over after the x1.4 jump (t=7) would now undo it at once and keep the rate before
-    # it as the knee through the window over that follows; these replayed windows cannot show what that
-    # would have done, so the jump's undo is off too (it is tested on its own below).
+    # The newest second over after the x1.4 jump (t=7) would now undo it at once and keep the jump as the
+    # ceiling; these replayed windows cannot show what that would have done, so the jump's undo is off too
+    # (it is tested on its own below).
     c.JUMP = math.inf
     mb = 1e6 / 200e6
     lat_ms = [40.1, 434.3, 684.4, 543.2, 302.1, 35.8, 44.7, 65.7, 104.5, 102.6, 96.9,
@@ -519,9 +519,9 @@ def test_a_jump_the_newest_second_shows_over_is_undone_before_the_window_shows_i
     fractions, notes, state = run(SlackController.JUMP)
     assert fractions[3] == pytest.approx(0.04)  # the quiet second: x2
     assert fractions[4] == pytest.approx(0.02) and "after a jump" in notes[4], (fractions, notes[4])
-    assert fractions[5] >= 0.98 * 0.02 - 1e-9  # the window over that follows: the jump's, no deeper cut
+    assert fractions[5] >= 0.98 * 0.02 - 1e-9  # the window over that follows: the usual 2 %, no deeper cut
     assert max(fractions[5:]) < 0.04, fractions  # never back at the jump ...
-    assert fractions[-1] >= 1.3 * 0.02, fractions  # ... but bisected towards it (sqrt(2) x the rate before)
+    assert fractions[-1] >= 1.3 * 0.02, fractions  # ... but climbed back towards it (the jump kept as the ceiling)
     assert state["knee_bytes_per_s"] is not None
     held, _, _ = run(math.inf)
     assert held[4] == pytest.approx(0.04)  # without the rule: held at the jump until the window showed it

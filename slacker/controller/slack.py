@@ -320,8 +320,10 @@ class SlackController(ThrottleController):
         if jump is None or self._warming or self.knee is not None or self._last_latency is None:
             return None
         k, before = jump
-        if self._k - k > self.lag_steps or u < self.JUMP * before or self._last_latency < self.setpoint_s:
-            self._jump = jump if self._k - k <= self.lag_steps else None
+        if self._k - k > self.lag_steps:
+            return None  # the window shows it by now
+        if u < self.JUMP * before or self._last_latency < self.setpoint_s:
+            self._jump = jump  # still within the lag: a later newest second may show it
             return None
         self.knee = self._episode_knee = before
         self._ceiling, self._undone = (u, self._k) if self.bisect else (None, None)
@@ -345,8 +347,8 @@ class SlackController(ThrottleController):
         jump taught nothing: the knee is forgotten and the ramp goes on.
         """
         far = r < self.UNDONE_FORGET_BELOW
-        at = list(self._applied)[-1:] if far else self._applied  # far under: the rate now is enough
-        seen = len(self._applied) == self._applied.maxlen and min(at) >= self.backoff * self.knee * 0.99
+        lowest = self._applied[-1] if far else min(self._applied)  # far under: the rate now is enough
+        seen = len(self._applied) == self._applied.maxlen and lowest >= self.backoff * self.knee * 0.99
         if not seen or r >= self.RAMP_BISECT_BELOW:
             return
         if c <= (1.2 if far else 1.05) * self.knee:

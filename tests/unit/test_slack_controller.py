@@ -126,15 +126,20 @@ def test_no_sustained_oscillation_after_the_knee_is_found() -> None:
 
 def test_follows_a_40_percent_load_step_and_a_load_that_falls() -> None:
     setpoint_s = 0.3
-    for seed in (1, 2, 3):
+    cut = []
+    for seed in range(1, 7):
         trace = simulate(SlackController(setpoint_s, MAX_RATE),
                          Plant(arrival_rate=lambda t: 18.0 if t < 150 else 18.0 * 1.4, seed=seed), 350)
         before = statistics.mean(trace.fractions()[100:150])
-        assert min(trace.fractions()[150:162]) < 0.85 * before
+        cut.append(min(trace.fractions()[150:162]) / before)
         assert trace.mean_latency(165, 350) < 1.1 * setpoint_s
         fixed = simulate(FixedRate(before * MAX_RATE),
                          Plant(arrival_rate=lambda t: 18.0 if t < 150 else 18.0 * 1.4, seed=seed), 350)
         assert fixed.mean_latency(250, 350) > 3 * setpoint_s
+    # Cut within 12 steps of the step. Not on every seed: where the rate before the step sat lower under
+    # its knee, the step's overshoot is mild and a 2 % landing plus the aim's trim is enough (a 3-seed
+    # version of this test failed or passed with the seeds' luck: main's controller lost seed 5, 0.93).
+    assert sum(c < 0.85 for c in cut) >= 4 and statistics.median(cut) < 0.8, cut
     # Load halves: the knee it remembered loosens and the copy takes the freed slack.
     trace = simulate(SlackController(setpoint_s, MAX_RATE),
                      Plant(arrival_rate=lambda t: 22.5 if t < 150 else 10.0, seed=1), 350)
@@ -769,3 +774,39 @@ def test_a_mild_overshoot_at_a_ramps_knee_keeps_the_ramps_ceiling() -> None:
         return out.fraction
     assert run(1.05) > 0.55  # the halvings towards the ramp's rate go on (knee 0.33, ceiling 1.0)
     assert run(1.6) < 0.45  # a clear overshoot at the knee is evidence: the knee is there, creep from it
+
+
+def test_the_copys_mean_leaves_out_the_backups_start() -> None:
+    # The backup's start stalls the tenant at any rate (1.5-4x the setpoint for the copy's first seconds on
+    # the disk-bound host). Counted in the copy's mean, those seconds held the aim under 1 for the rest of
+    # the copy, and the mean after them sat at 0.89x the setpoint (fifteenth session, both setpoints).
+    c = SlackController(0.1, MAX_RATE)
+    for k, x in enumerate([0.3] * 8 + [0.085] * 60):
+        c.step(seconds(x, x, float(k)), float(k))
+    assert c.state()["aim"] >= 1.1, c.state()  # counted from the 1st step it would be ~0.91
+
+
+def test_a_load_rise_restarts_the_copys_mean() -> None:
+    # Figure 13a: before a +40 % load step the copy's mean was 0.68x the setpoint, so the aim sat at its
+    # upper bound (1.15x), and after the step's overshoot the copy probed back up to 1.15x the setpoint
+    # and overshot again (fifteenth session: 2 of 6 repeats never back under 1.1x for good). The mean
+    # before a load rise says nothing about the slack after it: it starts afresh, the aim at most 1.
+    def step(c: SlackController, k: int, window: float, load: float) -> str:
+        s = LatencySample("fake", float(k), sum_s=window * 3 * load, count=3 * load, window_s=3.0,
+                          last_sum_s=window * load, last_count=load)
+        return c.step(s, float(k)).note
+    c = SlackController(0.1, MAX_RATE)
+    k = 0
+    for _ in range(40):
+        step(c, k, 0.06, 100)
+        k += 1
+    assert c.state()["aim"] == pytest.approx(1.15)
+    for _ in range(8):  # the load rose by 60 %: two cuts
+        step(c, k, 0.2, 160)
+        k += 1
+    note = step(c, k, 0.05, 160)
+    assert "after a load increase" in note
+    assert c.state()["aim"] <= 1.0
+    for _ in range(9):  # the new mean is not counted from the overshoot's seconds: the aim holds a while
+        step(c, k := k + 1, 0.05, 160)
+    assert c.state()["aim"] <= 1.0

@@ -48,8 +48,9 @@ with rules that keep it off the knee's steep side:
 - a mild overshoot (r < 1.3) at the knee a ramp taught keeps the ramp's ceiling,
   so the first halving towards it is not lost to one window over the aim.
 - the copy's mean: r is taken against aim x setpoint, aim = setpoint / the
-  copy's running mean latency (0.85-1.15, 0.01 a step), so the copy's mean,
-  not each window, sits at the setpoint (_trim_aim).
+  copy's running mean latency (0.85-1.15, 0.01 a step; the mean from the copy's
+  10th step, afresh after a load rise), so the copy's mean, not each window,
+  sits at the setpoint (_trim_aim).
 
 A single noisy window over the setpoint costs 2 % of the rate (the landing
 under the knee), not a cut in proportion to the spike: that proportional cut

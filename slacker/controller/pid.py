@@ -8,7 +8,7 @@ sits far below the setpoint with the copy already at full speed.
     Δu_k = Kp·(e_k − e_{k−1}) + Ki·e_k·dt − Kd·(y_k − 2y_{k−1} + y_{k−2}) / (setpoint·dt)
     u_k  = clamp(u_{k−1} + Δu_k, 0, 1)                      (fraction of max rate)
 
-Built beside simple-pid rather than on it: simple-pid computes the positional form
+Not built on simple-pid (no longer a dependency): it computes the positional form
 (it clamps its integral to avoid windup, but its output is an absolute value), and
 we need the increment itself, derivative on measurement with a second difference,
 and safety rules for failed or empty latency windows that it has no notion of.

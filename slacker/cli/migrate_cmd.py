@@ -86,9 +86,9 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     \b
     Examples:
       slacker migrate t42 --to node-2                      # unthrottled live migration
-      slacker migrate t42 --to node-2 --rate 20MB/s        # fixed throttle
+      slacker migrate t42 --to node-1 --rate 20MB/s        # fixed throttle
       slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
-      slacker migrate --set t42 setpoint=900ms             # change it while it runs
+      slacker migrate t42 --set setpoint=900ms             # change it while it runs
       slacker migrate --abort t42                          # cancel; the source keeps serving
       slacker migrate --finish t42                         # past the flip: retry the last steps now
 
@@ -101,6 +101,11 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     from ..agent.client import cluster_clients
     from ..tenants import validate_tenant_id
 
+    if settings and _is_setting(tenant_id) and not all(_is_setting(x) for x in settings):
+        # `--set t42 setpoint=900ms`: click gave --set the tenant and TENANT_ID the setting.
+        raise InvalidInput(f"--set {settings[-1]} {tenant_id}: the tenant goes before --set",
+                           "--set takes a setting, not a tenant",
+                           f"slacker migrate {settings[-1]} --set {tenant_id}")
     validate_tenant_id(tenant_id)
     cluster = cli.cluster()
     agents, directory = cluster_clients(cluster)
@@ -189,6 +194,14 @@ def _migration_agent(agents: dict, tenant_id: str):
         if any(m.get("tenant") == tenant_id and m.get("active") and m.get("source") for m in doc["migrations"]):
             return agent
     return None
+
+
+def _is_setting(text: str) -> bool:
+    try:
+        parse_settings((text,))
+    except InvalidInput:
+        return False
+    return True
 
 
 def parse_settings(settings: tuple[str, ...]) -> dict:

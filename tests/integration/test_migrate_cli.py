@@ -40,6 +40,9 @@ def test_migrate_bad_input(cluster):
     one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--mode", "teleport")[::2], "teleport")
     one_line_error(*slacker("migrate", "BAD", "--to", "node-2")[::2], "invalid tenant id")
     one_line_error(*slacker("migrate", "--abort", "cli2")[::2], "no migration")
+    # the tenant after --set (as the README once showed it): say the form that works
+    one_line_error(*slacker("migrate", "--set", "cli2", "setpoint=900ms")[::2], "the tenant goes before --set",
+                   "slacker migrate cli2 --set setpoint=900ms")
     # a tenant already migrating
     doc = start_migration(cluster, "cli2", target="node-2", hold_s={"delta": 20})
     wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=60)

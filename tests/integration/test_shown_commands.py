@@ -1,0 +1,224 @@
+"""Every command the README's "Using it" block and `slacker migrate --help` show, run as shown on live clusters.
+
+A shown command rotted before (`slacker migrate --set t42 setpoint=900ms` failed with `invalid tenant id`);
+this runs each of them, in the README's order, as a user would type it. The only words added are the ones
+that keep this run off other clusters on the machine (addresses, ports, a subnet) and `--fault-injection`
+on the cluster the story runs on (to hold a migration past its flip for `--finish`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slacker.cli import main
+
+from .conftest import TEST_PORT_RANGE, _free_port, _next_block
+from .migration_helpers import processes_mentioning, start_migration, wait_migration, wait_phase
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _command(line: str) -> list[str] | None:
+    """The words of one shown line, without its comment and a leading sudo; None: not a slacker command."""
+    words = shlex.split(line, comments=True)
+    if words[:1] == ["sudo"]:
+        words = words[1:]
+    return words if words[:1] == ["slacker"] else None
+
+
+def readme_commands() -> list[list[str]]:
+    block = README.read_text().split("## Using it", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    return [w for w in map(_command, block.splitlines()) if w]
+
+
+def help_examples(*command: str) -> list[list[str]]:
+    text = CliRunner().invoke(main, [*command, "--help"], terminal_width=200).output
+    block = text.split("Examples:", 1)[1].split("\n\n", 1)[0]
+    return [w for w in map(_command, block.splitlines()) if w]
+
+
+def test_the_shown_commands_are_found() -> None:
+    # The parsers above must see the blocks (an edit that breaks them would make the test below vacuous).
+    shown = readme_commands()
+    assert ["slacker", "cluster", "up", "--nodes", "2"] in shown
+    assert ["slacker", "migrate", "t42", "--set", "setpoint=900ms"] in shown
+    assert ["slacker", "migrate", "--abort", "t42"] in help_examples("migrate")
+
+
+class Shell:
+    """Runs `slacker ...` in a directory of its own, as typed there (the cluster file found as run/cluster.toml)."""
+
+    def __init__(self, cwd: Path) -> None:
+        cwd.mkdir(parents=True, exist_ok=True)
+        self.cwd = cwd
+        self.env = {k: v for k, v in os.environ.items() if k != "SLACKER_CLUSTER"}
+        self.ran: list[list[str]] = []
+
+    def run(self, words: list[str], *extra: str, ok: bool = True, timeout_s: float = 240) -> tuple[int, str, str]:
+        p = subprocess.run([sys.executable, "-m", "slacker", *words[1:], *extra], cwd=self.cwd, env=self.env,
+                           capture_output=True, text=True, timeout=timeout_s)
+        self.ran.append(words)
+        if ok:
+            assert p.returncode == 0, (shlex.join(words), p.returncode, p.stdout, p.stderr)
+            assert "Traceback" not in p.stderr, p.stderr
+        return p.returncode, p.stdout, p.stderr
+
+    def cluster(self):
+        from slacker.config import load_cluster
+        return load_cluster(str(self.cwd / "run" / "cluster.toml"))
+
+    def down(self) -> None:
+        """Whatever happened, nothing of this directory's cluster survives the test."""
+        subprocess.run([sys.executable, "-m", "slacker", "cluster", "down", "--purge", "--dir", str(self.cwd / "run")],
+                       cwd=self.cwd, env=self.env, capture_output=True, timeout=180)
+        for pid, _ in processes_mentioning(str(self.cwd)):
+            from slacker.procs import kill_group
+            kill_group(pid)
+        from slacker import netns
+        try:
+            netns.teardown(self.cwd / "run")
+        except Exception:
+            pass
+
+
+def _own_addresses(words: list[str]) -> list[str]:
+    """Options that keep a shown `cluster up` off other clusters: a loopback block, ports, a subnet of its own."""
+    _next_block[0] += 1
+    if "--netns" in words:
+        k = _next_block[0]
+        extra = ["--netns-subnet", f"10.{78 + k % 8}.{(os.getpid() + k * 37) % 250}.0/24"]
+    else:
+        first = f"127.0.{100 + (os.getpid() + _next_block[0]) % 150}.2"
+        extra = ["--address", first, "--api-port", str(_free_port(first))]
+    extra += ["--port-range", "%d-%d" % TEST_PORT_RANGE]
+    if "etcd" in words and "--netns" not in words:  # in namespaces each member has an address of its own
+        host = "127.0.0.1"
+        client = _free_port(host)
+        peer = _free_port(host)
+        while peer == client:
+            peer = _free_port(host)
+        extra += ["--etcd-client-port", str(client), "--etcd-peer-port", str(peer)]
+    return extra
+
+
+def _nodes(words: list[str]) -> int:
+    return int(words[words.index("--nodes") + 1])
+
+
+def _held_migration(sh: Shell, **options) -> dict:
+    """A migration of t42 to the other node that stays running (a slow copy, or a hold), started as
+    `slacker migrate` would start it; for the commands that change or end a running one."""
+    cluster = sh.cluster()
+    from slacker.agent.client import cluster_clients
+    _, directory = cluster_clients(cluster)
+    owner = directory.lookup("t42").node
+    other = next(n for n in cluster.nodes if n != owner)
+    return {"source": owner, "target": other, **start_migration(cluster, "t42", target=other, **options)}
+
+
+def _run_set(sh: Shell, words: list[str]) -> None:
+    doc = _held_migration(sh, controller={"setpoint_s": 1.5, "max_rate_bytes_per_s": 100_000})
+    cluster = sh.cluster()
+    wait_phase(cluster, doc["source"], doc["id"], "snapshot", timeout_s=90)
+    _, out, _ = sh.run(words)
+    assert "setpoint" in out, out
+    from slacker.agent.client import cluster_clients
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + 30
+    while True:  # the controller's state shows the new setpoint from its next step on
+        ctl = agents[doc["source"]].request("GET", f"/v1/migrations/{doc['id']}")["controller"] or {}
+        if ctl.get("setpoint_s") is not None and abs(ctl["setpoint_s"] - 0.9) < 1e-9:
+            break
+        assert time.monotonic() < deadline, ctl
+        time.sleep(0.2)
+    sh.held = doc  # the next shown command (--abort) ends it
+
+
+def _run_abort(sh: Shell, words: list[str]) -> None:
+    doc = getattr(sh, "held", None) or _held_migration(sh, rate_bytes_per_s=100_000)
+    _, out, _ = sh.run(words)
+    assert "aborting" in out, out
+    end = wait_migration(sh.cluster(), doc["source"], doc["id"], timeout_s=120)
+    assert end["result"] == "aborted", end
+    _, out, _ = sh.run(["slacker", "locate", "t42", "--json"])
+    assert json.loads(out)["node"] == doc["source"]  # the source keeps serving
+    sh.held = None
+
+
+def _run_finish(sh: Shell, words: list[str]) -> None:
+    doc = _held_migration(sh, hold_s={"flipped": 8})
+    from slacker.agent.client import cluster_clients
+    agents, _ = cluster_clients(sh.cluster())
+    deadline = time.monotonic() + 120
+    while not agents[doc["source"]].request("GET", f"/v1/migrations/{doc['id']}")["past_point_of_no_return"]:
+        assert time.monotonic() < deadline, "never past the flip"
+        time.sleep(0.05)
+    _, out, _ = sh.run(words)
+    assert "retrying its forward steps" in out, out
+    end = wait_migration(sh.cluster(), doc["source"], doc["id"], timeout_s=120)
+    assert end["result"] == "succeeded", end
+    _, out, _ = sh.run(["slacker", "locate", "t42", "--json"])
+    assert json.loads(out)["node"] == doc["target"]
+
+
+def _run_other_cluster(sh_dir: Path, words: list[str]) -> None:
+    """A `cluster up` variant: up in a directory of its own, every node answering, then down."""
+    sh = Shell(sh_dir)
+    try:
+        sh.run(words, *_own_addresses(words))
+        _, out, _ = sh.run(["slacker", "status", "--json"])
+        doc = json.loads(out)
+        assert len(doc["nodes"]) == _nodes(words) and all(n["reachable"] for n in doc["nodes"]), doc["nodes"]
+    finally:
+        sh.down()
+
+
+def test_every_shown_command_runs_as_shown(short_tmp) -> None:
+    shown = readme_commands()
+    # `slacker migrate --help` shows a subset of the README's lines: running those runs the help's too.
+    missing = [shlex.join(w) for w in help_examples("migrate") if w not in shown]
+    assert not missing, f"shown by `slacker migrate --help` but not in the README's Using it block: {missing}"
+
+    story = Shell(short_tmp / "story")
+    ran_elsewhere: list[list[str]] = []
+    try:
+        first_up = True
+        for i, words in enumerate(shown):
+            if words[1:3] == ["cluster", "up"]:
+                if first_up:  # the cluster the rest of the block runs on
+                    story.run(words, *_own_addresses(words), "--fault-injection")
+                    first_up = False
+                elif "--netns" in words and os.geteuid() != 0:
+                    continue  # shown with sudo: a non-root run cannot
+                else:
+                    _run_other_cluster(short_tmp / f"variant-{i}", words)
+                    ran_elsewhere.append(words)
+            elif words[1:2] == ["migrate"] and "--set" in words:
+                _run_set(story, words)
+            elif words[1:3] == ["migrate", "--abort"]:
+                _run_abort(story, words)
+            elif words[1:3] == ["migrate", "--finish"]:
+                _run_finish(story, words)
+            else:
+                _, out, _ = story.run(words)
+                if words[1:2] == ["locate"] and "--json" in words:
+                    assert json.loads(out)["node"] == "node-1"
+                if "--defaults-file" in words:
+                    cnf = story.cwd / words[words.index("--defaults-file") + 1]
+                    assert stat.S_IMODE(cnf.stat().st_mode) == 0o600 and "password" in cnf.read_text()
+                if words[1:2] == ["migrate"]:
+                    assert "SUCCEEDED" in out, out
+        assert not set(map(tuple, shown)) - set(map(tuple, story.ran + ran_elsewhere)) - \
+            ({tuple(w) for w in shown if "--netns" in w} if os.geteuid() != 0 else set())
+    finally:
+        story.down()
+

@@ -187,11 +187,17 @@ class SlackController(ThrottleController):
         counts the copy's steps after the MEAN_AFTER_STEPS-th: the backup's start stalls the tenant at
         any rate (1.5-4x the setpoint on a disk-bound host), and counted, those seconds held the aim
         near 1 and the mean after them at 0.89x (fifteenth session, both setpoints). A load rise
-        starts the mean afresh (see _load_rose).
+        starts the mean afresh (see _load_rose). Over 1 only once a knee is known.
         """
         if self._copy_steps <= self.MEAN_AFTER_STEPS or self._mean_n <= 0 or self._mean_sum <= 0:
             return
         lo, hi = self.MEAN_TRIM
+        if self.knee is None:
+            # No knee found yet: the ramp is still looking for the slack, and the setpoint itself bounds
+            # it. Aimed over the setpoint, a ramp whose copy lagged its limit (the source disk) went on at
+            # windows of 0.9-1.0x and found the knee 50 % past it (sixteenth session, 100 ms: 20 MB/s,
+            # the knee near 13, 549 ms a second). The aim corrects the bias of holding *at* a knee.
+            hi = min(hi, 1.0)
         want = min(hi, max(lo, self.setpoint_s / (self._mean_sum / self._mean_n)))
         step = self.MEAN_TRIM_PER_STEP
         self._aim = min(self._aim + step, max(self._aim - step, want))

@@ -135,7 +135,7 @@ def test_follows_a_40_percent_load_step_and_a_load_that_falls() -> None:
         assert trace.mean_latency(165, 350) < 1.1 * setpoint_s
         fixed = simulate(FixedRate(before * MAX_RATE),
                          Plant(arrival_rate=lambda t: 18.0 if t < 150 else 18.0 * 1.4, seed=seed), 350)
-        assert fixed.mean_latency(250, 350) > 3 * setpoint_s
+        assert fixed.mean_latency(250, 350) > 2 * setpoint_s  # the step breaks a fixed rate (2.4-109x here)
     # Cut within 12 steps of the step. Not on every seed: where the rate before the step sat lower under
     # its knee, the step's overshoot is mild and a 2 % landing plus the aim's trim is enough (a 3-seed
     # version of this test failed or passed with the seeds' luck: main's controller lost seed 5, 0.93).
@@ -781,9 +781,26 @@ def test_the_copys_mean_leaves_out_the_backups_start() -> None:
     # the disk-bound host). Counted in the copy's mean, those seconds held the aim under 1 for the rest of
     # the copy, and the mean after them sat at 0.89x the setpoint (fifteenth session, both setpoints).
     c = SlackController(0.1, MAX_RATE)
-    for k, x in enumerate([0.3] * 8 + [0.085] * 60):
+    for k, x in enumerate([0.3] * 8 + [0.085] * 10 + [0.15] * 2 + [0.085] * 50):  # a knee found at 0.15
         c.step(seconds(x, x, float(k)), float(k))
     assert c.state()["aim"] >= 1.1, c.state()  # counted from the 1st step it would be ~0.91
+
+
+def test_the_aim_goes_over_the_setpoint_only_once_a_knee_is_known() -> None:
+    # Sixteenth session, 100 ms: the ramp had found no knee yet, the copy lagged its limit (the source's
+    # disk), and with the aim at 1.06-1.09 windows at 0.94-1.0x the setpoint still ramped (x1.12-1.21):
+    # the knee was found at 20 MB/s, 50 % past the real one, and the overshoot cost 549 ms a second.
+    c = SlackController(0.1, MAX_RATE)
+    aims = []
+    for k in range(40):  # a ramp at 0.8x the setpoint, no overshoot: the setpoint bounds it
+        c.step(seconds(0.08, 0.08, float(k)), float(k))
+        aims.append(c.state()["aim"])
+    assert c.knee is None and max(aims) <= 1.0, aims
+    c.step(seconds(0.15, 0.15, 40.0), 40.0)  # an overshoot: the knee is here
+    assert c.knee is not None
+    for k in range(41, 70):
+        c.step(seconds(0.07, 0.07, float(k)), float(k))
+    assert c.state()["aim"] > 1.1  # holding at a known knee: the copy's mean steers the aim again
 
 
 def test_a_load_rise_restarts_the_copys_mean() -> None:
@@ -797,8 +814,8 @@ def test_a_load_rise_restarts_the_copys_mean() -> None:
         return c.step(s, float(k)).note
     c = SlackController(0.1, MAX_RATE)
     k = 0
-    for _ in range(40):
-        step(c, k, 0.06, 100)
+    for window in [0.06] * 10 + [0.15] + [0.06] * 40:  # a knee found at step 10 (the aim goes over 1 from there)
+        step(c, k, window, 100)
         k += 1
     assert c.state()["aim"] == pytest.approx(1.15)
     for _ in range(8):  # the load rose by 60 %: two cuts

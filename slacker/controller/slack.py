@@ -187,20 +187,34 @@ class SlackController(ThrottleController):
         counts the copy's steps after the MEAN_AFTER_STEPS-th: the backup's start stalls the tenant at
         any rate (1.5-4x the setpoint on a disk-bound host), and counted, those seconds held the aim
         near 1 and the mean after them at 0.89x (fifteenth session, both setpoints). A load rise
-        starts the mean afresh (see _load_rose). Over 1 only once a knee is known.
+        starts the mean afresh (see _load_rose). Over 1 only once the knee is found (_finding_knee).
         """
         if self._copy_steps <= self.MEAN_AFTER_STEPS or self._mean_n <= 0 or self._mean_sum <= 0:
             return
         lo, hi = self.MEAN_TRIM
-        if self.knee is None:
-            # No knee found yet: the ramp is still looking for the slack, and the setpoint itself bounds
-            # it. Aimed over the setpoint, a ramp whose copy lagged its limit (the source disk) went on at
-            # windows of 0.9-1.0x and found the knee 50 % past it (sixteenth session, 100 ms: 20 MB/s,
-            # the knee near 13, 549 ms a second). The aim corrects the bias of holding *at* a knee.
+        if self._finding_knee():
+            # The ramp, a ramp's first halving or the climb back to a jump undone is still looking for the
+            # slack, and the setpoint itself bounds it. Aimed over the setpoint, a ramp whose copy lagged
+            # its limit (the source disk) went on at windows of 0.9-1.0x and found the knee 50 % past it
+            # (sixteenth session, 100 ms: 20 MB/s, the knee near 13, 549 ms a second), and climbs back to
+            # a jump undone went on at windows under 0.8x the aim, not the setpoint (two 100 ms runs:
+            # 10 -> 12.8 -> 15.3 and 11.3 -> 14.9 -> 17.8 MB/s, the knee near 13, 353 and 218 ms a
+            # second). The aim corrects the bias of holding *at* a knee.
             hi = min(hi, 1.0)
         want = min(hi, max(lo, self.setpoint_s / (self._mean_sum / self._mean_n)))
         step = self.MEAN_TRIM_PER_STEP
         self._aim = min(self._aim + step, max(self._aim - step, want))
+
+    def _ramp_halving(self) -> bool:
+        """A ramp's overshoot left the knee at a fraction of the rate it happened at: its first halving is
+        untried or under way (see _law)."""
+        c = self._ceiling
+        return c is not None and self.knee is not None and (
+            self._ramp_goal is not None or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
+
+    def _finding_knee(self) -> bool:
+        """No knee yet, or one that a ramp's first halving or the climb back to a jump undone may still move."""
+        return self.knee is None or self._undone is not None or self._ramp_halving()
 
     def state(self) -> dict:
         """The knee it remembers (bytes/s; None: none learnt) and the share of the setpoint it holds
@@ -587,8 +601,7 @@ class SlackController(ThrottleController):
             # A ramp's overshoot leaves the knee at a fraction of the rate it happened at (x2 a step,
             # the window lagging 3-4 steps): the first halving needs only latency clearly under the
             # setpoint, not far under it (on a disk-bound host latency at half the knee is 0.4-0.7x).
-            ramp = c is not None and (self._ramp_goal is not None
-                                      or (c > self.RAMP_OVERSHOOT * self.knee and self._halvings == 0))
+            ramp = self._ramp_halving()
             below = max(self.bisect_below, self.RAMP_BISECT_BELOW) if ramp else self.bisect_below
             if c is not None and self._undone is not None:
                 self._climb_to_jump(c, r)

@@ -827,3 +827,20 @@ def test_a_load_rise_restarts_the_copys_mean() -> None:
     for _ in range(9):  # the new mean is not counted from the overshoot's seconds: the aim holds a while
         step(c, k := k + 1, 0.05, 160)
     assert c.state()["aim"] <= 1.0
+
+
+def test_the_aim_stays_at_most_1_while_climbing_back_to_a_jump_undone() -> None:
+    # Sixteenth session, two 100 ms runs: a jump undone at the copy's start, then the climb back towards it
+    # (a quarter of the way a lag under 0.8x the aim) went on at windows of 0.5-0.8x the setpoint with the
+    # aim at 1.06-1.1 (the copy's mean under the setpoint): 10 -> 12.8 -> 15.3 MB/s, the knee near 13, a
+    # 353 ms second. While the jump's rate is still the ceiling, the setpoint itself bounds the climb.
+    c = SlackController(0.07, 200e6)
+    rows = [(0.12, 0.25), (0.2, 0.3), (0.15, 0.1), (0.09, 0.01), (0.08, 0.11),  # the start, a jump undone
+            (0.11, 0.12), (0.1, 0.08), (0.08, 0.05)] + [(0.0595, 0.0595)] * 40  # its window, then 0.85x
+    aims, climbing = [], []
+    for k, (w, x) in enumerate(rows):
+        c.step(seconds(w, x, float(k)), float(k))
+        aims.append(c.state()["aim"])
+        climbing.append(c._undone is not None)
+    assert sum(climbing[8:]) >= 30, climbing  # the climb is pending: 0.85x the setpoint is no reason to climb
+    assert max(a for a, on in zip(aims, climbing) if on) <= 1.0, aims

@@ -300,15 +300,14 @@ class SlackController(ThrottleController):
         self._load.append(None if self._warming else sample.newest_load)
         if not self._warming and sample.ok:
             self._copy_steps += 1
-            if self._copy_steps <= self.MEAN_AFTER_STEPS:
-                pass  # the backup's start (see _trim_aim)
-            elif sample.last_sum_s is not None and sample.last_count:  # the newest second's transactions
-                self._mean_sum += sample.last_sum_s
-                self._mean_n += sample.last_count
-            elif sample.latency_s is not None:
-                self._mean_sum += sample.latency_s
-                self._mean_n += 1
-            self._trim_aim()
+            if self._copy_steps > self.MEAN_AFTER_STEPS:  # not the backup's start (see _trim_aim)
+                if sample.last_sum_s is not None and sample.last_count:  # the newest second's transactions
+                    self._mean_sum += sample.last_sum_s
+                    self._mean_n += sample.last_count
+                elif sample.latency_s is not None:
+                    self._mean_sum += sample.latency_s
+                    self._mean_n += 1
+                self._trim_aim()
         return super()._step(sample, now, bytes_done)
 
     def _through_start_burst(self, r: float, rising: float) -> tuple[float, float, bool]:

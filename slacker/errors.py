@@ -98,6 +98,14 @@ class MigrationFailed(SlackerError):
         return d
 
 
+class LockNotGranted(MigrationFailed):
+    """The source's freeze was not granted within its share of the freeze budget; nothing was frozen."""
+
+
+class CatchUpTimeout(MigrationFailed):
+    """The target did not reach the frozen source's position within the freeze budget."""
+
+
 # Map names back to classes so errors survive a trip through the agent's HTTP API.
 ERROR_CLASSES = {
     cls.__name__: cls
@@ -113,12 +121,14 @@ ERROR_CLASSES = {
         Unauthorized,
         InsecureChannel,
         MigrationFailed,
+        LockNotGranted,
+        CatchUpTimeout,
     )
 }
 
 
 def error_from_dict(d: dict) -> SlackerError:
     cls = ERROR_CLASSES.get(d.get("error", ""), SlackerError)
-    if cls is MigrationFailed:
-        return MigrationFailed(d.get("what", "?"), d.get("why", ""), d.get("hint", ""), d.get("phase", ""))
+    if issubclass(cls, MigrationFailed):
+        return cls(d.get("what", "?"), d.get("why", ""), d.get("hint", ""), d.get("phase", ""))
     return cls(d.get("what", "?"), d.get("why", ""), d.get("hint", ""))

@@ -69,6 +69,10 @@ POLL_S = 0.5
               help="Retry now the forward steps of a migration past its flip (shown as finishing in status).")
 @click.option("--handover-attempts", "handover_attempts", type=click.IntRange(1, 20), default=3,
               show_default=True, help="Handover attempts over --max-freeze before giving up (source serving).")
+@click.option("--handover-wait", type=DURATION, default=60.0, show_default="60s",
+              help="How long the handover waits, before freezing, for statements and write transactions on the "
+                   "source older than --max-freeze (long transactions, batch statements, DDL) to end; then it "
+                   "fails with the source serving.")
 @click.option("--set", "settings", multiple=True,
               help="Change a running migration: setpoint=900ms, max-rate=50MB/s, rate=10MB/s, pause, resume.")
 @click.option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
@@ -79,7 +83,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
-            delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int, settings: tuple[str, ...],
+            delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
+            handover_wait: float, settings: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
@@ -142,7 +147,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                           gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
                           pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
                           delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
-                          catchup_mode=catchup_mode, target_setpoint=target_setpoint,
+                          handover_wait=handover_wait, catchup_mode=catchup_mode, target_setpoint=target_setpoint,
                           target_guard=not no_target_guard)
     doc = start_migration(source, body)
     mid = doc["id"]
@@ -246,6 +251,8 @@ def progress_line(doc: dict) -> str:
         line += f"  round {len(doc['rounds'])}"
     if doc.get("finishing_reason"):
         line += f"  ({doc['finishing_reason']})"
+    if doc.get("waiting_for"):
+        line += f"  (handover waits for {doc['waiting_for']})"
     return line
 
 
@@ -271,6 +278,9 @@ def print_summary(doc: dict) -> None:
     rows.append(["freeze window", f"{doc['freeze_ms']:.0f} ms" if doc.get("freeze_ms") is not None else "-"])
     if len(doc.get("handover_attempts") or []) > 1:
         rows.append(["handover attempts", len(doc["handover_attempts"])])
+    interrupted = sum(a.get("interrupted") or 0 for a in doc.get("handover_attempts") or [])
+    if interrupted:
+        rows.append(["statements interrupted", f"{interrupted}  <- waiting on row locks when the freeze began"])
     if doc.get("directory_outage_s"):
         rows.append(["directory outage", f"{doc['directory_outage_s']:.1f} s (writes refused meanwhile)"])
     for w in doc.get("warnings") or []:

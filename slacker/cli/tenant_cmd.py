@@ -176,6 +176,8 @@ def _migration_line(m: dict) -> str:
         line += f", ETA {m['eta_s']:.0f}s"
     if m.get("finishing_reason"):
         line += f"; {'finishing' if m.get('past_point_of_no_return') else 'waiting'}: {m['finishing_reason']}"
+    if m.get("waiting_for"):
+        line += f"; the handover waits for {m['waiting_for']}"
     return line
 
 

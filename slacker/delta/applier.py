@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pymysql
 
-from ..errors import MigrationFailed
+from ..errors import CatchUpTimeout, MigrationFailed
 from . import gtid as gtids
 
 
@@ -154,7 +154,7 @@ class ReplicationApplier(DeltaApplier):
                 return time.monotonic() - t0
             self._check_running()
             if time.monotonic() >= deadline:
-                raise MigrationFailed("the target did not catch up in time",
+                raise CatchUpTimeout("the target did not catch up in time",
                                       f"waited {timeout_s:.0f}s for {gtid}, applied {self.applied()}",
                                       "the write load may be too heavy for the applier", phase="delta")
 

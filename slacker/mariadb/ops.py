@@ -1,20 +1,17 @@
-"""The statements a migration runs against a tenant's server: freeze, fence, positions, inspection.
+"""The statements a migration runs against a tenant's server: fence, positions, inspection.
 
-Freeze (FLUSH TABLES WITH READ LOCK) blocks every writer, Slacker's own
-included, for as long as one connection holds it. Fence (`read_only`) is
-server state: it outlives that connection, and a COMMIT that was blocked by
-the freeze fails once the freeze is lifted (checked after the commit lock).
-The application account lacks READ ONLY ADMIN, so `read_only` holds it off.
+The freeze (FLUSH TABLES WITH READ LOCK, granted under OLTP load) is in
+`freeze.py`; it blocks every writer for as long as one connection holds it.
+Fence (`read_only`) is server state: it outlives that connection, and a COMMIT
+that was blocked by the freeze fails once the freeze is lifted (checked after
+the commit lock). The application account lacks READ ONLY ADMIN, so
+`read_only` holds it off.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
-import pymysql
-
-from ..errors import MigrationFailed
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 TRANSACTIONAL_ENGINES = ("InnoDB",)
@@ -74,68 +71,6 @@ def tables_without_primary_key(conn) -> list[str]:
             f"WHERE t.table_type = 'BASE TABLE' AND t.table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))}) "
             "AND c.constraint_name IS NULL ORDER BY 1", SYSTEM_SCHEMAS)
         return [r[0] for r in cur.fetchall()]
-
-
-def freeze(connect, lock_timeout_s: float) -> object:
-    """FLUSH TABLES WITH READ LOCK on a new connection, given up after `lock_timeout_s`.
-
-    A statement running long holds FTWRL back (and with it every writer queued behind it),
-    so the wait is bounded from outside: a watchdog kills the query when the time is up.
-    Returns the connection that holds the lock; on failure nothing is left locked or open.
-    """
-    conn = connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT CONNECTION_ID()")
-            cid = cur.fetchone()[0]
-            cur.execute("SET SESSION lock_wait_timeout = %s", (max(1, int(lock_timeout_s + 0.999)),))
-    except BaseException:
-        close_quietly(conn)
-        raise
-    fired = threading.Event()
-    done = threading.Event()
-
-    def watchdog():
-        if done.wait(lock_timeout_s):
-            return
-        fired.set()
-        try:
-            killer = connect()
-            try:
-                with killer.cursor() as cur:
-                    cur.execute("KILL QUERY %s", (cid,))
-            finally:
-                close_quietly(killer)
-        except Exception:
-            pass
-
-    t = threading.Thread(target=watchdog, name="freeze-watchdog", daemon=True)
-    t.start()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("FLUSH TABLES WITH READ LOCK")
-    except pymysql.err.MySQLError as exc:
-        done.set()
-        close_quietly(conn)
-        why = f"not granted within {lock_timeout_s * 1000:.0f}ms" if fired.is_set() else str(exc.args[-1])
-        raise MigrationFailed("could not freeze the source", why,
-                              "a long-running statement holds tables; the source keeps serving",
-                              phase="handover") from None
-    finally:
-        done.set()
-    return conn
-
-
-def unfreeze(conn) -> None:
-    """Release the freeze; closing the session releases it in any case. Never raises."""
-    if conn is None:
-        return
-    try:
-        with conn.cursor() as cur:
-            cur.execute("UNLOCK TABLES")
-    except Exception:
-        pass
-    close_quietly(conn)
 
 
 def set_read_only(conn, on: bool) -> None:

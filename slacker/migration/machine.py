@@ -27,7 +27,8 @@ from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from ..delta import gtid as gtids
 from ..delta.convergence import ConvergenceJudge
-from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
+from ..errors import (AgentUnavailable, CatchUpTimeout, Conflict, InvalidInput, LockNotGranted, MigrationFailed,
+                      NotFound, SlackerError)
 from ..mariadb import ops
 from ..mariadb.checksums import table_checksums
 from ..transfer import TLS_PIPES, make_pipe
@@ -88,6 +89,8 @@ class Migration:
         self.epoch_before: int | None = recovered.epoch_before if recovered else None
         self.epoch_after: int | None = recovered.epoch_after if recovered else None
         self.finishing_reason = ""
+        self.waiting_for = ""  # what the handover waits for before it may freeze (a long transaction, DDL)
+        self.handover_step = ""  # the last step the current handover attempt reached (locked, fenced, ...)
         self.outage_s: float | None = None  # directory unreachable at the flip, source fenced meanwhile
         self.created = time.monotonic()
         self.finished_at: float | None = None
@@ -175,6 +178,7 @@ class Migration:
             "handover_steps_ms": self.handover_steps_ms, "handover_attempts": [asdict(a) for a in self.attempts],
             "verified": self.verified, "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
             "past_point_of_no_return": self.past_point_of_no_return, "finishing_reason": self.finishing_reason,
+            "waiting_for": self.waiting_for, "handover_step": self.handover_step,
             "directory_outage_s": self.outage_s, "warnings": self.warnings, "recovered": self.recovered,
             "series_path": str(self.series_path), "pipe": self.opts.pipe,
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
@@ -550,6 +554,11 @@ class Migration:
                                       "raise --max-freeze or migrate without --verify; nothing was frozen",
                                       phase="handover")
         for n in range(1, self.opts.handover_attempts + 1):
+            if self._wait_until_quiet():
+                # The target kept applying while we waited; catch up what came meanwhile.
+                self._target("resume", {}, timeout_s=60)
+                self._delta()
+                self._phase("handover")
             try:
                 self._handover_attempt(n)
                 return
@@ -565,6 +574,30 @@ class Migration:
                 self._target("resume", {}, timeout_s=60)
                 self._delta()
                 self._phase("handover")
+
+    def _wait_until_quiet(self) -> bool:
+        """Wait, outside the freeze, until no statement runs and no write transaction is open on the source
+        for longer than the freeze budget (a long transaction, a batch statement, DDL): a freeze would
+        stall every writer behind it or break it. True if it had to wait; fails after --handover-wait."""
+        t0 = time.monotonic()
+        while True:
+            found = self.src.blockers(older_than_s=self.opts.max_freeze_s)
+            if not found:
+                self.waiting_for = ""
+                return time.monotonic() - t0 > self.opts.step_s
+            waited = time.monotonic() - t0
+            more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+            self.waiting_for = f"{found[0]}{more}"
+            if waited >= self.opts.handover_wait_s:
+                self.waiting_for = ""
+                raise MigrationFailed(
+                    f"the handover waited {waited:.0f}s (--handover-wait) for the source to be quiet",
+                    f"{found[0]}{more}",
+                    "the source keeps serving; let it finish or end it (KILL <connection>), "
+                    "or raise --handover-wait", phase="handover")
+            log.info("migration %s: handover waits for %s", self.id, self.waiting_for)
+            self._abort.wait(min(0.2, max(0.01, self.opts.handover_wait_s - waited)))
+            self._check_abort()
 
     def _warm_connections(self) -> None:
         """Open the connections the freeze will use (target agent; the directory when another agent
@@ -583,6 +616,7 @@ class Migration:
 
         def mark(step: str) -> None:
             steps[step] = round((time.monotonic() - t0) * 1000, 1)
+            self.handover_step = step
 
         def left(step: str) -> float:
             rest = deadline - time.monotonic()
@@ -598,23 +632,18 @@ class Migration:
         try:
             try:
                 frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
-            except MigrationFailed as exc:
-                # Not granted in time (statements in flight hold the tables: under a heavy write load
-                # with multi-statement transactions this happens now and then). Nothing was frozen:
-                # like an attempt over budget, more delta rounds and another attempt.
-                if exc.what != "could not freeze the source" or "not granted" not in exc.why:
-                    raise
+            except LockNotGranted as exc:
+                # Nothing was frozen: like an attempt over budget, more delta rounds and another attempt.
                 raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase="handover") from None
             mark("locked")
+            interrupted = len(self.src.interrupted)
             final = ops.gtid_position(frozen)
             self._hold("frozen")
             try:
                 self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
-            except MigrationFailed as exc:
+            except CatchUpTimeout as exc:
                 # a target still applying when the budget runs out is over budget (unfreeze, more
                 # delta rounds, retry), not a failed migration; a stopped applier still fails.
-                if exc.what != "the target did not catch up in time":
-                    raise
                 raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
             mark("caught_up")
             if self.opts.verify:
@@ -640,19 +669,21 @@ class Migration:
                 self._cas_started = True
             self.journal.update(self.entry, state="flipping")
         except BaseException as exc:
+            interrupted = len(self.src.interrupted)
             if isinstance(exc, OverBudget):
                 self.attempts.append(HandoverAttempt(n, "over budget", steps.get("fenced", 0.0) or
-                                                     round((time.monotonic() - t0) * 1000, 1), steps, exc.why))
+                                                     round((time.monotonic() - t0) * 1000, 1), steps, exc.why,
+                                                     interrupted))
             else:
                 self.attempts.append(HandoverAttempt(n, "failed", round((time.monotonic() - t0) * 1000, 1), steps,
-                                                     _one_line(exc)))
+                                                     _one_line(exc), interrupted))
             self._undo_handover()
             raise
         own = self._cas(deadline)
         if own is None:  # the directory answered: the flip did not happen
             self._cas_started = False
             self.attempts.append(HandoverAttempt(n, "failed", round((time.monotonic() - t0) * 1000, 1), steps,
-                                                 "ownership changed underneath"))
+                                                 "ownership changed underneath", interrupted))
             self._undo_handover()
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
                                   "the source keeps serving", phase="handover")
@@ -660,13 +691,14 @@ class Migration:
         self.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         mark("flipped")
         self.handover_steps_ms = steps
-        self.attempts.append(HandoverAttempt(n, "flipped", self.freeze_ms, steps))
+        self.attempts.append(HandoverAttempt(n, "flipped", self.freeze_ms, steps, "", interrupted))
         self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
         self.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
         self._hold("flipped")
 
     def _undo_handover(self) -> None:
         """Before the flip: unfence, unfreeze. The target keeps its copy for the next attempt."""
+        self.handover_step = ""
         try:
             if self.src.fenced:
                 self.src.unfence()

@@ -20,6 +20,9 @@ class MigrationOptions:
     max_freeze_s: float = 0.5
     # Handover attempts: one over its budget unfreezes the source, runs more delta rounds and retries.
     handover_attempts: int = 3
+    # How long the handover waits, outside the freeze, for long transactions, long statements and DDL
+    # on the source to end before it gives up (the source keeps serving).
+    handover_wait_s: float = 60.0
     verify: bool = False
     max_rounds: int = 20
     max_stalled_rounds: int = 3  # rounds in a row that did not shrink before giving up
@@ -47,6 +50,9 @@ class MigrationOptions:
                                "for example 500ms")
         if not 1 <= self.handover_attempts <= 20:
             raise InvalidInput(f"--handover-attempts {self.handover_attempts} is out of range", "use 1 to 20", "")
+        if not 0 <= self.handover_wait_s <= 24 * 3600:
+            raise InvalidInput(f"--handover-wait {self.handover_wait_s}s is out of range", "use 0s to 24h",
+                               "for example 60s")
         if self.rate_bytes_per_s is not None and self.rate_bytes_per_s < 0:
             raise InvalidInput("negative rate", "a rate is zero (paused) or positive", "")
         if self.max_rounds < 1 or self.max_stalled_rounds < 1:
@@ -89,6 +95,7 @@ class HandoverAttempt:
     freeze_ms: float
     steps_ms: dict
     reason: str = ""
+    interrupted: int = 0  # application statements interrupted to get the freeze granted
 
 
 class MigrationAborted(MigrationFailed):

@@ -22,7 +22,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    force: bool = False, max_freeze: float = 0.5, verify: bool = False, pipe: str | None = None,
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
                    delta_mpl: str | int | None = None, handover_attempts: int = 3,
-                   catchup_mode: bool = True, target_setpoint: float | None = None,
+                   handover_wait: float = 60.0, catchup_mode: bool = True, target_setpoint: float | None = None,
                    target_guard: bool = True) -> dict:
     """The body of POST /v1/migrations on the source agent."""
     chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
@@ -30,7 +30,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
     if len(chosen) > 1:
         raise InvalidInput(f"{' and '.join(chosen)} exclude each other", "pick one way to set the copy rate", "")
     body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
-                  "handover_attempts": handover_attempts,
+                  "handover_attempts": handover_attempts, "handover_wait_s": handover_wait,
                   "verify": verify, "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
                   **({"delta_applier": delta_applier} if delta_applier else {}),
                   **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),

@@ -1,6 +1,6 @@
 """The source half of a migration: the tenant being moved, as the phase machine sees it.
 
-Preflight inspection, the binlog position, the freeze (FTWRL), the fence
+Preflight inspection, the binlog position, the freeze (FTWRL, granted under OLTP load), the fence
 (persisted read_only) and the retirement after the flip. All SQL goes through
 the engine package (`slacker.mariadb.ops`).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import MigrationFailed
+from ..mariadb import freeze as freezing
 from ..mariadb import ops
 
 log = logging.getLogger("slacker.migration.source")
@@ -20,6 +21,7 @@ class SourceSide:
         self.node = node
         self.tenant_id = tenant_id
         self.frozen = None  # the connection holding the freeze
+        self.interrupted: list[int] = []  # application statements the last freeze interrupted
         self.fenced = False
 
     def tenant(self):
@@ -61,13 +63,24 @@ class SourceSide:
         return version, warnings
 
     # ---- freeze and fence ------------------------------------------------------------
+    def blockers(self, older_than_s: float) -> list[str]:
+        """Statements and write transactions a freeze would wait for or break (see mariadb.freeze)."""
+        conn = self.connect()
+        try:
+            return freezing.blockers(conn, older_than_s)
+        finally:
+            ops.close_quietly(conn)
+
     def freeze(self, lock_timeout_s: float):
-        self.frozen = ops.freeze(lambda: self.connect(timeout_s=max(1.0, lock_timeout_s)), lock_timeout_s)
+        """The global read lock, granted under row-lock contention (LockNotGranted when it is not)."""
+        self.interrupted = []
+        held = freezing.freeze(lambda: self.connect(timeout_s=max(1.0, lock_timeout_s)), lock_timeout_s)
+        self.frozen, self.interrupted = held.conn, held.interrupted
         return self.frozen
 
     def unfreeze(self) -> None:
         conn, self.frozen = self.frozen, None
-        ops.unfreeze(conn)
+        freezing.unfreeze(conn)
 
     def fence(self) -> None:
         """read_only, persisted first: no restart, supervisor or lost connection can lift it."""

@@ -14,6 +14,7 @@ import time
 import pymysql
 
 from slacker.client import TenantClient
+from slacker.oltp import Txn
 
 SCHEMA = ("CREATE DATABASE IF NOT EXISTS acks",
           "CREATE TABLE IF NOT EXISTS acks.log (id BIGINT PRIMARY KEY, writer INT, payload VARCHAR(200), "
@@ -29,6 +30,7 @@ class AckedWriter:
         self.acked: list[int] = []
         self.unknown: list[int] = []  # outcome unknown: the connection broke during COMMIT
         self.errors: dict[str, int] = {}
+        self.txns: list[Txn] = []  # every write as the client saw it (slacker.oltp.summarize reads them)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._next = writer_id * 10_000_000
@@ -54,12 +56,15 @@ class AckedWriter:
                 next_at = time.monotonic()
             self._next += 1
             i = self._next
+            t0 = time.monotonic()
+            outcome = "unknown"
             try:
                 conn = self.client.connection()
                 with conn.cursor() as cur:
                     cur.execute("INSERT INTO acks.log VALUES (%s, %s, REPEAT('x', 150), %s)",
                                 (i, self.writer_id, time.time()))
                 self.acked.append(i)
+                outcome = "acked"
             except self.client.CONNECTION_ERRORS as exc:
                 self.unknown.append(i)
                 self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
@@ -70,6 +75,7 @@ class AckedWriter:
             except Exception as exc:  # TenantError while reconnecting: keep trying until stopped
                 self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
                 time.sleep(0.05)
+            self.txns.append(Txn(t0, time.monotonic(), outcome))
 
 
 class WriteProber:

@@ -176,19 +176,27 @@ class TransferLoad:
                 client.close()
             return "failed", str(exc.args[0]) if exc.args else type(exc).__name__
 
-    # ---- figures ---------------------------------------------------------------
-    def summary(self, since: float | None = None, until: float | None = None) -> dict:
-        """Throughput and latency of the transactions that ended in [since, until)."""
+    def transactions(self) -> list[Txn]:
         with self._lock:
-            txns = [t for t in self.txns if (since is None or t.end >= since) and (until is None or t.end < until)]
-        if not txns:
-            return {"txns": 0, "acked": 0, "tps": 0.0, "p95_ms": None}
-        span = ((until if until is not None else max(t.end for t in txns))
-                - (since if since is not None else min(t.start for t in txns)))
-        lat = sorted((t.end - t.start) * 1000 for t in txns if t.outcome == "acked")
-        acked = len(lat)
-        return {"txns": len(txns), "acked": acked, "tps": round(acked / span, 1) if span > 0 else 0.0,
-                "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1) if lat else None}
+            return list(self.txns)
+
+    def summary(self, since: float | None = None, until: float | None = None) -> dict:
+        return summarize(self.transactions(), since, until)
+
+
+def summarize(txns: list[Txn], since: float | None = None, until: float | None = None) -> dict:
+    """Throughput and latency of the transactions that ended in [since, until) (monotonic seconds)."""
+    txns = [t for t in txns if (since is None or t.end >= since) and (until is None or t.end < until)]
+    if not txns:
+        return {"txns": 0, "acked": 0, "errors": 0, "tps": 0.0, "p95_ms": None, "max_ms": None}
+    span = ((until if until is not None else max(t.end for t in txns))
+            - (since if since is not None else min(t.start for t in txns)))
+    lat = sorted((t.end - t.start) * 1000 for t in txns if t.outcome == "acked")
+    acked = len(lat)
+    return {"txns": len(txns), "acked": acked, "errors": len(txns) - acked,
+            "tps": round(acked / span, 1) if span > 0 else 0.0,
+            "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1) if lat else None,
+            "max_ms": round(lat[-1], 1) if lat else None}
 
 
 def _refused(exc) -> bool:

@@ -290,18 +290,19 @@ def test_changing_the_mpl_keeps_the_fetched_backlog(tenants):
 
 
 def test_a_freeze_not_granted_is_retried_like_an_attempt_over_budget(cluster):
-    """FLUSH TABLES WITH READ LOCK waits for statements in flight: the attempt gives up within its
-    share of the budget, nothing is frozen, and the handover is attempted again after more delta
-    rounds instead of failing the migration at once."""
+    """FLUSH TABLES WITH READ LOCK waits for statements in flight: when one holds it back and cannot be
+    interrupted, the attempt gives up within its share of the budget, nothing is frozen, and the
+    handover is attempted again after more delta rounds instead of failing the migration at once."""
     create_loaded_tenant(cluster, "mig", rows=500)
     _, directory = cluster_clients(cluster)
     before = directory.lookup("mig")
     doc = start_migration(cluster, "mig", target="node-2", handover_attempts=2, hold_s={"delta": 2})
     wait_phase(cluster, "node-1", doc["id"], "delta", timeout_s=120)
-    # One transaction holds a row lock and stays open; another statement waits for that row. The
-    # waiting statement is in flight, so the freeze's lock waits for it, as under a heavy load of
-    # multi-statement transactions that touch the same rows.
-    holder, waiter = follow(cluster, "mig").connection(), follow(cluster, "mig").connection()
+    # One transaction holds a row lock and stays open; another statement waits for that row. Both run
+    # as the tenant's own admin account, whose statements the freeze never interrupts (it interrupts
+    # the application's) and the handover never waits for: so the lock waits for the statement in
+    # flight, as an application statement the server could not interrupt would hold it.
+    holder, waiter = _admin(cluster, "mig"), _admin(cluster, "mig")
     with holder.cursor() as cur:
         cur.execute("BEGIN")
         cur.execute("UPDATE shop.items SET name = 'held' WHERE id = 1")  # not committed
@@ -328,6 +329,14 @@ def test_a_freeze_not_granted_is_retried_like_an_attempt_over_budget(cluster):
     with conn.cursor() as cur:
         cur.execute("UPDATE shop.items SET name = 'after' WHERE id = 1")
     conn.commit()
+
+
+def _admin(cluster, tenant_id: str):
+    from slacker.config import load_agent_config
+    from slacker.tenants import TenantManager
+    cfg = load_agent_config(node_dir(cluster, "node-1") / "agent.toml")
+    return TenantManager(cfg.data_root, host=cfg.tenant_host, node="node-1").get(tenant_id).admin_connect(
+        autocommit=False)
 
 
 def _update_row_1(conn) -> None:

@@ -6,7 +6,7 @@ granted, is given up before the flip (unfenced, unfrozen) and retried after
 more delta rounds, up to --handover-attempts. Steps, in order, with the
 journal state each one leaves (slacker.migration.protocol):
 
-    lease renewed -> locked (final position read) -> caught_up [-> verified]
+    (lease renewed, then the clock starts) locked (final position read) -> caught_up [-> verified]
     -> target_ready -> fenced (journal: fenced) -> compare-and-set (journal:
     flipping; the point of no return) -> flipped (journal: flipped)
 """
@@ -111,6 +111,9 @@ class Handover:
         budget = m.opts.max_freeze_s
         steps: dict[str, float] = {}
         self._warm_connections()  # before the clock starts: opening them is not part of the freeze
+        # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip;
+        # renewed before the clock starts, since nothing is frozen yet.
+        m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
         t0 = time.monotonic()
         deadline = t0 + budget
 
@@ -128,9 +131,6 @@ class Handover:
         def record(outcome: str, freeze_ms: float, reason: str = "") -> None:
             m.attempts.append(HandoverAttempt(n, outcome, freeze_ms, steps, reason, len(m.src.interrupted)))
 
-        # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip.
-        m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
-        mark("lease")
         try:
             try:
                 m.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))

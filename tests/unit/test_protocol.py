@@ -72,7 +72,7 @@ def test_a_handover_without_faults_flips_once_and_leaves_the_target_the_only_wri
     assert (w.owner, w.epoch) == ("node-2", 2)
     assert w.applied == w.final and w.retired
     assert [a.outcome for a in m.attempts] == ["flipped"]
-    assert list(m.handover_steps_ms) == ["lease", "locked", "caught_up", "target_ready", "fenced", "flipped"]
+    assert list(m.handover_steps_ms) == ["locked", "caught_up", "target_ready", "fenced", "flipped"]
     assert end_state_violations(w, m) == []
 
 

@@ -14,10 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# Source states, in order; "fenced" and later need the directory's answer on recovery.
-SOURCE_STATES = ("started", "fenced", "flipping", "flipped")
-# Target states: "promoted" is caught up exactly and durable, waiting for the flip.
-TARGET_STATES = ("receiving", "promoted", "owned")
+from .protocol import check_journal
 
 
 @dataclass
@@ -64,6 +61,9 @@ class Journal:
                 os.close(fd)
 
     def update(self, entry: Entry, **changes) -> None:
+        """Change an entry and write it; a state change must be one the protocol allows."""
+        if "state" in changes:
+            check_journal(entry.role, entry.state, changes["state"])
         for k, v in changes.items():
             setattr(entry, k, v)
         self.write(entry)

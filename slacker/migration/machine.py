@@ -9,6 +9,11 @@ removed. From it on the migration only goes forward: failures are retried
 (phase "finishing") until the target is writable and the source retired.
 Every step of the handover is journaled on disk first, so a restarted agent
 finishes what it was doing. See docs/migration.md.
+
+This class only sequences; the roles are one file each: `rounds.py` (the
+delta-round policy), `handover.py` (freeze -> catch up -> fence -> flip),
+`flip.py` (the compare-and-set, fail-closed), `lease.py`, and the states and
+allowed moves in `protocol.py`.
 """
 
 from __future__ import annotations
@@ -25,25 +30,22 @@ from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
-from ..delta import gtid as gtids
-from ..delta.convergence import ConvergenceJudge
-from ..errors import (AgentUnavailable, CatchUpTimeout, Conflict, InvalidInput, LockNotGranted, MigrationFailed,
-                      NotFound, SlackerError)
-from ..mariadb import ops
-from ..mariadb.checksums import table_checksums
+from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, make_pipe
 from ..transfer.protocol import new_token
+from .flip import Flip
+from .handover import Handover, one_line
 from .journal import Entry
-from .options import (HandoverAttempt, MigrationAborted, MigrationOptions, OverBudget, PhaseTiming,
-                      RoundReport)
+from .lease import Lease
+from .options import HandoverAttempt, MigrationAborted, MigrationOptions, PhaseTiming, RoundReport
 from .peer import TargetPeer
+from .protocol import PHASE_MOVES, check
+from .rounds import DeltaRounds
 from .source import SourceSide
 
 log = logging.getLogger("slacker.migration")
 
 MIN_ETA_THROUGHPUT_BYTES_PER_S = 1000.0
-# A handover begins only with this much lease left, so the target cannot give up on us mid-flip.
-LEASE_MARGIN_S = 3.0
 FINISH_BACKOFF_MAX_S = 10.0
 
 
@@ -105,10 +107,12 @@ class Migration:
         self._incoming_created = recovered is not None
         self._source_stopped = False
         self._finish_now = threading.Event()
-        self._lease_ok_at: float | None = None
-        self._lease_ttl_s = self.opts.lease_ttl_s
-        self._lease_ok_ttl = self.opts.lease_ttl_s
-        self._lease_stop = threading.Event()
+        self.finish_backoff_s = 0.5  # the first wait before a failed forward step is retried; then doubling
+        # The roles the phase machine sequences, one file each.
+        self.lease = Lease(self.peer, self.opts.lease_ttl_s, self.id)
+        self.flip = Flip(self)
+        self.handover = Handover(self)
+        self.delta_rounds: DeltaRounds | None = None  # from the backup's binlog position, once prepared
         self._last_bytes = (time.monotonic(), 0)
         self._throughput = 0.0
         self._series_lock = threading.Lock()
@@ -194,32 +198,37 @@ class Migration:
         ticker = threading.Thread(target=self._tick_loop, name=f"tick-{self.id}", daemon=True)
         ticker.start()
         try:
-            try:
-                self._phase("preflight")
-                self._preflight()
-                if self.opts.mode == "live":
-                    self._snapshot()
-                    self._prepare()
-                    self._delta()
-                    self._handover_live()
-                else:
-                    self._stop_and_copy()
-            except BaseException as exc:
-                if self._cas_started and not self.past_point_of_no_return:
-                    # The flip was sent and something broke: only the directory knows how it ended.
-                    self._settle_flip()
-                if self.past_point_of_no_return:
-                    self._go_forward(f"after the flip: {_one_line(exc)}")
-                else:
-                    self._fail(exc)
-                    return
-            self._phase("cleanup")
-            self._go_forward("")
+            self._drive(self._live if self.opts.mode == "live" else self._stop_and_copy)
         finally:
-            self._lease_stop.set()
+            self.lease.stop()
             self._end()
             self._tick_stop.set()
             self._record()
+
+    def _live(self) -> None:
+        """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
+        self._phase("preflight")
+        self._preflight()
+        self._snapshot()
+        self._prepare()
+        self.delta_rounds.run()
+        self.handover.run()
+
+    def _drive(self, steps) -> None:
+        """Run `steps` up to the flip; then forward. A failure before the flip rolls back, never after."""
+        try:
+            steps()
+        except BaseException as exc:
+            if self._cas_started and not self.past_point_of_no_return:
+                # The flip was sent and something broke: only the directory knows how it ended.
+                self.flip.settle()
+            if self.past_point_of_no_return:
+                self._go_forward(f"after the flip: {one_line(exc)}")
+            else:
+                self._fail(exc)
+                return
+        self._phase("cleanup")
+        self._go_forward("")
 
     def recover(self) -> None:
         """After an agent restart: ask the directory whether the flip happened, then forward or back."""
@@ -232,7 +241,7 @@ class Migration:
                                            "the source agent restarted before the handover", "retry the migration",
                                            phase="recovering"))
                 return
-            own = self._directory_answer(f"recovering {self.id}")
+            own = self.flip.directory_answer(f"recovering {self.id}")
             if own.node == self.opts.target and own.epoch > (self.epoch_before or 0):
                 self.epoch_after = own.epoch
                 self._cas_started = True
@@ -271,7 +280,7 @@ class Migration:
 
     def _rollback(self) -> None:
         """Before the flip: the source unfenced and serving, nothing of the migration anywhere."""
-        self._lease_stop.set()
+        self.lease.stop()
         if self.pipe is not None:
             try:
                 self.pipe.abort()
@@ -300,9 +309,9 @@ class Migration:
 
     def _go_forward(self, reason: str) -> None:
         """Past the flip: make the target writable and retire the source, retrying until both are done."""
-        self._lease_stop.set()
+        self.lease.stop()
         self.src.unfreeze()
-        backoff = 0.5
+        backoff = self.finish_backoff_s
         while True:
             try:
                 self.peer.step("activate", {"epoch": self.epoch_after, "tenant": self.tenant_id}, timeout_s=120,
@@ -313,7 +322,7 @@ class Migration:
                 self.result = "succeeded"
                 return
             except BaseException as exc:  # noqa: BLE001 - every failure here is retried, never rolled back
-                self.finishing_reason = _one_line(exc)
+                self.finishing_reason = one_line(exc)
                 if self.phase != "finishing":
                     self._phase("finishing")
                 log.warning("migration %s finishing (%s): %s; retrying in %.1fs", self.id, reason,
@@ -324,6 +333,7 @@ class Migration:
 
     # ---- phases -----------------------------------------------------------------
     def _phase(self, name: str) -> None:
+        check(PHASE_MOVES, self.phase, name, f"migration {self.id}")
         self._end_phase()
         self.phase = name
         self.phases.append(PhaseTiming(name, _utc(), round(time.monotonic() - self.created, 3)))
@@ -392,30 +402,9 @@ class Migration:
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
             "expected_bytes": self.bytes_total}, phase="preflight")
-        self._lease_ok_at = time.monotonic()
-        threading.Thread(target=self._lease_loop, name=f"lease-{self.id}", daemon=True).start()
+        self.lease.granted_now()
+        self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))
-
-    def _lease_loop(self) -> None:
-        """Renew our lease on the target; a target whose lease ran out asks the directory and cleans up."""
-        interval = self.opts.lease_ttl_s / 4
-        while not self._lease_stop.wait(interval):
-            try:
-                self._renew_lease(timeout_s=interval)
-            except SlackerError as exc:
-                log.warning("migration %s: lease renewal failed: %s", self.id, exc.one_line())
-
-    def _renew_lease(self, timeout_s: float) -> None:
-        sent = time.monotonic()
-        ttl = self._lease_ttl_s
-        self.peer.step("lease", {"ttl_s": ttl}, timeout_s=timeout_s)
-        # Counted from when we sent it: the target counts from when it got it, which is later.
-        self._lease_ok_at, self._lease_ok_ttl = sent, ttl
-
-    def _lease_left_s(self) -> float:
-        if self._lease_ok_at is None:
-            return 0.0
-        return self._lease_ok_ttl - (time.monotonic() - self._lease_ok_at)
 
     def _stream(self, producer_argv: list[str], timeout_s: float) -> None:
         """Run the throttled pipe to the target's receiver until it is acknowledged."""
@@ -463,346 +452,19 @@ class Migration:
                                    "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl,
                                    "catchup": self.opts.delta_catchup},
                      timeout_s=60)
-        self._delta_from = ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
-                            self.backup_position.gtid)
-        self._apply_rate: float | None = None
-
-    def _delta(self) -> None:
-        self._phase("delta")
-        conn = self.src.connect(timeout_s=10)
-        try:
-            prev, prev_gtid = self._delta_from
-            stalled = 0
-            last_remaining = None
-            judge, prev_t = ConvergenceJudge(), None
-            for _ in range(self.opts.max_rounds):
-                self._check_abort()
-                p = ops.binlog_position(conn)
-                now = time.monotonic()  # the source's commit rate since the previous round
-                write_tps = None
-                if prev_t is not None:
-                    write_tps = round(gtids.transactions_between(prev_gtid, p.gtid) / max(1e-3, now - prev_t), 1)
-                prev_t = now
-                size = gtids.binlog_bytes_between(p.logs, prev, (p.file, p.pos))
-                txns = gtids.transactions_between(prev_gtid, p.gtid)
-                doc = self._target("wait", {"gtid": p.gtid, "timeout_s": self.opts.round_timeout_s},
-                                   timeout_s=self.opts.round_timeout_s + 30)
-                dur = float(doc["waited_s"])
-                if size > 0 and dur > 0.01:
-                    measured = size / dur
-                    self._apply_rate = measured if self._apply_rate is None else 0.5 * self._apply_rate + 0.5 * measured
-                p2 = ops.binlog_position(conn)
-                remaining = gtids.binlog_bytes_between(p2.logs, (p.file, p.pos), (p2.file, p2.pos))
-                # Until a round has been big enough to time, assume a conservative 1 MB/s.
-                est_freeze_s = remaining / (self._apply_rate or 1e6)
-                stats = doc.get("applier") or {}
-                self.delta_stats = stats
-                self.rounds.append(RoundReport(len(self.rounds) + 1, txns, size, round(dur, 4), remaining,
-                                               round(est_freeze_s * 1000, 1), write_tps, stats.get("apply_tps"),
-                                               stats.get("mpl")))
-                prev, prev_gtid = (p.file, p.pos), p.gtid
-                self._delta_from = (prev, prev_gtid)
-                # Leave half the budget for the freeze's own fixed costs (lock, fence, flip).
-                if est_freeze_s <= self.opts.max_freeze_s / 2:
-                    return
-                verdict = judge.observe(len(self.rounds), write_tps, stats)  # writes vs best apply
-                if verdict:
-                    raise MigrationFailed(verdict, "", "", phase="delta")
-                if last_remaining is not None and remaining >= last_remaining:
-                    stalled += 1
-                    if stalled >= self.opts.max_stalled_rounds:
-                        rates = (f"; writes {write_tps:,.0f}/s, apply {stats.get('apply_tps') or 0:,.0f}/s"
-                                 if write_tps is not None else "")
-                        raise MigrationFailed(
-                            "delta rounds stopped shrinking",
-                            f"{stalled} rounds in a row left >= {last_remaining} bytes "
-                            f"(estimated freeze {est_freeze_s * 1000:.0f}ms > {self.opts.max_freeze_s * 1000:.0f}ms)"
-                            + rates,
-                            "the write load outpaces the applier: raise --max-freeze, migrate at a quieter time",
-                            phase="delta")
-                else:
-                    stalled = 0
-                last_remaining = remaining
-            raise MigrationFailed("delta did not converge", f"{self.opts.max_rounds} rounds were not enough",
-                                  "raise --max-freeze or reduce the write load", phase="delta")
-        finally:
-            ops.close_quietly(conn)
-
-    # ---- handover ------------------------------------------------------------------
-    def _estimate_verify_s(self) -> float:
-        """What --verify costs inside the freeze: time the source's checksums now (not frozen)."""
-        conn = self.src.connect(timeout_s=10)
-        try:
-            t0 = time.monotonic()
-            table_checksums(conn)
-            return time.monotonic() - t0
-        finally:
-            ops.close_quietly(conn)
-
-    def _handover_live(self) -> None:
-        # leave catch-up mode before any freeze, so its cost never lands in the freeze.
-        self.durable_ms = self._target("durable", {}, timeout_s=120)
-        self.delta_stats["catchup"] = self.durable_ms.get("catchup", False)
-        self._phase("handover")
-        if self.opts.verify:
-            # Both sides run in parallel inside the freeze; allow for the slower one and the lock.
-            need = self._estimate_verify_s() * 1.5
-            if need > self.opts.max_freeze_s * 0.8:
-                raise MigrationFailed("--verify does not fit in the freeze",
-                                      f"checksums take about {need * 1000:.0f}ms, --max-freeze is "
-                                      f"{self.opts.max_freeze_s * 1000:.0f}ms",
-                                      "raise --max-freeze or migrate without --verify; nothing was frozen",
-                                      phase="handover")
-        for n in range(1, self.opts.handover_attempts + 1):
-            if self._wait_until_quiet():
-                # The target kept applying while we waited; catch up what came meanwhile.
-                self._target("resume", {}, timeout_s=60)
-                self._delta()
-                self._phase("handover")
-            try:
-                self._handover_attempt(n)
-                return
-            except OverBudget as exc:
-                if n == self.opts.handover_attempts:
-                    raise MigrationFailed(
-                        f"handover did not fit in --max-freeze {self.opts.max_freeze_s * 1000:.0f}ms",
-                        f"{n} attempts, last: {exc.why}",
-                        "the source keeps serving; raise --max-freeze or migrate at a quieter time",
-                        phase="handover") from None
-                log.info("migration %s: handover attempt %d over budget (%s); more delta rounds", self.id, n,
-                         exc.why)
-                self._target("resume", {}, timeout_s=60)
-                self._delta()
-                self._phase("handover")
-
-    def _wait_until_quiet(self) -> bool:
-        """Wait, outside the freeze, until no statement runs and no write transaction is open on the source
-        for longer than the freeze budget (a long transaction, a batch statement, DDL): a freeze would
-        stall every writer behind it or break it. True if it had to wait; fails after --handover-wait."""
-        t0 = time.monotonic()
-        while True:
-            found = self.src.blockers(older_than_s=self.opts.max_freeze_s)
-            if not found:
-                self.waiting_for = ""
-                return time.monotonic() - t0 > self.opts.step_s
-            waited = time.monotonic() - t0
-            more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
-            self.waiting_for = f"{found[0]}{more}"
-            if waited >= self.opts.handover_wait_s:
-                self.waiting_for = ""
-                raise MigrationFailed(
-                    f"the handover waited {waited:.0f}s (--handover-wait) for the source to be quiet",
-                    f"{found[0]}{more}",
-                    "the source keeps serving; let it finish or end it (KILL <connection>), "
-                    "or raise --handover-wait", phase="handover")
-            log.info("migration %s: handover waits for %s", self.id, self.waiting_for)
-            self._abort.wait(min(0.2, max(0.01, self.opts.handover_wait_s - waited)))
-            self._check_abort()
-
-    def _warm_connections(self) -> None:
-        """Open the connections the freeze will use (target agent; the directory when another agent
-        serves it) now, so no TLS handshake happens inside the freeze. Plain text: nothing to do."""
-        self.node.peer(self.opts.target).warm()
-        agent = getattr(self.node.directory, "agent", None)
-        if agent is not None:
-            agent.warm()
-
-    def _handover_attempt(self, n: int) -> None:
-        budget = self.opts.max_freeze_s
-        steps: dict[str, float] = {}
-        self._warm_connections()  # before the clock starts: opening them is not part of the freeze
-        t0 = time.monotonic()
-        deadline = t0 + budget
-
-        def mark(step: str) -> None:
-            steps[step] = round((time.monotonic() - t0) * 1000, 1)
-            self.handover_step = step
-
-        def left(step: str) -> float:
-            rest = deadline - time.monotonic()
-            if rest <= 0:
-                raise OverBudget("handover over budget", f"{step} reached {(time.monotonic() - t0) * 1000:.0f}ms",
-                                 "", phase="handover")
-            return rest
-
-        # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip.
-        self._lease_ttl_s = max(self.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S)
-        self._renew_lease(timeout_s=5)
-        mark("lease")
-        try:
-            try:
-                frozen = self.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
-            except LockNotGranted as exc:
-                # Nothing was frozen: like an attempt over budget, more delta rounds and another attempt.
-                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase="handover") from None
-            mark("locked")
-            interrupted = len(self.src.interrupted)
-            final = ops.gtid_position(frozen)
-            self._hold("frozen")
-            try:
-                self._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
-            except CatchUpTimeout as exc:
-                # a target still applying when the budget runs out is over budget (unfreeze, more
-                # delta rounds, retry), not a failed migration; a stopped applier still fails.
-                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
-            mark("caught_up")
-            if self.opts.verify:
-                self._verify(frozen, left("verify"))
-                mark("verified")
-            # Nothing may have committed since the final position was read: the lock still holds.
-            if ops.gtid_position(frozen) != final:
-                raise MigrationFailed("source changed during the freeze", "its GTID position moved",
-                                      "handover aborted; the source keeps serving", phase="handover")
-            self._target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
-            mark("target_ready")
-            left("fence")
-            self.journal.update(self.entry, state="fenced", final_gtid=final)
-            self.src.fence()
-            mark("fenced")
-            self._hold("fenced")
-            left("flip")
-            with self._pnr_lock:
-                self._check_abort()
-                if self._lease_left_s() < LEASE_MARGIN_S:
-                    raise MigrationFailed("the lease on the target ran out", "the target may have given up",
-                                          "the source keeps serving", phase="handover")
-                self._cas_started = True
-            self.journal.update(self.entry, state="flipping")
-        except BaseException as exc:
-            interrupted = len(self.src.interrupted)
-            if isinstance(exc, OverBudget):
-                self.attempts.append(HandoverAttempt(n, "over budget", steps.get("fenced", 0.0) or
-                                                     round((time.monotonic() - t0) * 1000, 1), steps, exc.why,
-                                                     interrupted))
-            else:
-                self.attempts.append(HandoverAttempt(n, "failed", round((time.monotonic() - t0) * 1000, 1), steps,
-                                                     _one_line(exc), interrupted))
-            self._undo_handover()
-            raise
-        own = self._cas(deadline)
-        if own is None:  # the directory answered: the flip did not happen
-            self._cas_started = False
-            self.attempts.append(HandoverAttempt(n, "failed", round((time.monotonic() - t0) * 1000, 1), steps,
-                                                 "ownership changed underneath", interrupted))
-            self._undo_handover()
-            raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
-                                  "the source keeps serving", phase="handover")
-        self.epoch_after = own.epoch
-        self.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
-        mark("flipped")
-        self.handover_steps_ms = steps
-        self.attempts.append(HandoverAttempt(n, "flipped", self.freeze_ms, steps, "", interrupted))
-        self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
-        self.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
-        self._hold("flipped")
-
-    def _undo_handover(self) -> None:
-        """Before the flip: unfence, unfreeze. The target keeps its copy for the next attempt."""
-        self.handover_step = ""
-        try:
-            if self.src.fenced:
-                self.src.unfence()
-        finally:
-            self.src.unfreeze()
-            if self.entry.state != "started":
-                self.journal.update(self.entry, state="started")
-
-    def _verify(self, frozen, budget_s: float) -> None:
-        # Both sides at once: the freeze lasts as long as the slower of the two, not their sum.
-        box: dict = {}
-
-        def target_side():
-            try:
-                box["dst"] = self.peer.step("checksums", {}, timeout_s=budget_s + 30)["checksums"]
-            except BaseException as exc:  # re-raised in the migration's thread
-                box["err"] = exc
-
-        t = threading.Thread(target=target_side, daemon=True)
-        t.start()
-        src = table_checksums(frozen)
-        t.join(budget_s + 30)
-        if "err" in box:
-            raise box["err"]
-        if "dst" not in box:
-            raise OverBudget("handover over budget", "target checksums did not finish in time", "", phase="handover")
-        dst = box["dst"]
-        if src != dst:
-            diff = sorted(k for k in set(src) | set(dst) if src.get(k) != dst.get(k))
-            raise MigrationFailed("verification failed", f"checksums differ for {', '.join(diff[:5])}",
-                                  "the source keeps serving; report this", phase=self.phase)
-        self.verified = True
-
-    def _directory_answer(self, why: str, since: float | None = None):
-        """Look the tenant up until the directory answers; an outage is reported, never guessed through."""
-        t0 = since if since is not None else time.monotonic()
-        while True:
-            try:
-                own = self.node.directory.lookup(self.tenant_id)
-                if since is not None or time.monotonic() - t0 > 1:
-                    self.outage_s = round(time.monotonic() - t0, 1)
-                self.finishing_reason = ""
-                return own
-            except AgentUnavailable as exc:
-                self._report_outage(why, t0, exc)
-                time.sleep(0.5)
-
-    def _report_outage(self, why: str, t0: float, exc: SlackerError) -> None:
-        self.outage_s = round(time.monotonic() - t0, 1)
-        self.finishing_reason = (f"directory unreachable for {self.outage_s:.0f}s ({why}); the source stays "
-                                 f"fenced until it answers: {exc.why or exc.what}")
-        if self.outage_s > self.opts.max_freeze_s:
-            self.src.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
-
-    def _settle_flip(self) -> None:
-        own = self._directory_answer("flip outcome unknown")
-        if own.node == self.opts.target and own.epoch == (self.epoch_before or 0) + 1:
-            self.epoch_after = own.epoch
-            self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
-        else:
-            self._cas_started = False
-
-    def _cas(self, deadline: float | None = None):
-        """Compare-and-set the directory. Returns the new ownership, or None if the flip lost.
-
-        An unknown outcome fails closed: the source stays fenced while we ask again, for as long
-        as the directory takes to answer.
-        """
-        target = self.node.cluster.node(self.opts.target)
-        tenant = self.src.tenant()
-        while True:
-            sent = time.monotonic()
-            try:
-                own = self.node.directory.compare_and_set(self.tenant_id, self.epoch_before, target.name,
-                                                          target.tenant_host, tenant.port)
-                self.finishing_reason = ""
-                if deadline is not None and time.monotonic() > deadline:
-                    # Sent in time, answered late: the freeze outlasted its bound waiting on the directory.
-                    # A resend after an outage must not shrink the outage already measured.
-                    self.outage_s = max(self.outage_s or 0.0, round(time.monotonic() - sent, 3))
-                return own
-            except (AgentUnavailable, Conflict) as exc:
-                since = None
-                if isinstance(exc, AgentUnavailable):
-                    log.warning("migration %s: flip outcome unknown (%s); asking the directory", self.id,
-                                exc.one_line())
-                    self._report_outage("flip outcome unknown", sent, exc)
-                    since = sent
-                own = self._directory_answer("flip outcome unknown", since=since)
-                if own.node == target.name and own.epoch == self.epoch_before + 1:
-                    self.finishing_reason = ""
-                    return own  # our write landed before the connection broke
-                if own.epoch != self.epoch_before:
-                    return None  # someone else won (the target, giving up on an expired lease)
-                # Still at epoch_before: the write never landed; send it again.
+        self.delta_rounds = DeltaRounds(self, ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
+                                               self.backup_position.gtid))
 
     def _stop_and_copy(self) -> None:
+        self._phase("preflight")
+        self._preflight()
         self._phase("copy")
         tenant = self.src.tenant()
         t0 = time.monotonic()
-        frozen = self.src.freeze(lock_timeout_s=max(0.05, self.opts.max_freeze_s / 2))
-        final = ops.gtid_position(frozen)
+        self.src.freeze(lock_timeout_s=max(0.05, self.opts.max_freeze_s / 2))
+        final = self.src.frozen_position()
         if self.opts.verify:
-            self._source_checksums = table_checksums(frozen)
+            self._source_checksums = self.src.frozen_checksums()
         self.journal.update(self.entry, state="fenced", final_gtid=final)
         self.src.fence()
         # InnoDB files are only consistent on disk after a clean shutdown; writers stay blocked until then.
@@ -822,7 +484,7 @@ class Migration:
             self._check_abort()
             self._cas_started = True
         self.journal.update(self.entry, state="flipping")
-        own = self._cas()
+        own = self.flip.compare_and_set()
         if own is None:
             self._cas_started = False
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
@@ -891,9 +553,3 @@ class Migration:
             self.series_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.series_path, "a") as f:
                 f.write(json.dumps(sample) + "\n")
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SlackerError):
-        return exc.one_line()
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -8,10 +8,12 @@ the engine package (`slacker.mariadb.ops`).
 from __future__ import annotations
 
 import logging
+import time
 
 from ..errors import MigrationFailed
 from ..mariadb import freeze as freezing
 from ..mariadb import ops
+from ..mariadb.checksums import table_checksums
 
 log = logging.getLogger("slacker.migration.source")
 
@@ -77,6 +79,23 @@ class SourceSide:
         held = freezing.freeze(lambda: self.connect(timeout_s=max(1.0, lock_timeout_s)), lock_timeout_s)
         self.frozen, self.interrupted = held.conn, held.interrupted
         return self.frozen
+
+    def frozen_position(self) -> str:
+        """The source's GTID position, read on the connection holding the freeze."""
+        return ops.gtid_position(self.frozen)
+
+    def frozen_checksums(self) -> dict:
+        return table_checksums(self.frozen)
+
+    def time_checksums_s(self) -> float:
+        """What --verify's checksums cost now (not frozen)."""
+        conn = self.connect(timeout_s=10)
+        try:
+            t0 = time.monotonic()
+            table_checksums(conn)
+            return time.monotonic() - t0
+        finally:
+            ops.close_quietly(conn)
 
     def unfreeze(self) -> None:
         conn, self.frozen = self.frozen, None

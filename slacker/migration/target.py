@@ -28,6 +28,7 @@ from ..procs import kill_group
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
 from .journal import Entry
+from .protocol import TARGET_MOVES, TargetState, check
 
 log = logging.getLogger("slacker.migration.target")
 
@@ -102,6 +103,10 @@ class IncomingMigration:
                 "bytes_received": self.receiver.bytes_received if self.receiver else 0,
                 "lease_left_s": round(self.entry.lease_until - time.time(), 1)}
 
+    def _move(self, new: TargetState) -> None:
+        check(TARGET_MOVES, self.state, new, f"incoming migration {self.id}")
+        self.state = new.value
+
     def _require(self, *states: str) -> None:
         if self.state not in states:
             raise Conflict(f"incoming migration {self.id} is {self.state}", f"expected {' or '.join(states)}", "")
@@ -115,7 +120,7 @@ class IncomingMigration:
     def finish_stream(self, timeout_s: float) -> dict:
         assert self.receiver is not None
         result = self.receiver.wait(timeout_s)
-        self.state = "received"
+        self._move(TargetState.RECEIVED)
         return {"bytes_received": getattr(result, "bytes_received", self.receiver.bytes_received)}
 
     def prepare(self) -> dict:
@@ -132,7 +137,7 @@ class IncomingMigration:
             self._prepare_proc = None
         pos = tool.read_position(self.tenant.datadir)
         self.position = {"binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos, "gtid": pos.gtid}
-        self.state = "prepared"
+        self._move(TargetState.PREPARED)
         return self.position
 
     def start(self, gtid_state: str | None = None) -> None:
@@ -150,7 +155,7 @@ class IncomingMigration:
                     cur.execute("SET GLOBAL gtid_slave_pos = %s", (gtid_state,))
             finally:
                 conn.close()
-        self.state = "started"
+        self._move(TargetState.STARTED)
 
     def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
                   mpl: int | str = "auto", catchup_mode: bool = True) -> None:
@@ -161,7 +166,7 @@ class IncomingMigration:
         self.applier.start(SourceLink(source_host, source_port, mariadb.REPL_USER, self.tenant.repl_password(),
                                       *((str(tls.ca), str(tls.cert), str(tls.key)) if tls else ())),
                            start_gtid)
-        self.state = "catching-up"
+        self._move(TargetState.CATCHING_UP)
 
     def wait_for(self, gtid: str, timeout_s: float) -> float:
         if self.applier is None:
@@ -197,7 +202,7 @@ class IncomingMigration:
             finally:
                 conn.close()
             self.node.journal.update(self.entry, state="promoted", final_gtid=final_gtid)
-            self.state = "promoted"
+            self._move(TargetState.PROMOTED)
 
     def resume(self) -> None:
         with self._lock:
@@ -205,7 +210,7 @@ class IncomingMigration:
             if self.applier is not None:
                 self.applier.resume()
             self.node.journal.update(self.entry, state="receiving")
-            self.state = "catching-up"
+            self._move(TargetState.CATCHING_UP)
 
     # ---- the endings ------------------------------------------------------------------
     def activate(self) -> None:
@@ -232,7 +237,7 @@ class IncomingMigration:
                 conn.close()
             self.node.tenants.set_fenced(self.tenant, False, desired_state="running")
             self.node.journal.remove(self.entry)
-            self.state = "owned"
+            self._move(TargetState.OWNED)
             log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
 
     def remove(self) -> None:
@@ -240,7 +245,7 @@ class IncomingMigration:
         with self._lock:
             if self.state in ("owned", "aborted"):
                 return
-            self.state = "aborted"
+            self._move(TargetState.ABORTED)
         if self.receiver is not None:
             try:
                 self.receiver.abort()

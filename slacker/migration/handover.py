@@ -1,0 +1,232 @@
+"""The live handover: wait until the source can be frozen, then freeze -> catch up -> fence -> flip.
+
+Each attempt is bounded by --max-freeze from asking for the lock to the
+directory's answer. An attempt that would run past it, or whose lock is not
+granted, is given up before the flip (unfenced, unfrozen) and retried after
+more delta rounds, up to --handover-attempts. Steps, in order, with the
+journal state each one leaves (slacker.migration.protocol):
+
+    (lease renewed, then the clock starts) locked (final position read) -> caught_up [-> verified]
+    -> target_ready -> fenced (journal: fenced) -> compare-and-set (journal:
+    flipping; the point of no return) -> flipped (journal: flipped)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerError
+from .lease import LEASE_MARGIN_S
+from .options import HandoverAttempt, OverBudget
+
+log = logging.getLogger("slacker.migration.handover")
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, SlackerError):
+        return exc.one_line()
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+class Handover:
+    def __init__(self, m) -> None:
+        self.m = m  # the migration: options, both sides, journal, lease, flip, and what it reports
+
+    def run(self) -> None:
+        m = self.m
+        # leave catch-up mode before any freeze, so its cost never lands in the freeze.
+        m.durable_ms = m._target("durable", {}, timeout_s=120)
+        m.delta_stats["catchup"] = m.durable_ms.get("catchup", False)
+        m._phase("handover")
+        if m.opts.verify:
+            # Both sides run in parallel inside the freeze; allow for the slower one and the lock.
+            need = m.src.time_checksums_s() * 1.5
+            if need > m.opts.max_freeze_s * 0.8:
+                raise MigrationFailed("--verify does not fit in the freeze",
+                                      f"checksums take about {need * 1000:.0f}ms, --max-freeze is "
+                                      f"{m.opts.max_freeze_s * 1000:.0f}ms",
+                                      "raise --max-freeze or migrate without --verify; nothing was frozen",
+                                      phase="handover")
+        for n in range(1, m.opts.handover_attempts + 1):
+            if self.wait_until_quiet():
+                # The target kept applying while we waited; catch up what came meanwhile.
+                self._more_rounds()
+            try:
+                self.attempt(n)
+                return
+            except OverBudget as exc:
+                if n == m.opts.handover_attempts:
+                    raise MigrationFailed(
+                        f"handover did not fit in --max-freeze {m.opts.max_freeze_s * 1000:.0f}ms",
+                        f"{n} attempts, last: {exc.why}",
+                        "the source keeps serving; raise --max-freeze or migrate at a quieter time",
+                        phase="handover") from None
+                log.info("migration %s: handover attempt %d over budget (%s); more delta rounds", m.id, n, exc.why)
+                self._more_rounds()
+
+    def _more_rounds(self) -> None:
+        m = self.m
+        m._target("resume", {}, timeout_s=60)
+        m.delta_rounds.run()
+        m._phase("handover")
+
+    def wait_until_quiet(self) -> bool:
+        """Wait, outside the freeze, until no statement runs and no write transaction is open on the source
+        for longer than the freeze budget (a long transaction, a batch statement, DDL): a freeze would
+        stall every writer behind it or break it. True if it had to wait; fails after --handover-wait."""
+        m = self.m
+        t0 = time.monotonic()
+        while True:
+            found = m.src.blockers(older_than_s=m.opts.max_freeze_s)
+            if not found:
+                m.waiting_for = ""
+                return time.monotonic() - t0 > m.opts.step_s
+            waited = time.monotonic() - t0
+            more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+            m.waiting_for = f"{found[0]}{more}"
+            if waited >= m.opts.handover_wait_s:
+                m.waiting_for = ""
+                raise MigrationFailed(
+                    f"the handover waited {waited:.0f}s (--handover-wait) for the source to be quiet",
+                    f"{found[0]}{more}",
+                    "the source keeps serving; let it finish or end it (KILL <connection>), "
+                    "or raise --handover-wait", phase="handover")
+            log.info("migration %s: handover waits for %s", m.id, m.waiting_for)
+            m._abort.wait(min(0.2, max(0.01, m.opts.handover_wait_s - waited)))
+            m._check_abort()
+
+    def _warm_connections(self) -> None:
+        """Open the connections the freeze will use (target agent; the directory when another agent
+        serves it) now, so no TLS handshake happens inside the freeze. Plain text: nothing to do."""
+        m = self.m
+        m.node.peer(m.opts.target).warm()
+        agent = getattr(m.node.directory, "agent", None)
+        if agent is not None:
+            agent.warm()
+
+    def attempt(self, n: int) -> None:
+        m = self.m
+        budget = m.opts.max_freeze_s
+        steps: dict[str, float] = {}
+        self._warm_connections()  # before the clock starts: opening them is not part of the freeze
+        # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip;
+        # renewed before the clock starts, since nothing is frozen yet.
+        m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
+        t0 = time.monotonic()
+        deadline = t0 + budget
+
+        def mark(step: str) -> None:
+            steps[step] = round((time.monotonic() - t0) * 1000, 1)
+            m.handover_step = step
+
+        def left(step: str) -> float:
+            rest = deadline - time.monotonic()
+            if rest <= 0:
+                raise OverBudget("handover over budget", f"{step} reached {(time.monotonic() - t0) * 1000:.0f}ms",
+                                 "", phase="handover")
+            return rest
+
+        def record(outcome: str, freeze_ms: float, reason: str = "") -> None:
+            m.attempts.append(HandoverAttempt(n, outcome, freeze_ms, steps, reason, len(m.src.interrupted)))
+
+        try:
+            try:
+                m.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
+            except LockNotGranted as exc:
+                # Nothing was frozen: like an attempt over budget, more delta rounds and another attempt.
+                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase="handover") from None
+            mark("locked")
+            final = m.src.frozen_position()
+            m._hold("frozen")
+            try:
+                m._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
+            except CatchUpTimeout as exc:
+                # a target still applying when the budget runs out is over budget (unfreeze, more
+                # delta rounds, retry), not a failed migration; a stopped applier still fails.
+                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
+            mark("caught_up")
+            if m.opts.verify:
+                self._verify(left("verify"))
+                mark("verified")
+            # Nothing may have committed since the final position was read: the lock still holds.
+            if m.src.frozen_position() != final:
+                raise MigrationFailed("source changed during the freeze", "its GTID position moved",
+                                      "handover aborted; the source keeps serving", phase="handover")
+            m._target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
+            mark("target_ready")
+            left("fence")
+            m.journal.update(m.entry, state="fenced", final_gtid=final)
+            m.src.fence()
+            mark("fenced")
+            m._hold("fenced")
+            left("flip")
+            with m._pnr_lock:
+                m._check_abort()
+                if m.lease.left_s() < LEASE_MARGIN_S:
+                    raise MigrationFailed("the lease on the target ran out", "the target may have given up",
+                                          "the source keeps serving", phase="handover")
+                m._cas_started = True
+            m.journal.update(m.entry, state="flipping")
+        except BaseException as exc:
+            elapsed_ms = round((time.monotonic() - t0) * 1000, 1)
+            if isinstance(exc, OverBudget):
+                record("over budget", steps.get("fenced", 0.0) or elapsed_ms, exc.why)
+            else:
+                record("failed", elapsed_ms, one_line(exc))
+            self.undo()
+            raise
+        own = m.flip.compare_and_set(deadline)
+        if own is None:  # the directory answered: the flip did not happen
+            m._cas_started = False
+            record("failed", round((time.monotonic() - t0) * 1000, 1), "ownership changed underneath")
+            self.undo()
+            raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
+                                  "the source keeps serving", phase="handover")
+        m.epoch_after = own.epoch
+        m.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
+        mark("flipped")
+        m.handover_steps_ms = steps
+        record("flipped", m.freeze_ms)
+        m.journal.update(m.entry, state="flipped", epoch_after=own.epoch)
+        m.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
+        m._hold("flipped")
+
+    def undo(self) -> None:
+        """Before the flip: unfence, unfreeze. The target keeps its copy for the next attempt."""
+        m = self.m
+        m.handover_step = ""
+        try:
+            if m.src.fenced:
+                m.src.unfence()
+        finally:
+            m.src.unfreeze()
+            if m.entry.state != "started":
+                m.journal.update(m.entry, state="started")
+
+    def _verify(self, budget_s: float) -> None:
+        # Both sides at once: the freeze lasts as long as the slower of the two, not their sum.
+        m = self.m
+        box: dict = {}
+
+        def target_side():
+            try:
+                box["dst"] = m.peer.step("checksums", {}, timeout_s=budget_s + 30)["checksums"]
+            except BaseException as exc:  # re-raised in the migration's thread
+                box["err"] = exc
+
+        t = threading.Thread(target=target_side, daemon=True)
+        t.start()
+        src = m.src.frozen_checksums()
+        t.join(budget_s + 30)
+        if "err" in box:
+            raise box["err"]
+        if "dst" not in box:
+            raise OverBudget("handover over budget", "target checksums did not finish in time", "", phase="handover")
+        dst = box["dst"]
+        if src != dst:
+            diff = sorted(k for k in set(src) | set(dst) if src.get(k) != dst.get(k))
+            raise MigrationFailed("verification failed", f"checksums differ for {', '.join(diff[:5])}",
+                                  "the source keeps serving; report this", phase=m.phase)
+        m.verified = True

@@ -847,6 +847,8 @@ class Migration:
             sample["preread_bytes"] = self.pipe.preread_bytes  # the backup tool's program, read before it ran
         if self.finishing_reason:
             sample["note"] = self.finishing_reason
+        if self.finished_at is not None:  # the last sample: the duration the summary shows (slacker plot's title)
+            sample["duration_s"] = round(self.finished_at - self.created, 3)
         if self.controller_state:
             for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
                       "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):

@@ -82,16 +82,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     cluster_file = run_dir / "cluster.toml"
     token_file = run_dir / "token"
     if cluster_file.exists():
-        existing = load_cluster(str(cluster_file))
-        if (existing.tls_ca is not None) != tls:
-            raise Conflict(f"a cluster {'with' if existing.tls_ca else 'without'} TLS is already set up in {run_dir}",
-                           f"you asked for {'TLS' if tls else 'plain text'}",
-                           f"run `slacker cluster down --purge --dir {run_dir}` first")
-        if len(existing.nodes) != nodes or existing.directory_backend != directory \
-                or (run_dir / "netns.json").exists() != netns:
-            raise Conflict(f"a cluster with {len(existing.nodes)} nodes and the {existing.directory_backend} "
-                           f"directory is already set up in {run_dir}", f"you asked for {nodes} and {directory}",
-                           f"run `slacker cluster down --purge --dir {run_dir}` first")
+        _check_same_cluster(run_dir, load_cluster(str(cluster_file)), nodes, directory, netns, netns_subnet, tls)
     if not token_file.exists():
         write_secret(token_file, secrets.token_hex(32) + "\n")
     names = [f"node-{i + 1}" for i in range(nodes)]
@@ -148,6 +139,34 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca),
                         run_dir / spec["name"])
     return cluster_file
+
+
+def _shape(nodes: int, directory: str, netns: bool, tls: bool, subnet: str = "") -> str:
+    """The options that fix a local cluster's shape, as `cluster up` spells them."""
+    words = [f"--nodes {nodes}", f"--directory {directory}"]
+    if netns:
+        words.append("--netns" + (f" --netns-subnet {subnet}" if subnet else ""))
+    words.append("--tls" if tls else "--no-tls")
+    return " ".join(words)
+
+
+def _check_same_cluster(run_dir: Path, existing, nodes: int, directory: str, netns: bool, netns_subnet: str,
+                        tls: bool) -> None:
+    """`up` on a run directory that holds a cluster (running, or stopped by `down`) brings that
+    cluster back: it must be asked for with the same shape, or tenants would lose their nodes."""
+    # The cluster file records a namespaced cluster by its bridge's subnet (local_subnet);
+    # netns.json only while the namespaces exist (`down` removes them with it).
+    was_netns = bool(existing.local_subnet) or (run_dir / "netns.json").exists()
+    saved = netns_mod.load(run_dir)
+    was_subnet = existing.local_subnet or (saved.subnet if saved else "")
+    same_subnet = not (netns and was_subnet) or \
+        ipaddress.IPv4Network(was_subnet) == netns_mod.parse_subnet(netns_subnet)
+    had = (len(existing.nodes), existing.directory_backend, was_netns, existing.tls_ca is not None)
+    if had != (nodes, directory, netns, tls) or not same_subnet:
+        raise Conflict(f"the cluster in {run_dir} was set up with {_shape(*had, was_subnet)}",
+                       f"you asked for {_shape(nodes, directory, netns, tls, netns_subnet if netns else '')}",
+                       f"repeat its options to bring it back with its tenants, or run "
+                       f"`slacker cluster down --purge --dir {run_dir}` first (deletes every tenant)")
 
 
 def _answers(client: AgentClient) -> bool:

@@ -30,7 +30,7 @@ from ..delta.convergence import ConvergenceJudge
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops
 from ..mariadb.checksums import table_checksums
-from ..transfer import TLS_PIPES, make_pipe
+from ..transfer import TLS_PIPES, blame, make_pipe
 from ..transfer.protocol import new_token
 from .journal import Entry
 from .options import (HandoverAttempt, MigrationAborted, MigrationOptions, OverBudget, PhaseTiming,
@@ -424,18 +424,36 @@ class Migration:
                               preread_program=True)
         try:
             self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
-        except MigrationFailed:
+        except MigrationFailed as exc:
             self._check_abort()
-            raise
+            raise self._copy_failure(exc) from None
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
             self._check_abort()
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except MigrationFailed as exc:
+            raise self._copy_failure(exc) from None
         self._target("stream", {"timeout_s": 120}, timeout_s=180)
         self.bytes_total = result.bytes_sent
+
+    def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
+        """The pipe's error, saying which side broke: the target's agent is asked (transfer/blame.py)."""
+        return blame.explain(exc, tenant=self.tenant_id, source=self.source, target=self.opts.target,
+                             bytes_sent=self.pipe.bytes_sent, target_down=self._target_down)
+
+    def _target_down(self) -> str | None:
+        """Why the target's agent does not answer, or None when it does."""
+        try:
+            self.node.peer(self.opts.target).request("GET", "/v1/status", timeout_s=3)
+        except AgentUnavailable as exc:
+            return exc.why or exc.what
+        except SlackerError:
+            pass  # it answered, with an error
+        return None
 
     def _snapshot(self) -> None:
         from .. import mariadb

@@ -233,7 +233,10 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
         client = AgentClient(spec.url, token, spec.name, timeout_s=10, ca_file=cluster.tls_ca)
         pid = _read_pid(node_dir / "agent.pid")
         try:
-            client.request("POST", "/v1/shutdown", {"stop_tenants": True})
+            # A node `down` stopped before has no pid file, and its address may be gone with its
+            # namespace (a connect there waits out the timeout): ask it briefly, or not at all.
+            if pid is None or _alive(pid):
+                client.request("POST", "/v1/shutdown", {"stop_tenants": True}, timeout_s=10 if pid else 2)
         except AgentUnavailable:
             if pid is not None and _alive(pid):
                 os.kill(pid, signal.SIGTERM)

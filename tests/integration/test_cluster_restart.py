@@ -121,17 +121,21 @@ def test_netns_etcd_cluster_down_and_up(make_cluster):
     down_and_up_keeps_every_tenant(c, netns_hosts=True)
 
 
-@pytest.mark.parametrize("asked, named", [(["--nodes", "3"], "--nodes 3"), (["--tls"], "--tls")])
-def test_another_shape_on_a_stopped_cluster_is_refused(make_cluster, asked, named):
+@pytest.mark.parametrize("option, value", [("--nodes", "3"), ("--no-tls", "--tls"), ("--address", "127.0.0.2")])
+def test_another_shape_on_a_stopped_cluster_is_refused(make_cluster, option, value):
     c = make_cluster(nodes=2)
     run_dir = c.path.parent
     assert CliRunner().invoke(main, ["cluster", "down", "--dir", str(run_dir)]).exit_code == 0
     flags = _flags(c, False)
-    if asked[0] == "--nodes":
-        flags[flags.index("--nodes") + 1] = asked[1]
+    if option == "--no-tls":
+        flags[flags.index(option)] = value
     else:
-        flags[flags.index("--no-tls")] = "--tls"
+        flags[flags.index(option) + 1] = value
     r = CliRunner().invoke(main, ["cluster", "up", *flags])
     assert r.exit_code == 4, r.output
-    assert "was set up with --nodes 2 --directory sqlite --no-tls" in r.output
-    assert f"you asked for" in r.output and named in r.output and "--purge" in r.output
+    first = c.node("node-1")
+    assert (f"was set up with --nodes 2 --directory sqlite --no-tls --address {first.tenant_host} "
+            f"--api-port {first.url.rsplit(':', 1)[1]}") in r.output, r.output
+    asked = r.output.split("you asked for", 1)[1]
+    assert (value if option != "--nodes" else "--nodes 3") in asked and "--purge" in asked
+    assert not (run_dir / "node-1" / "agent.pid").exists()  # refused before anything started

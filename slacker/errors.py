@@ -88,13 +88,18 @@ class MigrationFailed(SlackerError):
 
     exit_code = 8
 
-    def __init__(self, what: str, why: str = "", hint: str = "", phase: str = "") -> None:
+    def __init__(self, what: str, why: str = "", hint: str = "", phase: str = "", detail: str = "") -> None:
         self.phase = phase
+        # What a tool printed behind the message (the backup tool's stderr): kept for the agent
+        # log, --json and --debug, never in the one-line message.
+        self.detail = detail
         super().__init__(what, why, hint)
 
     def to_dict(self) -> dict:
         d = super().to_dict()
         d["phase"] = self.phase
+        if self.detail:
+            d["detail"] = self.detail
         return d
 
 
@@ -130,5 +135,5 @@ ERROR_CLASSES = {
 def error_from_dict(d: dict) -> SlackerError:
     cls = ERROR_CLASSES.get(d.get("error", ""), SlackerError)
     if issubclass(cls, MigrationFailed):
-        return cls(d.get("what", "?"), d.get("why", ""), d.get("hint", ""), d.get("phase", ""))
+        return cls(d.get("what", "?"), d.get("why", ""), d.get("hint", ""), d.get("phase", ""), d.get("detail", ""))
     return cls(d.get("what", "?"), d.get("why", ""), d.get("hint", ""))

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .agent.client import AgentClient
 from . import cgroups, local_etcd, netns as netns_mod
@@ -82,16 +83,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     cluster_file = run_dir / "cluster.toml"
     token_file = run_dir / "token"
     if cluster_file.exists():
-        existing = load_cluster(str(cluster_file))
-        if (existing.tls_ca is not None) != tls:
-            raise Conflict(f"a cluster {'with' if existing.tls_ca else 'without'} TLS is already set up in {run_dir}",
-                           f"you asked for {'TLS' if tls else 'plain text'}",
-                           f"run `slacker cluster down --purge --dir {run_dir}` first")
-        if len(existing.nodes) != nodes or existing.directory_backend != directory \
-                or (run_dir / "netns.json").exists() != netns:
-            raise Conflict(f"a cluster with {len(existing.nodes)} nodes and the {existing.directory_backend} "
-                           f"directory is already set up in {run_dir}", f"you asked for {nodes} and {directory}",
-                           f"run `slacker cluster down --purge --dir {run_dir}` first")
+        _check_same_cluster(run_dir, load_cluster(str(cluster_file)), nodes, directory, netns, netns_subnet, tls,
+                            str(base), api_port)
     if not token_file.exists():
         write_secret(token_file, secrets.token_hex(32) + "\n")
     names = [f"node-{i + 1}" for i in range(nodes)]
@@ -148,6 +141,42 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca),
                         run_dir / spec["name"])
     return cluster_file
+
+
+def _shape(nodes: int, directory: str, netns: bool, tls: bool, subnet: str = "", address: str = "",
+           api_port: int = 0) -> str:
+    """The options that fix a local cluster's shape, as `cluster up` spells them."""
+    words = [f"--nodes {nodes}", f"--directory {directory}"]
+    if netns:
+        words.append("--netns" + (f" --netns-subnet {subnet}" if subnet else ""))
+    words.append("--tls" if tls else "--no-tls")
+    if address:
+        words.append(f"--address {address}")
+    return " ".join(words + [f"--api-port {api_port}"])
+
+
+def _check_same_cluster(run_dir: Path, existing, nodes: int, directory: str, netns: bool, netns_subnet: str,
+                        tls: bool, first_address: str, api_port: int) -> None:
+    """`up` on a run directory that holds a cluster (running, or stopped by `down`) brings that
+    cluster back: it must be asked for with the same shape and addresses, or its tenants would
+    lose their nodes (the directory names them by address)."""
+    # The cluster file records a namespaced cluster by its bridge's subnet (local_subnet);
+    # netns.json only while the namespaces exist (`down` removes them with it).
+    was_netns = bool(existing.local_subnet) or (run_dir / "netns.json").exists()
+    saved = netns_mod.load(run_dir)
+    was_subnet = existing.local_subnet or (saved.subnet if saved else "")
+    same_subnet = not (netns and was_subnet) or \
+        ipaddress.IPv4Network(was_subnet) == netns_mod.parse_subnet(netns_subnet)
+    first = existing.node("node-1") if "node-1" in existing.nodes else next(iter(existing.nodes.values()))
+    url = urlsplit(first.url)
+    had = (len(existing.nodes), existing.directory_backend, was_netns, existing.tls_ca is not None)
+    where = ("" if was_netns else url.hostname, url.port)
+    asked = ("" if netns else first_address, api_port)
+    if had != (nodes, directory, netns, tls) or not same_subnet or where != asked:
+        raise Conflict(f"the cluster in {run_dir} was set up with {_shape(*had, was_subnet, *where)}",
+                       f"you asked for {_shape(nodes, directory, netns, tls, netns_subnet if netns else '', *asked)}",
+                       f"repeat its options to bring it back with its tenants, or run "
+                       f"`slacker cluster down --purge --dir {run_dir}` first (deletes every tenant)")
 
 
 def _answers(client: AgentClient) -> bool:
@@ -214,7 +243,10 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
         client = AgentClient(spec.url, token, spec.name, timeout_s=10, ca_file=cluster.tls_ca)
         pid = _read_pid(node_dir / "agent.pid")
         try:
-            client.request("POST", "/v1/shutdown", {"stop_tenants": True})
+            # A node `down` stopped before has no pid file, and its address may be gone with its
+            # namespace (a connect there waits out the timeout): ask it briefly, or not at all.
+            if pid is None or _alive(pid):
+                client.request("POST", "/v1/shutdown", {"stop_tenants": True}, timeout_s=10 if pid else 2)
         except AgentUnavailable:
             if pid is not None and _alive(pid):
                 os.kill(pid, signal.SIGTERM)

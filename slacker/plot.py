@@ -31,6 +31,7 @@ class Point:
     latency_s: float | None = None
     setpoint_s: float | None = None
     throughput_bytes_per_s: float | None = None
+    duration_s: float | None = None  # on the last sample of a finished migration: its whole duration
 
 
 def _number(value: object, key: str, where: str, optional: bool = False) -> float | None:
@@ -79,6 +80,7 @@ def load_timeseries(path: str | os.PathLike) -> list[Point]:
                 throughput_bytes_per_s=_number(
                     obj.get("throughput_bytes_per_s"), "throughput_bytes_per_s", where, optional=True
                 ),
+                duration_s=_number(obj.get("duration_s"), "duration_s", where, optional=True),
             )
         )
     if not points:
@@ -97,6 +99,16 @@ def phase_spans(points: list[Point]) -> list[tuple[str, float, float]]:
         else:
             spans.append((pt.phase, pt.t, end))
     return spans
+
+
+def run_title(points: list[Point]) -> str:
+    """What `slacker migrate`'s summary says of the same run: the bytes copied and the migration's
+    duration from its start to its end (a sample's t counts from the start; the first sample comes a
+    step later, so the span of the samples would be a step short)."""
+    from .units import format_duration, format_size
+
+    duration = next((p.duration_s for p in reversed(points) if p.duration_s is not None), points[-1].t)
+    return f"migration: {format_size(points[-1].bytes_done)} copied in {format_duration(duration)}"
 
 
 def plot_run(points: list[Point], output: str | os.PathLike, title: str | None = None) -> Path:
@@ -162,8 +174,7 @@ def plot_run(points: list[Point], output: str | os.PathLike, title: str | None =
     ax_rate.set_ylim(bottom=0)
     ax_rate.grid(True, alpha=0.3)
 
-    total_mb = points[-1].bytes_done / 1e6
-    fig.suptitle(title or f"migration: {total_mb:.1f} MB in {ts[-1] - ts[0]:.1f} s", fontsize=11)
+    fig.suptitle(title or run_title(points), fontsize=11)
     try:
         fig.savefig(out, format="png")
     except OSError as exc:

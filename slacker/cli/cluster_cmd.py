@@ -60,7 +60,9 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
                tls: bool | None, fault_injection: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
-    Idempotent: agents (and etcd members) already running are left alone. With
+    Idempotent: agents (and etcd members) already running are left alone, and
+    after `cluster down` the same options bring the same cluster back with every
+    tenant (other options are refused: `cluster down --purge` first). With
     the default SQLite directory node-1 serves it unless --directory-node names
     another; `--directory etcd` starts three etcd members on the first three
     node addresses and every agent uses them. `--netns` gives every node a
@@ -106,7 +108,11 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
 @click.option("--purge", is_flag=True, help="Also delete the run directory: all tenants' data is gone.")
 @pass_cli
 def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
-    """Stop every agent of a local cluster and its tenants (data is kept unless --purge)."""
+    """Stop every agent of a local cluster and its tenants, its etcd and namespaces.
+
+    The data is kept: `cluster up` with the same options brings the same cluster
+    back, every tenant on the node that served it. --purge deletes it all.
+    """
     from ..local_cluster import down
 
     if run_dir is None:

@@ -184,9 +184,13 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         print_summary(doc)
     if doc["result"] != "succeeded":
         e = doc.get("error") or {}
+        if cli.debug and e.get("detail"):  # a tool's output behind the message (the agent log has it too)
+            click.echo(f"the output behind the error (from {doc['source']}'s agent):\n{e['detail']}", err=True)
+        hint = e.get("hint") if doc["result"] == "failed" else ""  # the next step, as the agent says it
+        if doc.get("epoch_after") is None and "keeps serving" not in (hint or ""):
+            hint = "; ".join(x for x in (hint, "the source keeps serving") if x)
         raise MigrationFailed(f"migration {mid} {doc['result']} in phase {e.get('phase') or doc['phase']}",
-                              f"{e.get('what', '')}" + (f": {e['why']}" if e.get("why") else ""),
-                              "the source keeps serving" if doc.get("epoch_after") is None else "")
+                              f"{e.get('what', '')}" + (f": {e['why']}" if e.get("why") else ""), hint)
 
 
 def _migration_agent(agents: dict, tenant_id: str):

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
-from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
-from ..transfer import TLS_PIPES, make_pipe
+from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
+from ..transfer import TLS_PIPES, blame, make_pipe
 from ..transfer.protocol import new_token
 from .flip import Flip
 from .handover import Handover, one_line
@@ -417,18 +417,36 @@ class Migration:
                               preread_program=True)
         try:
             self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
-        except MigrationFailed:
+        except MigrationFailed as exc:
             self._check_abort()
-            raise
+            raise self._copy_failure(exc) from None
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
             self._check_abort()
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except MigrationFailed as exc:
+            raise self._copy_failure(exc) from None
         self._target("stream", {"timeout_s": 120}, timeout_s=180)
         self.bytes_total = result.bytes_sent
+
+    def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
+        """The pipe's error, saying which side broke: the target's agent is asked (transfer/blame.py)."""
+        return blame.explain(exc, tenant=self.tenant_id, source=self.source, target=self.opts.target,
+                             bytes_sent=self.pipe.bytes_sent, target_down=self._target_down)
+
+    def _target_down(self) -> str | None:
+        """Why the target's agent does not answer, or None when it does."""
+        try:
+            self.node.peer(self.opts.target).request("GET", "/v1/status", timeout_s=3)
+        except AgentUnavailable as exc:
+            return exc.why or exc.what
+        except SlackerError:
+            pass  # it answered, with an error
+        return None
 
     def _snapshot(self) -> None:
         from .. import mariadb
@@ -541,6 +559,8 @@ class Migration:
             sample["preread_bytes"] = self.pipe.preread_bytes  # the backup tool's program, read before it ran
         if self.finishing_reason:
             sample["note"] = self.finishing_reason
+        if self.finished_at is not None:  # the last sample: the duration the summary shows (slacker plot's title)
+            sample["duration_s"] = round(self.finished_at - self.created, 3)
         if self.controller_state:
             for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
                       "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import struct
@@ -57,6 +58,36 @@ class StreamTail(threading.Thread):
         if len(text) > max_chars:
             text = "..." + text[-max_chars:]
         return text
+
+
+# A tool's log line starts with a thread tag and a timestamp ("[00] 2026-11-25 21:07:48 ");
+# what follows is what it says.
+_LOG_PREFIX = re.compile(r"^\s*(\[\d+\]\s*)?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\S*\s*(\d+\s+(?=\[))?)?")
+_ERROR_WORDS = re.compile(r"\b(error|errno|fatal|failed|failure|cannot|can't|could not|unable|denied|refused|"
+                          r"abort\w*|assert\w*|got signal|no space|not found|out of memory)\b", re.IGNORECASE)
+
+
+def last_error_line(text: str, max_chars: int = 300) -> tuple[str, bool]:
+    """The line of a tool's log that says why it stopped, without the tool's thread tag and
+    timestamp: (its last line that reads like an error, True), else (its last line, False)."""
+    lines = [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and line != "..."]
+    if not lines:
+        return "", False
+    line = next((x for x in reversed(lines) if _ERROR_WORDS.search(x)), None)
+    found = line is not None
+    line = line if found else lines[-1]
+    return (line if len(line) <= max_chars else line[:max_chars] + "..."), found
+
+
+def exit_text(returncode: int) -> str:
+    """"exited with code 1" or "was killed by SIGKILL" (Popen reports a signal as -N)."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
 
 
 def check_argv(argv: Sequence[str], what: str) -> list[str]:

@@ -21,13 +21,13 @@ from .. import pagecache
 from ..errors import InvalidInput, MigrationFailed
 from ..units import format_rate
 from . import protocol
-from ._proc import StreamTail, check_argv
+from ._proc import StreamTail, check_argv, exit_text, last_error_line
 from .bucket import Aborted
 
 log = logging.getLogger("slacker.transfer")
 
 STAGE_HINTS = {
-    "producer": "check the backup tool's output above; the source tenant keeps serving",
+    "producer": "the agent log has the backup tool's whole output; the source tenant keeps serving",
     "throttle": "pv failed; check that pv is installed and that /tmp is usable by this user",
     "transport": "check that the target agent is up and reachable from this node",
     "receiver": "see the target agent's log for why it refused or failed the stream",
@@ -64,10 +64,14 @@ def normalize_rate(bytes_per_s: float | None) -> float | None:
 
 
 def stage_error(stage: str, what: str, why: str, producer_tail: str = "") -> MigrationFailed:
-    """A MigrationFailed naming the failed stage, with the producer's last words attached."""
-    if producer_tail:
-        why = f"{why}; producer stderr: {producer_tail}"
-    err = MigrationFailed(what, why, STAGE_HINTS.get(stage, ""), phase="snapshot")
+    """A MigrationFailed naming the failed stage. The producer's stderr goes into `detail` (the agent
+    log, --json, --debug); the message quotes only its last error line, and only when the producer
+    itself failed: when the link or the receiver broke, the tool's start-up log says nothing of why."""
+    if producer_tail and stage == "producer":
+        last, is_error = last_error_line(producer_tail)
+        if last:
+            why = f"{why}; {'its error' if is_error else 'its last line'}: {last}"
+    err = MigrationFailed(what, why, STAGE_HINTS.get(stage, ""), phase="snapshot", detail=producer_tail)
     err.stage = stage  # type: ignore[attr-defined]  # lets callers and tests branch on it
     return err
 
@@ -265,6 +269,12 @@ class ThrottledPipe(ABC):
             tail = self._producer_tail.text() if self._producer_tail is not None else ""
             self._error = stage_error(stage, self._what(stage), why, tail)
         log.log(logging.INFO if stage == "aborted" else logging.WARNING, "%s", self._error)
+        if tail and stage != "aborted":
+            log.warning("%s %s: the producer's last output:\n%s", self.kind, self.migration_id, tail)
+
+    def _producer_failed(self, returncode: int, bytes_sent: int) -> None:
+        self._fail("producer", f"{os.path.basename(self.producer_argv[0])} {exit_text(returncode)} "
+                               f"after {bytes_sent} bytes")
 
     def _succeed(self, producer_rc: int, acked: int) -> None:
         with self._lock:

@@ -117,8 +117,7 @@ class NativePipe(ThrottledPipe):
                 return
             rc = self._producer_exit()
             if rc != 0:
-                self._fail("producer", f"{self.producer_argv[0]} exited with code {rc} after "
-                                       f"{self._sent} bytes")
+                self._producer_failed(rc, self._sent)
                 return
             self._finish(rc)
         except Aborted:

@@ -364,8 +364,7 @@ class PvNcPipe(ThrottledPipe):
                 self._fail("throttle", f"pv exited with code {pv_rc}: {self._pv_tail.text()}")
                 return False
             if prod_rc not in (None, 0):
-                self._fail("producer", f"{self.producer_argv[0]} exited with code {prod_rc} "
-                                       f"after {self._pv_bytes} bytes")
+                self._producer_failed(prod_rc, self._pv_bytes)
                 return False
             if pv_rc == 0:
                 try:
@@ -374,8 +373,7 @@ class PvNcPipe(ThrottledPipe):
                     self._fail("producer", f"{self.producer_argv[0]} closed its output but did not exit")
                     return False
                 if prod_rc != 0:
-                    self._fail("producer", f"{self.producer_argv[0]} exited with code {prod_rc} "
-                                           f"after {self._pv_bytes} bytes")
+                    self._producer_failed(prod_rc, self._pv_bytes)
                     return False
                 self._pv_tail.join(timeout=5)  # pv's last line is its final byte count
                 return True

@@ -49,19 +49,6 @@ def assert_source_untouched(cluster, writer, src_pid, doc, phase):
     assert [t["id"] for t in agents["node-1"].request("GET", "/v1/tenants")["tenants"]] == ["mig"]
 
 
-def test_backup_tool_killed(loaded):
-    cluster, writer, src_pid = loaded
-    doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=1_000_000)
-    wait_phase(cluster, "node-1", doc["id"], "snapshot", min_bytes=200_000)
-    procs = [p for p, cmd in processes_mentioning(doc["id"]) if "mariabackup" in cmd]
-    assert procs
-    for p in procs:
-        os.kill(p, signal.SIGKILL)
-    doc = wait_migration(cluster, "node-1", doc["id"])
-    assert "producer" in (doc["error"]["why"] + doc["error"]["what"]) or "mariabackup" in doc["error"]["why"]
-    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
-
-
 def test_transport_killed(loaded):
     cluster, writer, src_pid = loaded
     doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=1_000_000, pipe="pv")
@@ -184,3 +171,80 @@ def test_a_cold_backup_tool_is_read_in_at_the_rate_and_an_abort_there_leaves_not
     doc = wait_migration(cluster, "node-1", doc["id"], timeout_s=30)
     assert doc["result"] == "aborted", doc
     assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
+
+
+def _migrate_cli(cluster, *args: str):
+    """`slacker migrate mig --to node-2 ARGS` as a user runs it; returns the process and its migration's id."""
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "slacker", "migrate", "mig", "--to", "node-2", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "SLACKER_CLUSTER": str(cluster.path)})
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + 60
+    while True:
+        running = [m for m in agents["node-1"].request("GET", "/v1/migrations")["migrations"] if m["active"]]
+        if running:
+            return p, running[0]["id"]
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
+
+
+def _error_line(p) -> tuple[str, str]:
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 8, (out, err)
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("slacker: error: migration ") and "Traceback" not in err, err
+    return lines[-1], out
+
+
+def _backup_log_lines(text: str) -> list[str]:
+    """Lines of mariabackup's own log quoted in `text` ("[00] 2026-11-25 21:00:00 ..." and its kind)."""
+    import re
+    return re.findall(r"\[\d\d\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)
+
+
+def test_target_agent_killed_mid_copy_is_one_line_naming_the_target(loaded):
+    cluster, writer, src_pid = loaded
+    p, mid = _migrate_cli(cluster, "--rate", "1MB/s")
+    wait_phase(cluster, "node-1", mid, "snapshot", min_bytes=300_000)
+    os.kill(read_pid(node_dir(cluster, "node-2") / "agent.pid"), signal.SIGKILL)
+    line, out = _error_line(p)
+    assert "the copy to node-2 broke" in line and "node-2's agent does not answer" in line, line
+    assert "retry" in line and "slacker migrate mig --to node-2" in line, line
+    assert _backup_log_lines(line) == [] and "BACKUP STAGE" not in line and len(line) < 400, line
+    assert "producer stderr" not in out and _backup_log_lines(out) == []
+    # The tool's output is still there for whoever needs it: the source agent's log keeps it.
+    log = (node_dir(cluster, "node-1") / "agent.log").read_text(errors="replace")
+    assert _backup_log_lines(log.split(mid, 1)[1]), "the backup tool's stderr is not in the source agent's log"
+
+
+def test_backup_tool_killed(loaded):
+    """SIGKILL leaves the tool no error of its own: the message says it was killed, with its last line."""
+    cluster, writer, src_pid = loaded
+    p, mid = _migrate_cli(cluster, "--rate", "1MB/s")
+    wait_phase(cluster, "node-1", mid, "snapshot", min_bytes=300_000)
+    for pid in [pid for pid, cmd in processes_mentioning(mid) if "mariabackup" in cmd]:
+        os.kill(pid, signal.SIGKILL)
+    line, out = _error_line(p)
+    assert "the backup tool on node-1 failed" in line and "mariabackup was killed by SIGKILL" in line, line
+    assert "; its last line: " in line and _backup_log_lines(line) == [] and len(line) < 500, line
+    quoted = line.split("; its last line: ", 1)[1].rsplit(" (see node-1's agent log", 1)[0]
+    assert quoted in (node_dir(cluster, "node-1") / "agent.log").read_text(errors="replace").split(mid, 1)[1]
+    doc = wait_migration(cluster, "node-1", mid)
+    assert_source_untouched(cluster, writer, src_pid, doc, "snapshot")
+
+
+def test_backup_tool_failing_gives_its_own_error_line(loaded):
+    """The source's server dies under the backup: mariabackup fails by itself, and the message
+    quotes its error line, not its start-up log (which the source agent's log keeps)."""
+    cluster, writer, src_pid = loaded
+    p, mid = _migrate_cli(cluster, "--rate", "10MB/s")
+    wait_phase(cluster, "node-1", mid, "snapshot", min_bytes=300_000)
+    os.kill(src_pid, signal.SIGKILL)
+    line, out = _error_line(p)
+    assert "the backup tool on node-1 failed" in line and "mariabackup exited with code" in line, line
+    quoted = line.split("; its error: ", 1)[1].rsplit(" (see node-1's agent log", 1)[0]
+    tool_output = (node_dir(cluster, "node-1") / "agent.log").read_text(errors="replace").split(mid, 1)[1]
+    assert quoted in tool_output and _backup_log_lines(line) == [] and len(line) < 500, line
+    assert "slacker migrate mig --to node-2" in line

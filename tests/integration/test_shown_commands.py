@@ -50,6 +50,9 @@ def test_the_shown_commands_are_found() -> None:
     # The parsers above must see the blocks (an edit that breaks them would make the test below vacuous).
     shown = readme_commands()
     assert ["slacker", "cluster", "up", "--nodes", "2"] in shown
+    assert shown[-2:] == [["slacker", "tenant", "delete", "t42", "--yes"], ["slacker", "cluster", "down", "--purge"]]
+    down = shown.index(["slacker", "cluster", "down"])
+    assert shown[down + 1] == shown[0]  # the round trip: the first `cluster up` again
     assert ["slacker", "migrate", "t42", "--set", "setpoint=900ms"] in shown
     assert ["slacker", "migrate", "--abort", "t42"] in help_examples("migrate")
 
@@ -182,6 +185,41 @@ def _run_other_cluster(sh_dir: Path, words: list[str]) -> None:
         sh.down()
 
 
+MARK_ROWS = 300
+
+
+def _mark_rows(sh: Shell) -> tuple[str, int]:
+    """Rows written into t42 before the shown `cluster down`; returns its owner and row count."""
+    from slacker.client import resolve
+    ep = resolve("t42", sh.cluster())
+    conn = ep.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS kept")
+        cur.execute("CREATE TABLE kept.t (id INT PRIMARY KEY)")
+        cur.executemany("INSERT INTO kept.t VALUES (%s)", [(i,) for i in range(MARK_ROWS)])
+    conn.close()
+    return ep.node, MARK_ROWS
+
+
+def _marked_rows(sh: Shell, timeout_s: float = 120) -> tuple[str, int]:
+    """t42's owner and row count once its server answers again after `cluster up`."""
+    from slacker.client import resolve
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ep = resolve("t42", sh.cluster())
+            conn = ep.connect()
+            with conn.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM kept.t")
+                n = cur.fetchone()[0]
+            conn.close()
+            return ep.node, n
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_every_shown_command_runs_as_shown(short_tmp) -> None:
     shown = readme_commands()
     # `slacker migrate --help` shows a subset of the README's lines: running those runs the help's too.
@@ -190,13 +228,20 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
 
     story = Shell(short_tmp / "story")
     ran_elsewhere: list[list[str]] = []
+    story_up: list[str] = []  # the words that brought the story's cluster up
+    story_extra: list[str] = []  # ... and the options that kept it off other clusters
+    stopped: tuple[str, int] | None = None  # while the story's cluster is down: t42's owner and rows
     try:
-        first_up = True
         for i, words in enumerate(shown):
-            if words[1:3] == ["cluster", "up"]:
-                if first_up:  # the cluster the rest of the block runs on
-                    story.run(words, *_own_addresses(words), "--fault-injection")
-                    first_up = False
+            if words[1:3] == ["cluster", "up"] and stopped is not None:  # the round trip: the same cluster back
+                assert words == story_up, ("not the same options", words, story_up)
+                story.run(words, *story_extra)
+                assert _marked_rows(story) == stopped
+                stopped = None
+            elif words[1:3] == ["cluster", "up"]:
+                if not story_up:  # the cluster the rest of the block runs on
+                    story_up, story_extra = words, [*_own_addresses(words), "--fault-injection"]
+                    story.run(words, *story_extra)
                 elif "--netns" in words and os.geteuid() != 0:
                     continue  # shown with sudo: a non-root run cannot
                 else:
@@ -208,6 +253,13 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 _run_abort(story, words)
             elif words[1:3] == ["migrate", "--finish"]:
                 _run_finish(story, words)
+            elif words[1:3] == ["cluster", "down"]:
+                before = None if "--purge" in words else _mark_rows(story)
+                _, out, _ = story.run(words)
+                assert "cluster down: stopped" in out, out
+                assert processes_mentioning(str(story.cwd / "run")) == []
+                assert (story.cwd / "run").exists() == ("--purge" not in words)
+                stopped = before
             else:
                 _, out, _ = story.run(words)
                 if words[1:2] == ["locate"] and "--json" in words:

@@ -98,3 +98,28 @@ def test_output_directory_must_exist(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run.jsonl")
     with pytest.raises(InvalidInput, match="does not exist"):
         plot_file(run, tmp_path / "nope" / "run.png")
+
+
+def test_title_says_what_the_summary_says(tmp_path: Path, capsys) -> None:
+    """The demo's plot said "118.1 MB in 8.0 s" where the summary said 9.0 s: the samples start a step
+    after the migration, and the span of their t was shown. Both now count bytes copied and the
+    migration's duration from start to end, in the same units."""
+    from slacker.cli.migrate_cmd import print_summary
+    from slacker.plot import run_title
+
+    rows = [{"t": k + 1.0, "phase": "snapshot", "rate_bytes_per_s": None, "bytes_done": (k + 1) * 14.7625e6}
+            for k in range(8)]
+    rows[-1]["duration_s"] = 9.012  # the migration's last sample (written after it ended)
+    run = tmp_path / "run.jsonl"
+    run.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    title = run_title(load_timeseries(run))
+    assert title == "migration: 118.1MB copied in 9.0s"
+    print_summary({"id": "m1", "result": "succeeded", "tenant": "t1", "source": "n1", "target": "n2", "mode": "stop",
+                   "duration_s": 9.012, "phases": [{"name": "copy", "duration_s": 7.0}], "bytes_total": 118.1e6,
+                   "bytes_done": rows[-1]["bytes_done"], "freeze_ms": None, "series_path": str(run), "rounds": []})
+    out = capsys.readouterr().out
+    assert "9.0s)" in out.splitlines()[0] and "118.1MB" in out
+    # A series without the duration (an older run, or one still running): the time since the start.
+    del rows[-1]["duration_s"]
+    run.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_title(load_timeseries(run)) == "migration: 118.1MB copied in 8.0s"

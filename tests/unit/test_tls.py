@@ -92,3 +92,23 @@ def test_cluster_file_https_needs_the_ca(tmp_path):
     f.write_text(f'token_file = "{token}"\ntls_ca = "tls/ca.crt"\n'
                  '[[nodes]]\nname = "node-1"\nurl = "https://127.0.9.2:7701"\n')
     assert load_cluster(str(f)).tls_ca == tmp_path / "tls" / "ca.crt"
+
+
+def test_a_ca_replaced_at_the_same_path_is_trusted_at_once(tmp_path):
+    """A cluster purged and made again at the same path, in the same process: the new CA is used
+    by the next context at once (the cache is keyed on the files' contents, not their paths)."""
+    import shutil
+
+    d = tmp_path / "tls"
+    old = tls.ensure_cluster_pki(d, {"node-1": ["127.0.9.2"]})["node-1"]
+    client = tls.client_context(old.ca)
+    assert tls.client_context(old.ca) is client  # unchanged files: the context is reused
+    assert tls.server_context(old) is tls.server_context(old)
+    assert _handshake(tls.server_context(old), client, "127.0.9.2") is None
+
+    shutil.rmtree(d)
+    new = tls.ensure_cluster_pki(d, {"node-1": ["127.0.9.2"]})["node-1"]
+    assert new.ca == old.ca and new.cert == old.cert  # the same paths, a new CA and certificate
+    assert "certificate verify failed" in str(_handshake(tls.server_context(new), client, "127.0.9.2"))
+    assert _handshake(tls.server_context(new), tls.client_context(new.ca), "127.0.9.2") is None
+    assert _handshake(tls.server_context(new), tls.client_context(new.ca, new.cert, new.key), "127.0.9.2") is None

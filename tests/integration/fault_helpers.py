@@ -10,9 +10,10 @@ import os
 import signal
 import time
 
-from slacker import local_cluster, mariadb
+from slacker import local_cluster, mariadb, oltp
 from slacker.ackwriter import AckedWriter, WriteProber
 from slacker.agent.client import AgentClient, cluster_clients
+from slacker.client import resolve
 from slacker.procs import alive, read_pid, wait_gone
 
 from .migration_helpers import acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning
@@ -30,11 +31,20 @@ class Scenario:
     """A loaded tenant on node-1 under a steady acknowledged write load, with a prober writing to
     every node's copy of it every 100 ms."""
 
-    def __init__(self, cluster, tenant: str = "mig", rows: int = 2000, rate_per_s: float = 50) -> None:
+    def __init__(self, cluster, tenant: str = "mig", rows: int = 2000, rate_per_s: float = 50,
+                 oltp_clients: int = 0) -> None:
         self.cluster = cluster
         self.tenant = tenant
         create_loaded_tenant(cluster, tenant, rows=rows)
         self.writer = AckedWriter(follow(cluster, tenant), rate_per_s=rate_per_s).start()
+        self.oltp = None  # with oltp_clients: multi-statement transactions on hot rows beside the writer
+        if oltp_clients:
+            conn = resolve(tenant, cluster).connect()
+            try:
+                oltp.load(conn)
+            finally:
+                conn.close()
+            self.oltp = oltp.TransferLoad(lambda: follow(cluster, tenant), threads=oltp_clients).start()
         _, directory = cluster_clients(cluster)
         port = directory.lookup(tenant).port
         password = (node_dir(cluster, "node-1") / "tenants" / tenant / "secrets" / "app.password").read_text().strip()
@@ -46,7 +56,17 @@ class Scenario:
 
     def stop(self) -> None:
         self.writer.stop()
+        if self.oltp is not None:
+            self.oltp.stop()
         self.prober.stop()
+
+    def oltp_check(self):
+        """The OLTP load's transfers on the owner: none acknowledged lost, none refused present."""
+        conn = resolve(self.tenant, self.cluster).connect()
+        try:
+            return oltp.check(conn, self.oltp.acked, self.oltp.failed)
+        finally:
+            conn.close()
 
     # ---- faults ------------------------------------------------------------------------
     def agent_pid(self, node: str) -> int:

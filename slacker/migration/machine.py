@@ -323,6 +323,8 @@ class Migration:
 
     # ---- phases -----------------------------------------------------------------
     def _phase(self, name: str) -> None:
+        if name == self.phase:
+            return  # more of the same phase (delta rounds again after leaving catch-up mode)
         check(PHASE_MOVES, self.phase, name, f"migration {self.id}")
         self._end_phase()
         self.phase = name

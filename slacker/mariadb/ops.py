@@ -107,17 +107,3 @@ def close_quietly(conn) -> None:
         conn.close()
     except Exception:
         pass
-
-
-def forget_replication(conn) -> None:
-    """Stop and forget every replication connection (a promoted target owns its data now)."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW ALL SLAVES STATUS")
-        names = [row[0] for row in cur.fetchall()]
-        for name in names:
-            cur.execute("STOP SLAVE %s" % _quote_name(name))
-            cur.execute("RESET SLAVE %s ALL" % _quote_name(name))
-
-
-def _quote_name(name: str) -> str:
-    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"

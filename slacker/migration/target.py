@@ -22,7 +22,7 @@ from ..backup import select_tool
 from ..delta import make_applier  # serial|concurrent applier, catch-up mode
 from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
-from ..mariadb import ops
+from ..mariadb import ops, replication
 from ..mariadb.checksums import table_checksums
 from ..procs import kill_group
 from ..tenants import Tenant, port_is_free, validate_tenant_id
@@ -149,10 +149,7 @@ class IncomingMigration:
         if gtid_state:
             conn = self.tenant.admin_connect(timeout_s=10)
             try:
-                with conn.cursor() as cur:
-                    cur.execute("RESET MASTER")
-                    cur.execute("SET GLOBAL gtid_binlog_state = %s", (gtid_state,))
-                    cur.execute("SET GLOBAL gtid_slave_pos = %s", (gtid_state,))
+                replication.seed_gtid_state(conn, gtid_state)
             finally:
                 conn.close()
         self._move(TargetState.STARTED)
@@ -235,7 +232,7 @@ class IncomingMigration:
                 self.applier.detach()
             conn = self.tenant.admin_connect(timeout_s=10)
             try:
-                ops.forget_replication(conn)
+                replication.forget_replication(conn)
             finally:
                 conn.close()
             self.node.tenants.set_fenced(self.tenant, False, desired_state="running")

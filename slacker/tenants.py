@@ -176,9 +176,7 @@ class Tenant:
                 mariadb.write_secret(f, secrets.token_urlsafe(24) + "\n")
         conn = self.admin_connect()
         try:
-            with conn.cursor() as cur:
-                for stmt in mariadb.service_accounts_sql(self.backup_password(), self.repl_password()):
-                    cur.execute(stmt)
+            mariadb.create_service_accounts(conn, self.backup_password(), self.repl_password())
         finally:
             conn.close()
 

@@ -12,9 +12,8 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-import pymysql
-
 from ..errors import CatchUpTimeout, MigrationFailed
+from ..mariadb import replication
 from . import gtid as gtids
 
 
@@ -87,17 +86,16 @@ class ReplicationApplier(DeltaApplier):
         # One connection, used from the HTTP threads of the target agent: one statement at a time.
         self._conn_lock = threading.Lock()
 
-    def _sql(self, stmt: str, args=None, cursor=None):
+    def _call(self, fn, *args, **kwargs):
+        """`fn(connection, *args, **kwargs)`: a slacker.mariadb.replication statement on the applier's connection."""
         with self._conn_lock:
             if self._conn is None:
                 self._conn = self._connect()
             try:
-                with self._conn.cursor(cursor) as cur:
-                    cur.execute(stmt, args)
-                    return cur.fetchall()
-            except pymysql.err.MySQLError as exc:
+                return fn(self._conn, *args, **kwargs)
+            except replication.StatementFailed as exc:
                 self._close_locked()
-                raise MigrationFailed("applying the delta failed", f"{stmt.split()[0]}: {exc.args[-1]}",
+                raise MigrationFailed("applying the delta failed", f"{exc.verb}: {exc.detail}",
                                       "the source is untouched; retry", phase="delta") from None
 
     def _close_locked(self) -> None:
@@ -110,25 +108,17 @@ class ReplicationApplier(DeltaApplier):
 
     def start(self, source: SourceLink, start_gtid: str) -> None:
         # The copy is consistent at start_gtid: replication continues from exactly there.
-        self._sql("STOP ALL SLAVES")
-        self._sql("RESET MASTER")
-        self._sql("SET GLOBAL gtid_slave_pos = %s", (start_gtid,))
+        self._call(replication.stop_all_slaves)
+        self._call(replication.reset_master)
+        self._call(replication.set_gtid_slave_pos, start_gtid)
         if start_gtid:
-            self._sql("SET GLOBAL gtid_binlog_state = %s", (start_gtid,))
-        tls, tls_args = "", ()
-        if source.ssl_ca:
-            tls = (", MASTER_SSL=1, MASTER_SSL_CA=%s, MASTER_SSL_CERT=%s, MASTER_SSL_KEY=%s, "
-                   "MASTER_SSL_VERIFY_SERVER_CERT=1")
-            tls_args = (source.ssl_ca, source.ssl_cert or "", source.ssl_key or "")
-        self._sql(
-            f"CHANGE MASTER '{self.CONNECTION}' TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, "
-            "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1"
-            + tls, (source.host, source.port, source.user, source.password, *tls_args))
-        self._sql(f"START SLAVE '{self.CONNECTION}'")
+            self._call(replication.set_gtid_binlog_state, start_gtid)
+        self._call(replication.change_master, self.CONNECTION, source.host, source.port, source.user,
+                   source.password, ssl_ca=source.ssl_ca, ssl_cert=source.ssl_cert, ssl_key=source.ssl_key)
+        self._call(replication.start_slave, self.CONNECTION)
 
     def _status(self) -> dict:
-        rows = self._sql(f"SHOW SLAVE '{self.CONNECTION}' STATUS", cursor=pymysql.cursors.DictCursor)
-        return rows[0] if rows else {}
+        return self._call(replication.slave_status, self.CONNECTION)
 
     def _check_running(self) -> None:
         st = self._status()
@@ -149,8 +139,7 @@ class ReplicationApplier(DeltaApplier):
             left = deadline - time.monotonic()
             # Short waits so a broken SQL thread is noticed promptly instead of at the deadline.
             step = max(0.0, min(1.0, left))
-            r = self._sql("SELECT MASTER_GTID_WAIT(%s, %s)", (gtid, step))
-            if r and r[0][0] == 0:
+            if self._call(replication.master_gtid_wait, gtid, step) == 0:
                 return time.monotonic() - t0
             self._check_running()
             if time.monotonic() >= deadline:
@@ -159,10 +148,10 @@ class ReplicationApplier(DeltaApplier):
                                       "the write load may be too heavy for the applier", phase="delta")
 
     def applied(self) -> str:
-        return self._sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0] or ""
+        return self._call(replication.gtid_slave_pos)
 
     def stop_at(self, final_gtid: str) -> None:
-        self._sql(f"STOP SLAVE '{self.CONNECTION}'")
+        self._call(replication.stop_slave, self.CONNECTION)
         applied = self.applied()
         want = gtids.parse_gtid_pos(final_gtid)
         got = gtids.parse_gtid_pos(applied)
@@ -171,10 +160,10 @@ class ReplicationApplier(DeltaApplier):
                                   f"source {final_gtid}, target {applied}", "handover aborted", phase="handover")
 
     def resume(self) -> None:
-        self._sql(f"START SLAVE '{self.CONNECTION}'")
+        self._call(replication.start_slave, self.CONNECTION)
 
     def detach(self) -> None:
-        self._sql(f"RESET SLAVE '{self.CONNECTION}' ALL")
+        self._call(replication.reset_slave_all, self.CONNECTION)
         self.close()
 
     def close(self) -> None:
@@ -183,7 +172,7 @@ class ReplicationApplier(DeltaApplier):
 
     def abort(self) -> None:
         try:
-            self._sql("STOP ALL SLAVES")
+            self._call(replication.stop_all_slaves)
         except Exception:
             pass
         self.close()

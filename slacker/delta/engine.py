@@ -20,7 +20,7 @@ from typing import Callable
 import pymysql
 
 from ..errors import MigrationFailed
-from . import catchup
+from ..mariadb import durability, replication
 from . import gtid as gtids
 from .applier import ReplicationApplier, SourceLink
 from .mpl import MplController
@@ -73,13 +73,13 @@ class EngineApplier(ReplicationApplier):
     # --- catch-up mode ------------------------------------------------------------------------
     def relax_durability(self) -> None:
         with self._lock:
-            self._sql_do(lambda conn: catchup.relax_durability(conn))
+            self._sql_do(lambda conn: durability.relax_durability(conn))
             self.relaxed = True
 
     def restore_durability(self) -> dict:
         """Back to durable commits, everything applied so far on disk. Safe to call twice."""
         with self._lock:
-            out = self._sql_do(lambda conn: catchup.restore_durability(conn, self.datadir))
+            out = self._sql_do(lambda conn: durability.restore_durability(conn, self.datadir))
             self.relaxed = False
             return out
 
@@ -93,7 +93,7 @@ class EngineApplier(ReplicationApplier):
                 self._close_locked()
                 raise MigrationFailed("configuring the target's applier failed", str(exc.args[-1]),
                                   "the source is untouched; retry", phase="delta") from None
-            except catchup.DurabilityError as exc:
+            except durability.DurabilityError as exc:
                 raise MigrationFailed("the target could not leave catch-up mode durably", str(exc),
                                       "the source is untouched; retry (check the target's disk)",
                                       phase="delta") from None
@@ -101,9 +101,9 @@ class EngineApplier(ReplicationApplier):
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self, source: SourceLink, start_gtid: str) -> None:
         with self._lock:
-            self._sql("STOP ALL SLAVES")
-            self._sql("SET GLOBAL slave_parallel_mode = %s", (PARALLEL_MODE,))
-            self._sql("SET GLOBAL slave_parallel_threads = %s", (self.mpl,))
+            self._call(replication.stop_all_slaves)
+            self._call(replication.set_parallel_mode, PARALLEL_MODE)
+            self._call(replication.set_parallel_threads, self.mpl)
             if self.catchup_mode:
                 self.relax_durability()
             super().start(source, start_gtid)
@@ -122,9 +122,9 @@ class EngineApplier(ReplicationApplier):
         with self._lock:
             if n == self.mpl or self._paused:
                 return
-            self._sql(f"STOP SLAVE '{self.CONNECTION}' SQL_THREAD")
-            self._sql("SET GLOBAL slave_parallel_threads = %s", (n,))
-            self._sql(f"START SLAVE '{self.CONNECTION}' SQL_THREAD")
+            self._call(replication.stop_slave, self.CONNECTION, sql_thread_only=True)
+            self._call(replication.set_parallel_threads, n)
+            self._call(replication.start_slave, self.CONNECTION, sql_thread_only=True)
             self.mpl = n
 
     def _check_running(self) -> None:
@@ -149,7 +149,7 @@ class EngineApplier(ReplicationApplier):
         self._stop.set()
         with self._lock:
             try:
-                self._sql("SET GLOBAL slave_parallel_threads = 0")
+                self._call(replication.set_parallel_threads, 0)
             except MigrationFailed:
                 pass
             super().detach()
@@ -159,14 +159,6 @@ class EngineApplier(ReplicationApplier):
         super().abort()
 
     # --- measuring and adapting ----------------------------------------------------------------
-    def _positions(self, conn) -> tuple[str, str]:
-        with conn.cursor(pymysql.cursors.DictCursor) as cur:
-            cur.execute(f"SHOW SLAVE '{self.CONNECTION}' STATUS")
-            st = cur.fetchone() or {}
-            cur.execute("SELECT @@GLOBAL.gtid_slave_pos AS p")
-            applied = cur.fetchone()["p"] or ""
-        return applied, st.get("Gtid_IO_Pos") or ""
-
     def _sample_loop(self) -> None:
         conn = None
         prev = None
@@ -179,7 +171,7 @@ class EngineApplier(ReplicationApplier):
                         if self._paused:
                             prev = None
                             continue
-                        applied, fetched = self._positions(conn)
+                        applied, fetched = replication.positions(conn, self.CONNECTION)
                         mpl = self.mpl
                     now = time.monotonic()
                 except Exception:  # noqa: BLE001 - a failed sample is skipped; wait_for reports real trouble

@@ -1,16 +1,30 @@
 """The engine package: everything that speaks MariaDB/MySQL.
 
-`server` holds binaries, generated server config, accounts and connections;
-`ops` the statements the migration phase machine needs (freeze, fence,
-positions, preflight inspection); `checksums` the `--verify` checksums;
-replication control lives with the delta applier that drives it
-(`slacker.delta.applier`) but goes through these connections.
+Every SQL statement Slacker runs against a tenant's server is here (the
+benchmark harness's loads and the directory backend aside); the rest of the
+code calls these functions with a connection. This is the seam another engine
+(MySQL 8 with XtraBackup) would fill.
+
+- `server`: binaries, generated server config, accounts (`bootstrap_sql`,
+  `create_service_accounts`), connections, global status and the GTID position.
+- `ops`: what the migration's source side needs: positions (GTID, binlog file
+  and offset), fence (`read_only`), flushing to disk, preflight inspection.
+- `freeze`: the freeze (FLUSH TABLES WITH READ LOCK, granted under OLTP load)
+  and what holds it back.
+- `replication`: replication control and positions on the target: seeding the
+  GTID state, CHANGE MASTER, start/stop/reset of the migration's replication
+  connection, its status, MASTER_GTID_WAIT, the parallel applier's settings.
+- `durability`: catch-up durability (per-commit fsyncs off while a target is
+  disposable, back on with the logs forced to disk and checked).
+- `perfschema`: what the latency sources read (performance_schema summary
+  tables, the transaction instrument, Handler_commit).
+- `checksums`: the `--verify` checksums.
 """
 
 from .server import (ADMIN_USER, APP_USER, BACKUP_PRIVILEGES, BACKUP_USER, PACKAGES, REPL_PRIVILEGES, REPL_USER,
-                     SERVICE_USERS, ServerConfig, bootstrap_sql, client_defaults, connect, find_program,
-                     global_status, gtid_binlog_pos, server_id_for, service_accounts_sql, write_secret)
+                     SERVICE_USERS, ServerConfig, bootstrap_sql, client_defaults, connect, create_service_accounts,
+                     find_program, global_status, gtid_binlog_pos, server_id_for, service_accounts_sql, write_secret)
 
 __all__ = ["ADMIN_USER", "APP_USER", "BACKUP_PRIVILEGES", "BACKUP_USER", "PACKAGES", "REPL_PRIVILEGES", "REPL_USER",
-           "SERVICE_USERS", "ServerConfig", "bootstrap_sql", "client_defaults", "connect", "find_program",
-           "global_status", "gtid_binlog_pos", "server_id_for", "service_accounts_sql", "write_secret"]
+           "SERVICE_USERS", "ServerConfig", "bootstrap_sql", "client_defaults", "connect", "create_service_accounts",
+           "find_program", "global_status", "gtid_binlog_pos", "server_id_for", "service_accounts_sql", "write_secret"]

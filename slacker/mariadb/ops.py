@@ -84,6 +84,14 @@ def is_read_only(conn) -> bool:
         return bool(cur.fetchone()[0])
 
 
+def commits_are_durable(conn) -> bool:
+    """Every commit syncs the binlog and the redo log (sync_binlog = 1, innodb_flush_log_at_trx_commit = 1)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.sync_binlog, @@GLOBAL.innodb_flush_log_at_trx_commit")
+        sync_binlog, flush_at_commit = cur.fetchone()
+    return int(sync_binlog) == 1 and int(flush_at_commit) == 1
+
+
 def flush_durable(conn) -> None:
     """Force what the server has committed so far to disk (redo log and binlog)."""
     with conn.cursor() as cur:
@@ -99,17 +107,3 @@ def close_quietly(conn) -> None:
         conn.close()
     except Exception:
         pass
-
-
-def forget_replication(conn) -> None:
-    """Stop and forget every replication connection (a promoted target owns its data now)."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW ALL SLAVES STATUS")
-        names = [row[0] for row in cur.fetchall()]
-        for name in names:
-            cur.execute("STOP SLAVE %s" % _quote_name(name))
-            cur.execute("RESET SLAVE %s ALL" % _quote_name(name))
-
-
-def _quote_name(name: str) -> str:
-    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -200,6 +200,13 @@ def service_accounts_sql(backup_password: str, repl_password: str) -> list[str]:
     ]
 
 
+def create_service_accounts(conn, backup_password: str, repl_password: str) -> None:
+    """Run `service_accounts_sql` on a running server (a tenant created before these accounts existed)."""
+    with conn.cursor() as cur:
+        for stmt in service_accounts_sql(backup_password, repl_password):
+            cur.execute(stmt)
+
+
 def bootstrap_sql(admin_password: str, app_password: str, backup_password: str | None = None,
                   repl_password: str | None = None) -> str:
     """Accounts a new tenant gets: Slacker's admin (socket only), the backup and replication

@@ -39,6 +39,9 @@ class Handover:
         # leave catch-up mode before any freeze, so its cost never lands in the freeze.
         m.durable_ms = m._target("durable", {}, timeout_s=120)
         m.delta_stats["catchup"] = m.durable_ms.get("catchup", False)
+        # What arrived while the target left catch-up mode is applied outside the freeze, by rounds that
+        # run at the durable speed the freeze's own catch-up will have.
+        m.delta_rounds.run()
         m._phase("handover")
         if m.opts.verify:
             # Both sides run in parallel inside the freeze; allow for the slower one and the lock.

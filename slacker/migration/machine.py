@@ -12,13 +12,13 @@ finishes what it was doing. See docs/migration.md.
 
 This class only sequences; the roles are one file each: `rounds.py` (the
 delta-round policy), `handover.py` (freeze -> catch up -> fence -> flip),
-`flip.py` (the compare-and-set, fail-closed), `lease.py`, and the states and
+`flip.py` (the compare-and-set, fail-closed), `lease.py`, `telemetry.py` (the
+one-second step and the time series), and the states and
 allowed moves in `protocol.py`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
@@ -41,16 +41,13 @@ from .options import HandoverAttempt, MigrationAborted, MigrationOptions, PhaseT
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, check
 from .rounds import DeltaRounds
+from .telemetry import Telemetry, utc
 from .source import SourceSide
 
 log = logging.getLogger("slacker.migration")
 
 MIN_ETA_THROUGHPUT_BYTES_PER_S = 1000.0
 FINISH_BACKOFF_MAX_S = 10.0
-
-
-def _utc() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 class Migration:
@@ -113,10 +110,7 @@ class Migration:
         self.flip = Flip(self)
         self.handover = Handover(self)
         self.delta_rounds: DeltaRounds | None = None  # from the backup's binlog position, once prepared
-        self._last_bytes = (time.monotonic(), 0)
-        self._throughput = 0.0
-        self._series_lock = threading.Lock()
-        self._tick_stop = threading.Event()
+        self.telemetry = Telemetry(self, self.series_path)
 
     # ---- public -----------------------------------------------------------------
     @property
@@ -160,10 +154,10 @@ class Migration:
 
     def eta_s(self) -> float | None:
         # No estimate while paused or crawling: the decaying throughput average would give absurd figures.
-        if (self.phase not in ("snapshot", "copy") or self._throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+        if (self.phase not in ("snapshot", "copy") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
                 or not self.bytes_total or self.current_rate() == 0):
             return None
-        return max(0.0, (self.bytes_total - self.bytes_done()) / self._throughput)
+        return max(0.0, (self.bytes_total - self.bytes_done()) / self.telemetry.throughput)
 
     def to_dict(self) -> dict:
         err = self.error.to_dict() if self.error else None
@@ -177,7 +171,7 @@ class Migration:
             "preread_bytes": self.pipe.preread_bytes if self.pipe is not None else 0,
             "prereading": bool(self.pipe is not None and self.pipe.prereading),
             "rate_bytes_per_s": rate, "unthrottled": rate is None,
-            "throughput_bytes_per_s": round(self._throughput, 1), "eta_s": self.eta_s(),
+            "throughput_bytes_per_s": round(self.telemetry.throughput, 1), "eta_s": self.eta_s(),
             "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms,
             "handover_steps_ms": self.handover_steps_ms, "handover_attempts": [asdict(a) for a in self.attempts],
             "verified": self.verified, "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
@@ -195,15 +189,13 @@ class Migration:
 
     def run(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        ticker = threading.Thread(target=self._tick_loop, name=f"tick-{self.id}", daemon=True)
-        ticker.start()
+        self.telemetry.start()
         try:
             self._drive(self._live if self.opts.mode == "live" else self._stop_and_copy)
         finally:
             self.lease.stop()
             self._end()
-            self._tick_stop.set()
-            self._record()
+            self.telemetry.stop()
 
     def _live(self) -> None:
         """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
@@ -233,8 +225,7 @@ class Migration:
     def recover(self) -> None:
         """After an agent restart: ask the directory whether the flip happened, then forward or back."""
         self._phase("recovering")
-        ticker = threading.Thread(target=self._tick_loop, name=f"tick-{self.id}", daemon=True)
-        ticker.start()
+        self.telemetry.start()
         try:
             if self.entry.state == "started":
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
@@ -253,8 +244,7 @@ class Migration:
                                            phase="recovering"))
         finally:
             self._end()
-            self._tick_stop.set()
-            self._record()
+            self.telemetry.stop()
 
     # ---- endings ------------------------------------------------------------------
     def _end(self) -> None:
@@ -333,10 +323,12 @@ class Migration:
 
     # ---- phases -----------------------------------------------------------------
     def _phase(self, name: str) -> None:
+        if name == self.phase:
+            return  # more of the same phase (delta rounds again after leaving catch-up mode)
         check(PHASE_MOVES, self.phase, name, f"migration {self.id}")
         self._end_phase()
         self.phase = name
-        self.phases.append(PhaseTiming(name, _utc(), round(time.monotonic() - self.created, 3)))
+        self.phases.append(PhaseTiming(name, utc(), round(time.monotonic() - self.created, 3)))
         log.info("migration %s: %s", self.id, name)
         self._hold(name)
 
@@ -510,66 +502,3 @@ class Migration:
         self.epoch_after = own.epoch
         self.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
-
-    # ---- time series ------------------------------------------------------------
-    def _tick_loop(self) -> None:
-        while not self._tick_stop.wait(self.opts.step_s):
-            try:
-                self._tick()
-            except Exception:
-                log.exception("migration tick failed")
-
-    def _tick(self) -> None:
-        now = time.monotonic()
-        done = self.bytes_done()
-        t_prev, b_prev = self._last_bytes
-        if now > t_prev:
-            inst = max(0.0, (done - b_prev) / (now - t_prev))
-            self._throughput = inst if self._throughput == 0 else 0.6 * self._throughput + 0.4 * inst
-        self._last_bytes = (now, done)
-        if self.rate_policy is not None:
-            if self.phase == "snapshot" and self.pipe is not None and not self.pipe.done:
-                rate, state = self.rate_policy.step(now, done, warming=self.pipe.prereading)
-                self.pipe.set_rate(rate)
-                if self.pipe.commit_locked:
-                    state["note"] = "backup holds the commit lock: copying unthrottled" + (
-                        f" ({state['note']})" if state.get("note") else "")
-                elif self.pipe.prereading:
-                    state["note"] = (f"reading the backup tool into memory at this rate "
-                                     f"({self.pipe.preread_bytes / 1e6:.1f} MB)") + (
-                        f" ({state['note']})" if state.get("note") else "")
-                self.controller_state = state
-            elif self.result is None and self.phase not in ("pending", "preflight"):
-                # Outside the copy the controller has nothing to steer, but the latency still tells
-                # what prepare, delta and the freeze cost the clients: keep recording it.
-                sample = self.rate_policy.source.read()
-                state = dict(self.controller_state or {})
-                state.update(latency_s=sample.latency_s, note="observing (no copy in this phase)")
-                state.update(getattr(self.rate_policy.source, "sides", None) or {})
-                self.controller_state = state
-        self._record()
-
-    def _record(self) -> None:
-        sample = {"t": round(time.monotonic() - self.created, 3), "ts": _utc(), "phase": self.phase,
-                  "bytes_done": self.bytes_done(), "bytes_total": self.bytes_total,
-                  "rate_bytes_per_s": self.current_rate(), "throughput_bytes_per_s": round(self._throughput, 1)}
-        if self.pipe is not None and self.pipe.commit_locked and not self.pipe.done:
-            sample["commit_locked"] = True  # the rate above is not applied: the copy runs unthrottled
-        if self.pipe is not None and self.pipe.preread_bytes:
-            sample["preread_bytes"] = self.pipe.preread_bytes  # the backup tool's program, read before it ran
-        if self.finishing_reason:
-            sample["note"] = self.finishing_reason
-        if self.finished_at is not None:  # the last sample: the duration the summary shows (slacker plot's title)
-            sample["duration_s"] = round(self.finished_at - self.created, 3)
-        if self.controller_state:
-            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
-                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):
-                if k in self.controller_state:
-                    sample[k] = self.controller_state[k]
-        if self.phase == "delta" and self.delta_stats:  # the MPL and apply rate over time
-            sample["delta_mpl"] = self.delta_stats.get("mpl")
-            sample["apply_tps"] = self.delta_stats.get("apply_tps")
-        with self._series_lock:
-            self.series_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.series_path, "a") as f:
-                f.write(json.dumps(sample) + "\n")

@@ -22,7 +22,7 @@ from ..backup import select_tool
 from ..delta import make_applier  # serial|concurrent applier, catch-up mode
 from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
-from ..mariadb import ops
+from ..mariadb import ops, replication
 from ..mariadb.checksums import table_checksums
 from ..procs import kill_group
 from ..tenants import Tenant, port_is_free, validate_tenant_id
@@ -149,10 +149,7 @@ class IncomingMigration:
         if gtid_state:
             conn = self.tenant.admin_connect(timeout_s=10)
             try:
-                with conn.cursor() as cur:
-                    cur.execute("RESET MASTER")
-                    cur.execute("SET GLOBAL gtid_binlog_state = %s", (gtid_state,))
-                    cur.execute("SET GLOBAL gtid_slave_pos = %s", (gtid_state,))
+                replication.seed_gtid_state(conn, gtid_state)
             finally:
                 conn.close()
         self._move(TargetState.STARTED)
@@ -198,7 +195,10 @@ class IncomingMigration:
                 self.applier.stop_at(final_gtid)
             conn = self.tenant.admin_connect(timeout_s=10)
             try:
-                ops.flush_durable(conn)
+                # Left catch-up mode (durable), every commit since has synced itself: nothing to force.
+                # Still relaxed (no catch-up mode step, or a retry resumed it): force it all to disk now.
+                if not ops.commits_are_durable(conn):
+                    ops.flush_durable(conn)
             finally:
                 conn.close()
             self.node.journal.update(self.entry, state="promoted", final_gtid=final_gtid)
@@ -232,7 +232,7 @@ class IncomingMigration:
                 self.applier.detach()
             conn = self.tenant.admin_connect(timeout_s=10)
             try:
-                ops.forget_replication(conn)
+                replication.forget_replication(conn)
             finally:
                 conn.close()
             self.node.tenants.set_fenced(self.tenant, False, desired_state="running")

@@ -151,7 +151,7 @@ def run(agents: dict, directory, settings: Settings, opts: RunOptions,
         if p.decision != "move":
             _record_run(directory, opts, res)
             return res
-        _execute(agents, directory, settings, opts, res, say)
+        _make_the_move(agents, directory, settings, opts, res, say)
         _record_run(directory, opts, res)
         return res
     finally:
@@ -176,8 +176,8 @@ def _put_move(directory, m: Move) -> None:
     directory.state_put(MOVES_PREFIX + m.tenant, m.to_dict())
 
 
-def _execute(agents: dict, directory, settings: Settings, opts: RunOptions, res: RunResult,
-             say: Callable[[str], None]) -> None:
+def _make_the_move(agents: dict, directory, settings: Settings, opts: RunOptions, res: RunResult,
+                   say: Callable[[str], None]) -> None:
     mv = res.plan.move
     source, target = agents[mv.source], agents[mv.target]
     # Recorded before it starts: a run that dies mid-move still leaves the move (and so its cool-down).

@@ -63,6 +63,26 @@ def test_backup_and_replication_accounts_cannot_touch_user_tables(tenant):
     conn.close()
 
 
+def test_a_tenant_from_before_the_service_accounts_gets_them(tenant):
+    """A tenant created before the backup and replication accounts existed has neither them nor their
+    passwords; ensure_service_accounts creates both on the running server, and they can log in."""
+    conn = tenant.admin_connect()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP USER '{mariadb.BACKUP_USER}'@'localhost', '{mariadb.REPL_USER}'@'%'")
+    conn.close()
+    tenant.backup_password_file.unlink()
+    tenant.repl_password_file.unlink()
+    tenant.ensure_service_accounts()
+    backup = mariadb.connect(user=mariadb.BACKUP_USER, password=tenant.backup_password(), socket=tenant.socket)
+    repl = mariadb.connect(user=mariadb.REPL_USER, password=tenant.repl_password(), host=tenant.host,
+                           port=tenant.port)
+    with repl.cursor() as cur:
+        cur.execute("SHOW GRANTS")
+        assert any("REPLICATION SLAVE" in row[0] for row in cur.fetchall())
+    backup.close()
+    repl.close()
+
+
 def test_mariabackup_runs_with_the_backup_account_alone(tenant, short_tmp):
     _user_table(tenant)
     tool = MariaBackup()

@@ -210,25 +210,25 @@ def _target_admin(cluster):
 def test_leaving_catchup_mode_puts_the_redo_log_on_disk_without_a_gtid_of_its_own(tenants):
     """innodb_flush_log_at_trx_commit=0 keeps the redo log in the server; restore_durability must sync it,
     prove it (Innodb_lsn_flushed), and must not add a transaction of the target's own to its binlog."""
-    from slacker.delta import catchup
+    from slacker.mariadb import durability
 
     t = tenants.create("cu")
     conn = t.admin_connect(timeout_s=10)
     try:
-        catchup.relax_durability(conn)
+        durability.relax_durability(conn)
         with conn.cursor() as cur:
-            assert catchup.durability(cur) == catchup.RELAXED
+            assert durability.durability(cur) == durability.RELAXED
             cur.execute("CREATE DATABASE cu")
             cur.execute("CREATE TABLE cu.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(200))")
             for _ in range(300):
                 cur.execute("INSERT INTO cu.t (v) VALUES (REPEAT('x', 200))")
             cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
             gtid_before = cur.fetchone()[0]
-            lsn_written, _ = catchup.redo_lsns(cur)
-        out = catchup.restore_durability(conn, t.datadir)
+            lsn_written, _ = durability.redo_lsns(cur)
+        out = durability.restore_durability(conn, t.datadir)
         with conn.cursor() as cur:
-            assert catchup.durability(cur) == catchup.DURABLE
-            _, flushed = catchup.redo_lsns(cur)
+            assert durability.durability(cur) == durability.DURABLE
+            _, flushed = durability.redo_lsns(cur)
             cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
             gtid_after = cur.fetchone()[0]
     finally:

@@ -1,10 +1,11 @@
-"""Catch-up mode: a migration target that is not yet the owner trades durability for apply speed.
+"""Catch-up durability: a migration target that is not yet the owner trades durability for apply speed.
 
 While the target is disposable (any failure throws it away) its commits need not
 reach the disk one by one: `relax_durability` stops the per-commit fsyncs of the
 binlog and the redo log. `restore_durability` puts them back and forces
 everything applied so far to disk, before the freeze begins, so the target is as
-durable as the source when it is promoted.
+durable as the source when it is promoted. The delta applier
+(`slacker.delta.engine`) decides when; this module is how, on MariaDB/InnoDB.
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""A migration's telemetry: the one-second step that drives the rate controller during the copy, and the
+time series (one JSON object per step) that `slacker plot` draws and `status` summarises."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+
+log = logging.getLogger("slacker.migration.telemetry")
+
+
+def utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Telemetry:
+    def __init__(self, m, series_path) -> None:
+        self.m = m  # the migration: its pipe, phase, controller and what the samples show
+        self.series_path = series_path
+        self.throughput = 0.0  # bytes/s, a decaying average of the copy's progress
+        self._last_bytes = (time.monotonic(), 0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name=f"tick-{self.m.id}", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop stepping and write the last sample."""
+        self._stop.set()
+        self.record()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.m.opts.step_s):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("migration tick failed")
+
+    def tick(self) -> None:
+        m = self.m
+        now = time.monotonic()
+        done = m.bytes_done()
+        t_prev, b_prev = self._last_bytes
+        if now > t_prev:
+            inst = max(0.0, (done - b_prev) / (now - t_prev))
+            self.throughput = inst if self.throughput == 0 else 0.6 * self.throughput + 0.4 * inst
+        self._last_bytes = (now, done)
+        if m.rate_policy is not None:
+            if m.phase == "snapshot" and m.pipe is not None and not m.pipe.done:
+                rate, state = m.rate_policy.step(now, done, warming=m.pipe.prereading)
+                m.pipe.set_rate(rate)
+                if m.pipe.commit_locked:
+                    state["note"] = "backup holds the commit lock: copying unthrottled" + (
+                        f" ({state['note']})" if state.get("note") else "")
+                elif m.pipe.prereading:
+                    state["note"] = (f"reading the backup tool into memory at this rate "
+                                     f"({m.pipe.preread_bytes / 1e6:.1f} MB)") + (
+                        f" ({state['note']})" if state.get("note") else "")
+                m.controller_state = state
+            elif m.result is None and m.phase not in ("pending", "preflight"):
+                # Outside the copy the controller has nothing to steer, but the latency still tells
+                # what prepare, delta and the freeze cost the clients: keep recording it.
+                sample = m.rate_policy.source.read()
+                state = dict(m.controller_state or {})
+                state.update(latency_s=sample.latency_s, note="observing (no copy in this phase)")
+                state.update(getattr(m.rate_policy.source, "sides", None) or {})
+                m.controller_state = state
+        self.record()
+
+    def record(self) -> None:
+        m = self.m
+        sample = {"t": round(time.monotonic() - m.created, 3), "ts": utc(), "phase": m.phase,
+                  "bytes_done": m.bytes_done(), "bytes_total": m.bytes_total,
+                  "rate_bytes_per_s": m.current_rate(), "throughput_bytes_per_s": round(self.throughput, 1)}
+        if m.pipe is not None and m.pipe.commit_locked and not m.pipe.done:
+            sample["commit_locked"] = True  # the rate above is not applied: the copy runs unthrottled
+        if m.pipe is not None and m.pipe.preread_bytes:
+            sample["preread_bytes"] = m.pipe.preread_bytes  # the backup tool's program, read before it ran
+        if m.finishing_reason:
+            sample["note"] = m.finishing_reason
+        if m.finished_at is not None:  # the last sample: the duration the summary shows (slacker plot's title)
+            sample["duration_s"] = round(m.finished_at - m.created, 3)
+        if m.controller_state:
+            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
+                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):
+                if k in m.controller_state:
+                    sample[k] = m.controller_state[k]
+        if m.phase == "delta" and m.delta_stats:  # the MPL and apply rate over time
+            sample["delta_mpl"] = m.delta_stats.get("mpl")
+            sample["apply_tps"] = m.delta_stats.get("apply_tps")
+        with self._lock:
+            self.series_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.series_path, "a") as f:
+                f.write(json.dumps(sample) + "\n")

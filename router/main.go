@@ -1,0 +1,166 @@
+// slacker-router: one MySQL-protocol address for every tenant of a Slacker cluster.
+//
+// The data path of `slacker router`. It learns routes (tenant -> owner address, the application
+// user and its double-SHA1 password hash) as JSON lines on stdin from the Python control side,
+// which follows the directory; it serves clients on -listen and its status and Prometheus
+// metrics on -admin. With -pipe HOST:PORT it is only a byte pipe to one server (a benchmark's
+// reference line). It exits when stdin closes, so it never outlives its control side.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:6033", "address clients connect to")
+	admin := flag.String("admin", "", "address of the status and metrics HTTP endpoint (empty: none)")
+	pipe := flag.String("pipe", "", "benchmark only: forward every connection's bytes to this HOST:PORT, no login")
+	blocking := flag.Bool("blocking-io", false, "relay with blocking reads on a thread per direction instead of Go's poller")
+	dialTimeout := flag.Duration("dial-timeout", 3*time.Second, "timeout of a connection to an owner")
+	flag.Parse()
+	log.SetFlags(log.LstdFlags | log.LUTC | log.Lmicroseconds)
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("cannot listen on %s: %v", *listen, err)
+	}
+	if *pipe != "" {
+		log.Printf("byte pipe %s -> %s", ln.Addr(), *pipe)
+		servePipe(ln, *pipe, *blocking)
+		return
+	}
+	rt := newRouter(*dialTimeout)
+	rt.listen = ln.Addr().String()
+	if *admin != "" {
+		aln, err := net.Listen("tcp", *admin)
+		if err != nil {
+			log.Fatalf("cannot listen on %s: %v", *admin, err)
+		}
+		rt.admin = aln.Addr().String()
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", rt.serveMetrics)
+		mux.HandleFunc("/status", rt.serveStatus)
+		go func() { log.Fatal(http.Serve(aln, mux)) }()
+	}
+	// The control side reads this line to learn the bound addresses (ports may be 0 = any).
+	ready, _ := json.Marshal(map[string]string{"event": "ready", "listen": rt.listen, "admin": rt.admin})
+	fmt.Println(string(ready))
+	go rt.readControl(os.Stdin)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sig
+		log.Printf("stopping on %v", s)
+		os.Exit(0)
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			log.Printf("accept: %v", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go rt.serve(c)
+	}
+}
+
+// readControl applies the control side's messages; when stdin closes the router stops.
+func (rt *Router) readControl(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<16), 1<<22)
+	for sc.Scan() {
+		var m controlMsg
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			log.Printf("bad control line: %v", err)
+			continue
+		}
+		if err := rt.apply(m); err != nil {
+			log.Printf("control %s: %v", m.Op, err)
+		}
+	}
+	log.Printf("control side gone (stdin closed): stopping")
+	os.Exit(0)
+}
+
+func servePipe(ln net.Listener, to string, blocking bool) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			continue
+		}
+		go func(c net.Conn) {
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				return
+			}
+			if blocking {
+				cf, _ := c.(*net.TCPConn).File()
+				sf, _ := s.(*net.TCPConn).File()
+				go func() { copyBlocking(sf, cf); s.(*net.TCPConn).CloseWrite() }()
+				copyBlocking(cf, sf)
+				cf.Close()
+				sf.Close()
+			} else {
+				go func() { copyPlain(s, c); s.(*net.TCPConn).CloseWrite() }()
+				copyPlain(c, s)
+			}
+			c.Close()
+			s.Close()
+		}(c)
+	}
+}
+
+// copyPlain relays with read/write on one buffer. Not io.Copy: between two TCP connections that
+// uses splice(2) through a pipe, which costs more than it saves on the small packets of OLTP.
+func copyPlain(dst io.Writer, src io.Reader) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			w, werr := dst.Write(buf[:k])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// copyBlocking relays between two blocking file descriptors on a locked OS thread: the kernel
+// wakes this thread directly when bytes arrive, with no poller and no goroutine hand-off.
+func copyBlocking(dst, src *os.File) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := make([]byte, 32<<10)
+	sfd, dfd := int(src.Fd()), int(dst.Fd())
+	for {
+		k, err := syscall.Read(sfd, buf)
+		if k <= 0 || err != nil {
+			return
+		}
+		for off := 0; off < k; {
+			w, err := syscall.Write(dfd, buf[off:k])
+			if err != nil {
+				return
+			}
+			off += w
+		}
+	}
+}

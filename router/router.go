@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// route is where a tenant's connections go now.
+type route struct {
+	Tenant string `json:"tenant"`
+	Node   string `json:"node"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Epoch  int64  `json:"epoch"`
+	User   string `json:"user"`
+	stage2 []byte // SHA1(SHA1(password)): what the server itself stores; never the password
+}
+
+type controlMsg struct {
+	Op     string `json:"op"` // route | remove | directory
+	Tenant string `json:"tenant"`
+	Node   string `json:"node"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Epoch  int64  `json:"epoch"`
+	User   string `json:"user"`
+	Hash   string `json:"hash"` // hex of the double SHA-1
+	OK     bool   `json:"ok"`
+	Error  string `json:"error"`
+}
+
+// tenantStats are counters kept per tenant across route changes.
+type tenantStats struct {
+	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
+}
+
+type Router struct {
+	mu          sync.RWMutex
+	routes      map[string]*route
+	stats       map[string]*tenantStats
+	dirOK       bool
+	dirError    string
+	dirSince    time.Time
+	flips       int64
+	listen      string
+	admin       string
+	started     time.Time
+	nextID      atomic.Uint32
+	dialTimeout time.Duration
+	version     atomic.Value // server version string learned from the first owner
+	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
+}
+
+func newRouter(dialTimeout time.Duration) *Router {
+	rt := &Router{routes: map[string]*route{}, stats: map[string]*tenantStats{}, dirOK: false,
+		dirError: "no directory answer yet", dirSince: time.Now(), started: time.Now(), dialTimeout: dialTimeout}
+	rt.version.Store("5.5.5-10.11.0-MariaDB-slacker-router")
+	return rt
+}
+
+func (rt *Router) apply(m controlMsg) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	switch m.Op {
+	case "route":
+		h, err := hex.DecodeString(m.Hash)
+		if err != nil || (len(h) != 20 && len(h) != 0) || m.Tenant == "" || m.User == "" {
+			return fmt.Errorf("invalid route for %q", m.Tenant)
+		}
+		if old := rt.routes[m.Tenant]; old != nil && (old.Host != m.Host || old.Port != m.Port) {
+			rt.flips++
+			log.Printf("tenant %s: epoch %d %s:%d -> epoch %d %s:%d", m.Tenant, old.Epoch, old.Host, old.Port,
+				m.Epoch, m.Host, m.Port)
+		}
+		rt.routes[m.Tenant] = &route{Tenant: m.Tenant, Node: m.Node, Host: m.Host, Port: m.Port, Epoch: m.Epoch,
+			User: m.User, stage2: h}
+		if rt.stats[m.Tenant] == nil {
+			rt.stats[m.Tenant] = &tenantStats{}
+		}
+	case "remove":
+		delete(rt.routes, m.Tenant)
+	case "directory":
+		if m.OK != rt.dirOK {
+			rt.dirSince = time.Now()
+		}
+		rt.dirOK, rt.dirError = m.OK, m.Error
+	default:
+		return fmt.Errorf("unknown op %q", m.Op)
+	}
+	return nil
+}
+
+func (rt *Router) lookup(tenant string) (*route, *tenantStats) {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	return rt.routes[tenant], rt.stats[tenant]
+}
+
+// splitUser reads the tenant from the login name: USER@TENANT (the last '@').
+func splitUser(name string) (user, tenant string, ok bool) {
+	i := strings.LastIndexByte(name, '@')
+	if i <= 0 || i == len(name)-1 {
+		return "", "", false
+	}
+	return name[:i], name[i+1:], true
+}
+
+func newScramble() []byte {
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	for i := range b { // printable, never NUL: the greeting ends it with a NUL
+		b[i] = 33 + b[i]%94
+	}
+	return b
+}
+
+// MySQL error codes the router answers with.
+const (
+	erAccessDenied = 1045
+	erHandshake    = 1043
+	erUnknownHost  = 2003 // "can't connect": the owner did not answer
+)
+
+func (rt *Router) serve(c net.Conn) {
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second)) // the login must finish in time
+	cr := bufio.NewReaderSize(c, 16<<10)
+	scramble := newScramble()
+	g := &greeting{version: rt.version.Load().(string), connID: rt.nextID.Add(1), caps: routerCaps, charset: 45,
+		status: statusAutocommit, scramble: scramble, plugin: nativePassword}
+	if writePacket(c, 0, g.encode()) != nil {
+		return
+	}
+	seq, p, err := readPacket(cr)
+	if err != nil {
+		return
+	}
+	resp, err := parseResponse(p)
+	if err != nil {
+		writePacket(c, seq+1, errPacket(erHandshake, "08S01", "Bad handshake"))
+		return
+	}
+	user, tenant, ok := splitUser(resp.user)
+	if !ok {
+		rt.rejected.Add(1)
+		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(
+			"Access denied for user '%s': the router needs USER@TENANT as the user name", resp.user)))
+		return
+	}
+	rte, st := rt.lookup(tenant)
+	if rte == nil {
+		rt.rejected.Add(1)
+		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(
+			"Access denied for user '%s': no tenant %q in the directory", resp.user, tenant)))
+		return
+	}
+	answer := resp.auth
+	if resp.caps&capPluginAuth != 0 && resp.plugin != "" && resp.plugin != nativePassword {
+		// Ask for mysql_native_password (clients that default to another plugin switch).
+		sw := append([]byte{0xfe}, nativePassword...)
+		sw = append(append(append(sw, 0), scramble...), 0)
+		seq++
+		if writePacket(c, seq, sw) != nil {
+			return
+		}
+		if seq, answer, err = readPacket(cr); err != nil {
+			return
+		}
+	}
+	stage1, ok := recoverStage1(scramble, answer, rte.stage2)
+	if !ok || user != rte.User {
+		st.authFailures.Add(1)
+		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(
+			"Access denied for user '%s' (using password: %s)", resp.user, yesNo(len(answer) > 0))))
+		return
+	}
+	s, sr, okPkt, err := rt.loginOwner(rte, resp, stage1)
+	if err != nil {
+		st.ownerErrors.Add(1)
+		log.Printf("tenant %s: owner %s:%d: %v", tenant, rte.Host, rte.Port, err)
+		if okPkt == nil {
+			okPkt = errPacket(erUnknownHost, "HY000", fmt.Sprintf(
+				"Tenant %s: its owner %s:%d did not answer (%v)", tenant, rte.Host, rte.Port, err))
+		}
+		writePacket(c, seq+1, okPkt)
+		return
+	}
+	defer s.Close()
+	if writePacket(c, seq+1, okPkt) != nil {
+		return
+	}
+	c.SetDeadline(time.Time{})
+	st.connections.Add(1)
+	st.active.Add(1)
+	defer st.active.Add(-1)
+	rt.forward(c, cr, s, sr, st)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "YES"
+	}
+	return "NO"
+}
+
+// loginOwner opens a connection to the tenant's owner and logs in as the application user with
+// the client's capabilities, character set, database and connection attributes. It returns the
+// owner's final OK packet (or its ERR packet with a non-nil error).
+func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *bufio.Reader, []byte, error) {
+	s, err := net.DialTimeout("tcp", net.JoinHostPort(r.Host, fmt.Sprint(r.Port)), rt.dialTimeout)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(pkt []byte, err error) (net.Conn, *bufio.Reader, []byte, error) {
+		s.Close()
+		return nil, nil, pkt, err
+	}
+	s.(*net.TCPConn).SetNoDelay(true)
+	s.SetDeadline(time.Now().Add(rt.dialTimeout + 5*time.Second))
+	sr := bufio.NewReaderSize(s, 16<<10)
+	_, p, err := readPacket(sr)
+	if err != nil {
+		return fail(nil, err)
+	}
+	g, err := parseGreeting(p)
+	if err != nil {
+		return fail(nil, err)
+	}
+	rt.version.Store(g.version)
+	out := &response{caps: cl.caps & routerCaps & (g.caps | capLongPassword) &^ capSSL, maxPkt: cl.maxPkt,
+		charset: cl.charset, user: r.User, db: cl.db, plugin: nativePassword, attrs: cl.attrs}
+	out.caps |= capPluginAuth | capSecureConnection | capProtocol41
+	out.auth = nativeAnswer(g.scramble, stage1, r.stage2)
+	seq := byte(1)
+	if writePacket(s, seq, out.encode()) != nil {
+		return fail(nil, io.ErrClosedPipe)
+	}
+	for i := 0; i < 3; i++ {
+		seq, p, err = readPacket(sr)
+		if err != nil {
+			return fail(nil, err)
+		}
+		switch {
+		case len(p) > 0 && p[0] == 0x00:
+			s.SetDeadline(time.Time{})
+			return s, sr, p, nil
+		case len(p) > 0 && p[0] == 0xfe: // the owner asks for another plugin or a fresh scramble
+			plugin, pos, err := readNul(p, 1)
+			if err != nil || plugin != nativePassword || len(p)-pos < 20 {
+				return fail(nil, fmt.Errorf("owner wants auth plugin %q", plugin))
+			}
+			seq++
+			if writePacket(s, seq, nativeAnswer(p[pos:pos+20], stage1, r.stage2)) != nil {
+				return fail(nil, io.ErrClosedPipe)
+			}
+		case len(p) > 0 && p[0] == 0xff:
+			return fail(p, fmt.Errorf("owner refused the login: %s", errText(p)))
+		default:
+			return fail(nil, fmt.Errorf("%w: unexpected login reply 0x%02x", errProtocol, p[0]))
+		}
+	}
+	return fail(nil, fmt.Errorf("%w: too many auth switches", errProtocol))
+}
+
+// forward relays packets until either side closes. Client to owner it reads packet headers
+// (a command starts with sequence 0) to count statements; owner to client it copies bytes.
+func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Reader, st *tenantStats) {
+	done := make(chan struct{})
+	go func() {
+		var n int64
+		if k := sr.Buffered(); k > 0 { // what the owner sent after its login OK, if anything
+			b, _ := sr.Peek(k)
+			c.Write(b)
+			sr.Discard(k)
+			n += int64(k)
+		}
+		m, _ := copyPlain(c, sr)
+		n += m
+		st.bytesOut.Add(n)
+		c.Close()
+		close(done)
+	}()
+	var h [4]byte
+	for {
+		if _, err := io.ReadFull(cr, h[:]); err != nil {
+			break
+		}
+		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+		if h[3] == 0 {
+			st.statements.Add(1)
+		}
+		if n+4 <= cr.Size() {
+			// one write per packet: header and payload together
+			body, err := cr.Peek(n)
+			if err != nil {
+				break
+			}
+			pkt := make([]byte, 0, n+4)
+			pkt = append(append(pkt, h[:]...), body...)
+			if _, err := s.Write(pkt); err != nil {
+				break
+			}
+			cr.Discard(n)
+		} else {
+			if _, err := s.Write(h[:]); err != nil {
+				break
+			}
+			if _, err := io.CopyN(s, cr, int64(n)); err != nil {
+				break
+			}
+		}
+		st.bytesIn.Add(int64(n + 4))
+	}
+	s.(*net.TCPConn).CloseWrite()
+	<-done
+}

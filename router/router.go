@@ -76,7 +76,9 @@ func (rt *Router) apply(m controlMsg) error {
 		if err != nil || (len(h) != 20 && len(h) != 0) || m.Tenant == "" || m.User == "" {
 			return fmt.Errorf("invalid route for %q", m.Tenant)
 		}
-		if old := rt.routes[m.Tenant]; old != nil && (old.Host != m.Host || old.Port != m.Port) {
+		if old := rt.routes[m.Tenant]; old != nil && m.Epoch < old.Epoch {
+			return fmt.Errorf("tenant %s: epoch %d is older than %d", m.Tenant, m.Epoch, old.Epoch)
+		} else if old != nil && (old.Host != m.Host || old.Port != m.Port) {
 			rt.flips++
 			log.Printf("tenant %s: epoch %d %s:%d -> epoch %d %s:%d", m.Tenant, old.Epoch, old.Host, old.Port,
 				m.Epoch, m.Host, m.Port)

@@ -1,0 +1,186 @@
+"""`slacker router` with stock clients: the mariadb CLI, PyMySQL, the mariadb connector's binary
+prepared statements and sysbench log in as USER@TENANT on one address; after a migration new
+connections reach the new owner; with the directory down it keeps the last owner and says so."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pymysql
+import pytest
+
+from slacker.client import resolve
+from slacker.procs import read_pid, wait_gone
+from slacker.router import local as local_router
+
+from .test_cli import slacker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def routed(make_cluster):
+    """A two-node cluster with a router on 127.0.0.1 (started as `cluster up` does)."""
+    cluster = make_cluster(nodes=2)
+    listen = f"127.0.0.1:{_free_port()}"
+    try:  # the admin endpoint takes the next port: find a pair that is free
+        admin = local_router.start(cluster.path.parent, cluster.path, listen)
+    except Exception:
+        listen = f"127.0.0.1:{_free_port()}"
+        admin = local_router.start(cluster.path.parent, cluster.path, listen)
+    yield cluster, listen, admin
+    local_router.stop(cluster.path.parent)
+
+
+def _status(admin: str) -> dict:
+    with urllib.request.urlopen(f"http://{admin}/status", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _metrics(admin: str) -> str:
+    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def _wait_route(admin: str, tenant: str, timeout_s: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for t in _status(admin)["tenants"]:
+            if t["tenant"] == tenant and t["host"]:
+                return t
+        time.sleep(0.05)
+    raise AssertionError(f"router never learned {tenant}")
+
+
+def _connect(listen: str, user: str, password: str, **kw):
+    host, port = listen.rsplit(":", 1)
+    return pymysql.connect(host=host, port=int(port), user=user, password=password, ssl_disabled=True,
+                           autocommit=True, connect_timeout=5, **kw)
+
+
+def _datadir_node(conn) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@datadir")
+        return re.search(r"/(node-\d+)/", cur.fetchone()[0]).group(1)
+
+
+def test_stock_clients_and_a_move(routed, tmp_path):
+    cluster, listen, admin = routed
+    rc, out, err = slacker("tenant", "create", "r1", "--on", "node-1")
+    assert rc == 0, err
+    ep = resolve("r1", cluster)
+    _wait_route(admin, "r1")
+
+    # `slacker locate` names the router first, and its defaults file logs in through it.
+    rc, out, err = slacker("locate", "r1")
+    assert rc == 0, err
+    assert out.splitlines()[0].startswith(f"{listen} (router")
+    assert out.splitlines()[1].startswith(f"{ep.host}:{ep.port}")
+    cnf = tmp_path / "r1.cnf"
+    assert slacker("locate", "r1", "--defaults-file", str(cnf))[0] == 0
+    cli = subprocess.run(["mariadb", f"--defaults-extra-file={cnf}", "-N", "-e",
+                          "CREATE DATABASE shop; CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(20)); "
+                          "INSERT INTO shop.items VALUES (1, 'héllo'); SELECT CURRENT_USER(), name FROM shop.items"],
+                         capture_output=True, text=True, timeout=30)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.split() == ["app@%", "héllo"]
+
+    # PyMySQL (text protocol): session state and a transaction.
+    conn = _connect(listen, "app@r1", ep.password, database="shop", charset="utf8mb4")
+    with conn.cursor() as cur:
+        cur.execute("SET @marker = 42")
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO items VALUES (2, 'two')")
+        cur.execute("COMMIT")
+        cur.execute("SELECT @marker, DATABASE(), COUNT(*) FROM items")
+        assert cur.fetchone() == (42, "shop", 2)
+    assert _datadir_node(conn) == "node-1"
+    conn.close()
+
+    # The mariadb connector: binary-protocol prepared statements.
+    import mariadb
+    host, port = listen.rsplit(":", 1)
+    m = mariadb.connect(host=host, port=int(port), user="app@r1", password=ep.password, database="shop")
+    c1 = m.cursor(prepared=True)
+    c1.execute("SELECT name FROM items WHERE id = ?", (1,))
+    assert c1.fetchall() == [("héllo",)]
+    c2 = m.cursor(prepared=True)
+    c2.executemany("INSERT INTO items VALUES (?, ?)", [(3, "a"), (4, "b")])
+    m.commit()
+    c1.execute("SELECT name FROM items WHERE id = ?", (4,))
+    assert c1.fetchall() == [("b",)]
+    m.close()
+
+    # Wrong password, no tenant in the name, an unknown tenant: refused by the router, counted.
+    for user, password, needle in (("app@r1", "wrong", "using password: YES"), ("app", ep.password, "USER@TENANT"),
+                                   ("app@nope", ep.password, 'no tenant "nope"')):
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            _connect(listen, user, password)
+        assert e.value.args[0] == 1045 and needle in e.value.args[1]
+    assert 'slacker_router_auth_failures_total{tenant="r1"} 1' in _metrics(admin)
+
+    # sysbench through the router: no error at all.
+    conf = tmp_path / "sb.conf"
+    conf.touch(mode=0o600)
+    conf.write_text(f"mysql-password={ep.password}\n")
+    sb = ["sysbench", "oltp_read_write", f"--config-file={conf}", f"--mysql-host={host}", f"--mysql-port={port}",
+          "--mysql-user=app@r1", "--mysql-db=shop", "--tables=1", "--table-size=500", "--mysql-ignore-errors=none"]
+    p = subprocess.run(sb + ["prepare"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run(sb + ["--threads=1", "--time=3", "run"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert int(re.search(r"transactions:\s+(\d+)", p.stdout).group(1)) > 0
+
+    # A live migration: the router follows the flip; new connections reach node-2 at once.
+    rc, out, err = slacker("migrate", "r1", "--to", "node-2", "--json")
+    assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+    flipped_at = time.monotonic()
+    while True:
+        conn = _connect(listen, "app@r1", ep.password, database="shop")
+        if _datadir_node(conn) == "node-2":
+            break
+        conn.close()
+        assert time.monotonic() - flipped_at < 2.0, "the router still sends new connections to node-1"
+        time.sleep(0.01)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM items")
+        assert cur.fetchone() == (4,)
+        cur.execute("INSERT INTO items VALUES (5, 'after')")  # writes are accepted: the new owner serves
+    conn.close()
+    st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r1")
+    assert st["node"] == "node-2" and st["epoch"] == 2
+    assert "slacker_router_route_changes_total 1" in _metrics(admin)
+
+
+def test_directory_down_keeps_last_owner(routed):
+    cluster, listen, admin = routed
+    rc, _, err = slacker("tenant", "create", "r2", "--on", "node-2")
+    assert rc == 0, err
+    ep = resolve("r2", cluster)
+    _wait_route(admin, "r2")
+    assert _status(admin)["directory"]["reachable"] is True
+    # node-1's agent serves the SQLite directory: kill it (tenants of node-2 keep running).
+    pid = read_pid(cluster.path.parent / "node-1" / "agent.pid")
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pid, 10)
+    deadline = time.monotonic() + 10
+    while _status(admin)["directory"]["reachable"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    doc = _status(admin)
+    assert doc["directory"]["reachable"] is False and doc["directory"]["error"]
+    assert "slacker_router_directory_reachable 0" in _metrics(admin)
+    # It still serves the last owner it knew.
+    conn = _connect(listen, "app@r2", ep.password)
+    assert _datadir_node(conn) == "node-2"
+    conn.close()
+    rc, out, _ = slacker("router", "status", "--admin", admin)
+    assert rc == 0 and "UNREACHABLE" in out and "last owners known" in out

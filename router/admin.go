@@ -12,6 +12,8 @@ import (
 type tenantStatus struct {
 	route
 	Active       int64 `json:"connections_active"`
+	InTrans      int64 `json:"connections_in_transaction"`
+	Idle         int64 `json:"connections_between_statements"`
 	Connections  int64 `json:"connections_total"`
 	Statements   int64 `json:"statements_total"`
 	AuthFailures int64 `json:"auth_failures_total"`
@@ -34,6 +36,7 @@ func (rt *Router) snapshot() map[string]any {
 		ts := tenantStatus{Active: s.active.Load(), Connections: s.connections.Load(),
 			Statements: s.statements.Load(), AuthFailures: s.authFailures.Load(),
 			OwnerErrors: s.ownerErrors.Load(), BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load()}
+		ts.InTrans, ts.Idle = s.states()
 		if r := rt.routes[t]; r != nil {
 			ts.route = *r
 		} else {
@@ -81,6 +84,8 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	cols := []col{
 		{"slacker_router_connections", "gauge", "Client connections open now", func(t tenantStatus) int64 { return t.Active }},
+		{"slacker_router_connections_in_transaction", "gauge", "Open connections inside a transaction (or after an error, until the next status)", func(t tenantStatus) int64 { return t.InTrans }},
+		{"slacker_router_connections_between_statements", "gauge", "Open connections with no response outstanding, outside a transaction", func(t tenantStatus) int64 { return t.Idle }},
 		{"slacker_router_connections_total", "counter", "Client connections logged in", func(t tenantStatus) int64 { return t.Connections }},
 		{"slacker_router_statements_total", "counter", "Commands clients sent", func(t tenantStatus) int64 { return t.Statements }},
 		{"slacker_router_auth_failures_total", "counter", "Logins refused: wrong user or password", func(t tenantStatus) int64 { return t.AuthFailures }},

@@ -27,7 +27,6 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:6033", "address clients connect to")
 	admin := flag.String("admin", "", "address of the status and metrics HTTP endpoint (empty: none)")
 	pipe := flag.String("pipe", "", "benchmark only: forward every connection's bytes to this HOST:PORT, no login")
-	blocking := flag.Bool("blocking-io", false, "relay with blocking reads on a thread per direction instead of Go's poller")
 	procs := flag.Int("procs", 0, "CPUs the data path may use at once (0: $GOMAXPROCS, else half the host's, at least 1)")
 	dialTimeout := flag.Duration("dial-timeout", 3*time.Second, "timeout of a connection to an owner")
 	flag.Parse()
@@ -51,7 +50,7 @@ func main() {
 	}
 	if *pipe != "" {
 		log.Printf("byte pipe %s -> %s", ln.Addr(), *pipe)
-		servePipe(ln, *pipe, *blocking)
+		servePipe(ln, *pipe)
 		return
 	}
 	rt := newRouter(*dialTimeout)
@@ -107,7 +106,7 @@ func (rt *Router) readControl(r io.Reader) {
 	os.Exit(0)
 }
 
-func servePipe(ln net.Listener, to string, blocking bool) {
+func servePipe(ln net.Listener, to string) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -119,17 +118,8 @@ func servePipe(ln net.Listener, to string, blocking bool) {
 				c.Close()
 				return
 			}
-			if blocking {
-				cf, _ := c.(*net.TCPConn).File()
-				sf, _ := s.(*net.TCPConn).File()
-				go func() { copyBlocking(sf, cf); s.(*net.TCPConn).CloseWrite() }()
-				copyBlocking(cf, sf)
-				cf.Close()
-				sf.Close()
-			} else {
-				go func() { copyPlain(s, c); s.(*net.TCPConn).CloseWrite() }()
-				copyPlain(c, s)
-			}
+			go func() { copyPlain(s, c); s.(*net.TCPConn).CloseWrite() }()
+			copyPlain(c, s)
 			c.Close()
 			s.Close()
 		}(c)
@@ -152,28 +142,6 @@ func copyPlain(dst io.Writer, src io.Reader) (int64, error) {
 		}
 		if err != nil {
 			return n, err
-		}
-	}
-}
-
-// copyBlocking relays between two blocking file descriptors on a locked OS thread: the kernel
-// wakes this thread directly when bytes arrive, with no poller and no goroutine hand-off.
-func copyBlocking(dst, src *os.File) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	buf := make([]byte, 32<<10)
-	sfd, dfd := int(src.Fd()), int(dst.Fd())
-	for {
-		k, err := syscall.Read(sfd, buf)
-		if k <= 0 || err != nil {
-			return
-		}
-		for off := 0; off < k; {
-			w, err := syscall.Write(dfd, buf[off:k])
-			if err != nil {
-				return
-			}
-			off += w
 		}
 	}
 }

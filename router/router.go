@@ -38,9 +38,41 @@ type controlMsg struct {
 	Error  string `json:"error"`
 }
 
-// tenantStats are counters kept per tenant across route changes.
+// tenantStats are counters kept per tenant across route changes, and its open connections.
 type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
+	mu                                                                            sync.Mutex
+	conns                                                                         map[*tracker]struct{}
+}
+
+func (s *tenantStats) add(t *tracker) {
+	s.mu.Lock()
+	if s.conns == nil {
+		s.conns = map[*tracker]struct{}{}
+	}
+	s.conns[t] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *tenantStats) remove(t *tracker) {
+	s.mu.Lock()
+	delete(s.conns, t)
+	s.mu.Unlock()
+}
+
+// states counts open connections inside a transaction, and between statements outside one.
+func (s *tenantStats) states() (inTrans, idle int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.conns {
+		if t.inTrans.Load() {
+			inTrans++
+		}
+		if t.idle() {
+			idle++
+		}
+	}
+	return
 }
 
 type Router struct {
@@ -209,7 +241,10 @@ func (rt *Router) serve(c net.Conn) {
 	st.connections.Add(1)
 	st.active.Add(1)
 	defer st.active.Add(-1)
-	rt.forward(c, cr, s, sr, st)
+	t := newTracker(resp.caps&capDeprecateEOF != 0)
+	st.add(t)
+	defer st.remove(t)
+	rt.forward(c, cr, s, sr, st, t)
 }
 
 func yesNo(b bool) string {
@@ -278,20 +313,13 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 	return fail(nil, fmt.Errorf("%w: too many auth switches", errProtocol))
 }
 
-// forward relays packets until either side closes. Client to owner it reads packet headers
-// (a command starts with sequence 0) to count statements; owner to client it copies bytes.
-func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Reader, st *tenantStats) {
+// forward relays packets until either side closes. Client to owner it reads packet headers (a
+// command starts with sequence 0); owner to client it reads headers and the first bytes of each
+// packet for the tracker, and writes whole responses at once.
+func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Reader, st *tenantStats, t *tracker) {
 	done := make(chan struct{})
 	go func() {
-		var n int64
-		if k := sr.Buffered(); k > 0 { // what the owner sent after its login OK, if anything
-			b, _ := sr.Peek(k)
-			c.Write(b)
-			sr.Discard(k)
-			n += int64(k)
-		}
-		m, _ := copyPlain(c, sr)
-		n += m
+		n, _ := relayOwner(c, sr, t)
 		st.bytesOut.Add(n)
 		c.Close()
 		close(done)
@@ -302,14 +330,15 @@ func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Re
 			break
 		}
 		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
-		if h[3] == 0 {
-			st.statements.Add(1)
-		}
 		if n+4 <= cr.Size() {
 			// one write per packet: header and payload together
 			body, err := cr.Peek(n)
 			if err != nil {
 				break
+			}
+			if h[3] == 0 && n > 0 {
+				st.statements.Add(1)
+				t.sent(body[0])
 			}
 			pkt := make([]byte, 0, n+4)
 			pkt = append(append(pkt, h[:]...), body...)
@@ -318,6 +347,14 @@ func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Re
 			}
 			cr.Discard(n)
 		} else {
+			if h[3] == 0 {
+				first, err := cr.Peek(1)
+				if err != nil {
+					break
+				}
+				st.statements.Add(1)
+				t.sent(first[0])
+			}
 			if _, err := s.Write(h[:]); err != nil {
 				break
 			}
@@ -329,4 +366,46 @@ func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Re
 	}
 	s.(*net.TCPConn).CloseWrite()
 	<-done
+}
+
+// relayOwner copies the owner's packets to the client, feeding the tracker. It flushes whenever
+// the next read could block, so no packet ever waits in the router.
+func relayOwner(c net.Conn, sr *bufio.Reader, t *tracker) (int64, error) {
+	w := bufio.NewWriterSize(c, 32<<10)
+	var total int64
+	var h [4]byte
+	for {
+		if sr.Buffered() < 4 && w.Flush() != nil {
+			return total, io.ErrClosedPipe
+		}
+		if _, err := io.ReadFull(sr, h[:]); err != nil {
+			w.Flush()
+			return total, err
+		}
+		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+		w.Write(h[:])
+		if n <= sr.Size() {
+			if sr.Buffered() < n && w.Flush() != nil {
+				return total, io.ErrClosedPipe
+			}
+			body, err := sr.Peek(n)
+			if err != nil {
+				return total, err
+			}
+			t.packet(body, n)
+			w.Write(body)
+			sr.Discard(n)
+		} else {
+			w.Flush()
+			head, err := sr.Peek(32)
+			if err != nil {
+				return total, err
+			}
+			t.packet(head, n)
+			if _, err := io.CopyN(w, sr, int64(n)); err != nil {
+				return total, err
+			}
+		}
+		total += int64(n + 4)
+	}
 }

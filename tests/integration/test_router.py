@@ -96,11 +96,21 @@ def test_stock_clients_and_a_move(routed, tmp_path):
 
     # PyMySQL (text protocol): session state and a transaction.
     conn = _connect(listen, "app@r1", ep.password, database="shop", charset="utf8mb4")
+
+    def states():
+        t = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r1")
+        return t["connections_in_transaction"], t["connections_between_statements"]
+
     with conn.cursor() as cur:
         cur.execute("SET @marker = 42")
+        assert states() == (0, 1)
         cur.execute("BEGIN")
         cur.execute("INSERT INTO items VALUES (2, 'two')")
+        cur.execute("SELECT * FROM items")  # a result set between: the router reads its end, not its rows
+        assert len(cur.fetchall()) == 2
+        assert states() == (1, 0)  # the router saw SERVER_STATUS_IN_TRANS
         cur.execute("COMMIT")
+        assert states() == (0, 1)
         cur.execute("SELECT @marker, DATABASE(), COUNT(*) FROM items")
         assert cur.fetchone() == (42, "shop", 2)
     assert _datadir_node(conn) == "node-1"

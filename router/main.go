@@ -9,6 +9,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -28,6 +30,7 @@ func main() {
 	admin := flag.String("admin", "", "address of the status and metrics HTTP endpoint (empty: none)")
 	pipe := flag.String("pipe", "", "benchmark only: forward every connection's bytes to this HOST:PORT, no login")
 	procs := flag.Int("procs", 0, "CPUs the data path may use at once (0: $GOMAXPROCS, else half the host's, at least 1)")
+	ownerCA := flag.String("owner-ca", "", "CA file: log in to owners over TLS and verify their certificate and address against it")
 	dialTimeout := flag.Duration("dial-timeout", 3*time.Second, "timeout of a connection to an owner")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.LUTC | log.Lmicroseconds)
@@ -55,6 +58,14 @@ func main() {
 	}
 	rt := newRouter(*dialTimeout)
 	rt.listen = ln.Addr().String()
+	if *ownerCA != "" {
+		pem, err := os.ReadFile(*ownerCA)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			log.Fatalf("cannot read the CA file %s: %v", *ownerCA, err)
+		}
+		rt.ownerTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	if *admin != "" {
 		aln, err := net.Listen("tcp", *admin)
 		if err != nil {

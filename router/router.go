@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -90,12 +92,16 @@ type Router struct {
 	dialTimeout time.Duration
 	version     atomic.Value // server version string learned from the first owner
 	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
+	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
 }
 
 func newRouter(dialTimeout time.Duration) *Router {
 	rt := &Router{routes: map[string]*route{}, stats: map[string]*tenantStats{}, dirOK: false,
 		dirError: "no directory answer yet", dirSince: time.Now(), started: time.Now(), dialTimeout: dialTimeout}
 	rt.version.Store("5.5.5-10.11.0-MariaDB-slacker-router")
+	// Connection ids start far above a server's own: a client's `KILL QUERY <its id>` (the mariadb
+	// CLI's Ctrl-C) reaches the owner as an unknown id, never as another session's.
+	rt.nextID.Store(1 << 30)
 	return rt
 }
 
@@ -278,12 +284,37 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 		return fail(nil, err)
 	}
 	rt.version.Store(g.version)
+	seq := byte(1)
+	var conn net.Conn = s
+	if rt.ownerTLS != nil {
+		if g.caps&capSSL == 0 {
+			return fail(nil, fmt.Errorf("the owner offers no TLS"))
+		}
+		req := binary.LittleEndian.AppendUint32(nil, (cl.caps&routerCaps&(g.caps|capLongPassword)&^capSSL)|capSSL|capProtocol41|capSecureConnection|capPluginAuth)
+		req = binary.LittleEndian.AppendUint32(req, cl.maxPkt)
+		req = append(req, cl.charset)
+		req = append(req, make([]byte, 23)...)
+		if writePacket(s, seq, req) != nil {
+			return fail(nil, io.ErrClosedPipe)
+		}
+		seq++
+		conf := rt.ownerTLS.Clone()
+		conf.ServerName = r.Host
+		tc := tls.Client(s, conf)
+		if err := tc.Handshake(); err != nil {
+			return fail(nil, fmt.Errorf("TLS to the owner: %w", err))
+		}
+		conn = tc
+		sr = bufio.NewReaderSize(tc, 16<<10)
+	}
 	out := &response{caps: cl.caps & routerCaps & (g.caps | capLongPassword) &^ capSSL, maxPkt: cl.maxPkt,
 		charset: cl.charset, user: r.User, db: cl.db, plugin: nativePassword, attrs: cl.attrs}
 	out.caps |= capPluginAuth | capSecureConnection | capProtocol41
+	if conn != s {
+		out.caps |= capSSL
+	}
 	out.auth = nativeAnswer(g.scramble, stage1, r.stage2)
-	seq := byte(1)
-	if writePacket(s, seq, out.encode()) != nil {
+	if writePacket(conn, seq, out.encode()) != nil {
 		return fail(nil, io.ErrClosedPipe)
 	}
 	for i := 0; i < 3; i++ {
@@ -294,14 +325,14 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 		switch {
 		case len(p) > 0 && p[0] == 0x00:
 			s.SetDeadline(time.Time{})
-			return s, sr, p, nil
+			return conn, sr, p, nil
 		case len(p) > 0 && p[0] == 0xfe: // the owner asks for another plugin or a fresh scramble
 			plugin, pos, err := readNul(p, 1)
 			if err != nil || plugin != nativePassword || len(p)-pos < 20 {
 				return fail(nil, fmt.Errorf("owner wants auth plugin %q", plugin))
 			}
 			seq++
-			if writePacket(s, seq, nativeAnswer(p[pos:pos+20], stage1, r.stage2)) != nil {
+			if writePacket(conn, seq, nativeAnswer(p[pos:pos+20], stage1, r.stage2)) != nil {
 				return fail(nil, io.ErrClosedPipe)
 			}
 		case len(p) > 0 && p[0] == 0xff:
@@ -364,7 +395,9 @@ func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Re
 		}
 		st.bytesIn.Add(int64(n + 4))
 	}
-	s.(*net.TCPConn).CloseWrite()
+	if cw, ok := s.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
 	<-done
 }
 

@@ -88,6 +88,9 @@ class Router:
         cmd = [router_binary(), "-listen", self.options.listen]
         if self.options.admin:
             cmd += ["-admin", self.options.admin]
+        ca = getattr(self.cluster, "tls_ca", None) if self.cluster is not None else None
+        if ca:  # a TLS cluster's tenants refuse plain text: the owner leg is TLS, verified against the CA
+            cmd += ["-owner-ca", str(ca)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         line = self.proc.stdout.readline()
         try:

@@ -194,3 +194,23 @@ def test_directory_down_keeps_last_owner(routed):
     conn.close()
     rc, out, _ = slacker("router", "status", "--admin", admin)
     assert rc == 0 and "UNREACHABLE" in out and "last owners known" in out
+
+
+def test_tls_cluster_owner_leg_is_tls(make_cluster):
+    """A TLS cluster's tenants refuse plain text: the router logs in to them over TLS, verified
+    against the cluster CA, while the client talks to the router as before."""
+    cluster = make_cluster(nodes=1, tls=True)
+    listen = f"127.0.0.1:{_free_port()}"
+    admin = local_router.start(cluster.path.parent, cluster.path, listen)
+    try:
+        rc, _, err = slacker("tenant", "create", "r3")
+        assert rc == 0, err
+        ep = resolve("r3", cluster)
+        _wait_route(admin, "r3")
+        conn = _connect(listen, "app@r3", ep.password)
+        with conn.cursor() as cur:
+            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            assert cur.fetchone()[1], "the router's login to the owner is not encrypted"
+        conn.close()
+    finally:
+        local_router.stop(cluster.path.parent)

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,23 +20,12 @@ from slacker.router import local as local_router
 from .test_cli import slacker
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def routed(make_cluster):
     """A two-node cluster with a router on 127.0.0.1 (started as `cluster up` does)."""
     cluster = make_cluster(nodes=2)
-    listen = f"127.0.0.1:{_free_port()}"
-    try:  # the admin endpoint takes the next port: find a pair that is free
-        admin = local_router.start(cluster.path.parent, cluster.path, listen)
-    except Exception:
-        listen = f"127.0.0.1:{_free_port()}"
-        admin = local_router.start(cluster.path.parent, cluster.path, listen)
-    yield cluster, listen, admin
+    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
+    yield cluster, local_router.listening(cluster.path.parent), admin
     local_router.stop(cluster.path.parent)
 
 
@@ -200,8 +188,8 @@ def test_tls_cluster_owner_leg_is_tls(make_cluster):
     """A TLS cluster's tenants refuse plain text: the router logs in to them over TLS, verified
     against the cluster CA, while the client talks to the router as before."""
     cluster = make_cluster(nodes=1, tls=True)
-    listen = f"127.0.0.1:{_free_port()}"
-    admin = local_router.start(cluster.path.parent, cluster.path, listen)
+    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
+    listen = local_router.listening(cluster.path.parent)
     try:
         rc, _, err = slacker("tenant", "create", "r3")
         assert rc == 0, err

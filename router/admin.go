@@ -94,6 +94,13 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"slacker_router_owner_bytes_total", "counter", "Bytes from owners", func(t tenantStatus) int64 { return t.BytesOut }},
 		{"slacker_router_epoch", "gauge", "Directory epoch of the route in use", func(t tenantStatus) int64 { return t.Epoch }},
 	}
+	metric("slacker_router_route_lag_seconds", "gauge",
+		"How long after the directory's change the router applied the route in use (clocks of hosts permitting)")
+	for _, t := range tenants {
+		if t.ChangedAt > 0 {
+			fmt.Fprintf(&b, "slacker_router_route_lag_seconds{tenant=%q} %.6f\n", t.Tenant, t.LearnedAt-t.ChangedAt)
+		}
+	}
 	for _, c := range cols {
 		metric(c.name, c.typ, c.help)
 		for _, t := range tenants {

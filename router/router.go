@@ -24,20 +24,25 @@ type route struct {
 	Port   int    `json:"port"`
 	Epoch  int64  `json:"epoch"`
 	User   string `json:"user"`
-	stage2 []byte // SHA1(SHA1(password)): what the server itself stores; never the password
+	// When the directory changed this route (its updated_at) and when the router applied it, UTC
+	// seconds: their difference is how late the router learned of a flip (hosts' clocks permitting).
+	ChangedAt float64 `json:"changed_at"`
+	LearnedAt float64 `json:"learned_at"`
+	stage2    []byte  // SHA1(SHA1(password)): what the server itself stores; never the password
 }
 
 type controlMsg struct {
-	Op     string `json:"op"` // route | remove | directory
-	Tenant string `json:"tenant"`
-	Node   string `json:"node"`
-	Host   string `json:"host"`
-	Port   int    `json:"port"`
-	Epoch  int64  `json:"epoch"`
-	User   string `json:"user"`
-	Hash   string `json:"hash"` // hex of the double SHA-1
-	OK     bool   `json:"ok"`
-	Error  string `json:"error"`
+	Op        string  `json:"op"` // route | remove | directory
+	Tenant    string  `json:"tenant"`
+	Node      string  `json:"node"`
+	Host      string  `json:"host"`
+	Port      int     `json:"port"`
+	Epoch     int64   `json:"epoch"`
+	User      string  `json:"user"`
+	Hash      string  `json:"hash"` // hex of the double SHA-1
+	UpdatedAt float64 `json:"updated_at"`
+	OK        bool    `json:"ok"`
+	Error     string  `json:"error"`
 }
 
 // tenantStats are counters kept per tenant across route changes, and its open connections.
@@ -122,7 +127,7 @@ func (rt *Router) apply(m controlMsg) error {
 				m.Epoch, m.Host, m.Port)
 		}
 		rt.routes[m.Tenant] = &route{Tenant: m.Tenant, Node: m.Node, Host: m.Host, Port: m.Port, Epoch: m.Epoch,
-			User: m.User, stage2: h}
+			User: m.User, stage2: h, ChangedAt: m.UpdatedAt, LearnedAt: float64(time.Now().UnixNano()) / 1e9}
 		if rt.stats[m.Tenant] == nil {
 			rt.stats[m.Tenant] = &tenantStats{}
 		}

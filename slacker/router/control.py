@@ -172,7 +172,7 @@ class Router:
             user, digest = cred["user"], password_hash(cred["password"])
             del cred  # the password itself is not kept
         msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
-               "epoch": own.epoch, "user": user, "hash": digest}
+               "epoch": own.epoch, "user": user, "hash": digest, "updated_at": own.updated_at}
         self._send(msg)
         self._routes[own.tenant] = msg
 

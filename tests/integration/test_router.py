@@ -61,6 +61,22 @@ def _datadir_node(conn) -> str:
         return re.search(r"/(node-\d+)/", cur.fetchone()[0]).group(1)
 
 
+def _connection_on(listen: str, user: str, password: str, node: str, within_s: float = 2.0, **kw):
+    """A new connection through the router that lands on `node`, retried for at most `within_s`
+    (a connection to the retired owner fails or lands there: either way not yet moved)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            conn = _connect(listen, user, password, **kw)
+            if _datadir_node(conn) == node:
+                return conn
+            conn.close()
+        except pymysql.err.OperationalError:
+            pass
+        assert time.monotonic() < deadline, f"the router still sends new connections away from {node}"
+        time.sleep(0.01)
+
+
 def test_stock_clients_and_a_move(routed, tmp_path):
     cluster, listen, admin = routed
     rc, out, err = slacker("tenant", "create", "r1", "--on", "node-1")
@@ -141,14 +157,7 @@ def test_stock_clients_and_a_move(routed, tmp_path):
     # A live migration: the router follows the flip; new connections reach node-2 at once.
     rc, out, err = slacker("migrate", "r1", "--to", "node-2", "--json")
     assert rc == 0 and json.loads(out)["result"] == "succeeded", err
-    flipped_at = time.monotonic()
-    while True:
-        conn = _connect(listen, "app@r1", ep.password, database="shop")
-        if _datadir_node(conn) == "node-2":
-            break
-        conn.close()
-        assert time.monotonic() - flipped_at < 2.0, "the router still sends new connections to node-1"
-        time.sleep(0.01)
+    conn = _connection_on(listen, "app@r1", ep.password, "node-2", database="shop")
     with conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM items")
         assert cur.fetchone() == (4,)
@@ -156,6 +165,9 @@ def test_stock_clients_and_a_move(routed, tmp_path):
     conn.close()
     st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r1")
     assert st["node"] == "node-2" and st["epoch"] == 2
+    lag_s = st["learned_at"] - st["changed_at"]
+    print(f"router learned of the flip {lag_s * 1000:.1f} ms after the directory's change")
+    assert 0 <= lag_s < 0.5  # a watch, not a poll: milliseconds
     assert "slacker_router_route_changes_total 1" in _metrics(admin)
 
 
@@ -200,5 +212,27 @@ def test_tls_cluster_owner_leg_is_tls(make_cluster):
             cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
             assert cur.fetchone()[1], "the router's login to the owner is not encrypted"
         conn.close()
+    finally:
+        local_router.stop(cluster.path.parent)
+
+
+def test_follows_an_etcd_directory(make_cluster):
+    """With the directory on etcd the router watches etcd (through the agents' directory routes'
+    store, etcd's JSON gateway) and applies a flip within milliseconds."""
+    cluster = make_cluster(nodes=2, directory="etcd")
+    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
+    listen = local_router.listening(cluster.path.parent)
+    try:
+        rc, _, err = slacker("tenant", "create", "r4", "--on", "node-1")
+        assert rc == 0, err
+        ep = resolve("r4", cluster)
+        _wait_route(admin, "r4")
+        rc, out, err = slacker("migrate", "r4", "--to", "node-2", "--json")
+        assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+        _connection_on(listen, "app@r4", ep.password, "node-2").close()
+        st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r4")
+        lag_s = st["learned_at"] - st["changed_at"]
+        print(f"router learned of the flip {lag_s * 1000:.1f} ms after etcd's change")
+        assert st["epoch"] == 2 and 0 <= lag_s < 0.5
     finally:
         local_router.stop(cluster.path.parent)

@@ -31,14 +31,11 @@ type route struct {
 	stage2    []byte  // SHA1(SHA1(password)): what the server itself stores; never the password
 }
 
+// controlMsg is one line from the control side: a route (its fields inline), or a removal, or
+// the directory's reachability.
 type controlMsg struct {
-	Op        string  `json:"op"` // route | remove | directory
-	Tenant    string  `json:"tenant"`
-	Node      string  `json:"node"`
-	Host      string  `json:"host"`
-	Port      int     `json:"port"`
-	Epoch     int64   `json:"epoch"`
-	User      string  `json:"user"`
+	route
+	Op        string  `json:"op"`   // route | remove | directory
 	Hash      string  `json:"hash"` // hex of the double SHA-1
 	UpdatedAt float64 `json:"updated_at"`
 	OK        bool    `json:"ok"`
@@ -126,8 +123,9 @@ func (rt *Router) apply(m controlMsg) error {
 			log.Printf("tenant %s: epoch %d %s:%d -> epoch %d %s:%d", m.Tenant, old.Epoch, old.Host, old.Port,
 				m.Epoch, m.Host, m.Port)
 		}
-		rt.routes[m.Tenant] = &route{Tenant: m.Tenant, Node: m.Node, Host: m.Host, Port: m.Port, Epoch: m.Epoch,
-			User: m.User, stage2: h, ChangedAt: m.UpdatedAt, LearnedAt: float64(time.Now().UnixNano()) / 1e9}
+		r := m.route
+		r.stage2, r.ChangedAt, r.LearnedAt = h, m.UpdatedAt, float64(time.Now().UnixNano())/1e9
+		rt.routes[m.Tenant] = &r
 		if rt.stats[m.Tenant] == nil {
 			rt.stats[m.Tenant] = &tenantStats{}
 		}

@@ -82,23 +82,27 @@ class Router:
         self._routes: dict[str, dict] = {}  # tenant -> last route sent
         self._dir_ok: bool | None = None
         self._threads: list[threading.Thread] = []
+        self.restarts = 0  # times the data path died and was started again
 
     # ---- the data path -----------------------------------------------------------------
-    def start(self) -> "Router":
-        cmd = [router_binary(), "-listen", self.options.listen]
-        if self.options.admin:
-            cmd += ["-admin", self.options.admin]
+    def _spawn(self, listen: str, admin: str | None) -> tuple[subprocess.Popen, dict]:
+        cmd = [router_binary(), "-listen", listen]
+        if admin:
+            cmd += ["-admin", admin]
         ca = getattr(self.cluster, "tls_ca", None) if self.cluster is not None else None
         if ca:  # a TLS cluster's tenants refuse plain text: the owner leg is TLS, verified against the CA
             cmd += ["-owner-ca", str(ca)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        line = self.proc.stdout.readline()
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        line = proc.stdout.readline()
         try:
-            ready = json.loads(line)
+            return proc, json.loads(line)
         except ValueError:
-            self.proc.wait(timeout=5)
-            raise RouterUnavailable("the router did not start", f"exit code {self.proc.returncode}",
+            proc.wait(timeout=5)
+            raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
                                     "is the listen address free? see the log above") from None
+
+    def start(self) -> "Router":
+        self.proc, ready = self._spawn(self.options.listen, self.options.admin)
         self.listen, self.admin = ready["listen"], ready.get("admin", "")
         self._sync_all()  # routes before anything else, so the first client finds its tenant
         for fn in (self._list_loop, self._register_loop):
@@ -106,6 +110,18 @@ class Router:
             t.start()
             self._threads.append(t)
         return self
+
+    def _respawn(self) -> None:
+        """The data path died: start it again on the same addresses and hand it every route."""
+        proc, _ = self._spawn(self.listen, self.admin or None)
+        with self._send_lock:
+            self.proc = proc
+        self.restarts += 1
+        with self._route_lock:
+            for msg in list(self._routes.values()):
+                self._send(msg)
+        if self._dir_ok is not None:
+            self._send({"op": "directory", "ok": self._dir_ok, "error": "" if self._dir_ok else "not reachable"})
 
     @property
     def advertised(self) -> str:
@@ -127,10 +143,19 @@ class Router:
                 pass
 
     def wait(self) -> int:
-        """Block until the data path exits (or stop() is called)."""
-        while self.proc is not None and self.proc.poll() is None and not self._stop.is_set():
-            self._stop.wait(0.5)
-        return self.proc.returncode if self.proc and self.proc.returncode is not None else 0
+        """Block until stop() is called, starting the data path again whenever it dies (its clients'
+        connections end with it; they reconnect)."""
+        while not self._stop.wait(0.1):
+            code = self.proc.poll()
+            if code is None:
+                continue
+            log.warning("the data path exited (%s): starting it again", code)
+            try:
+                self._respawn()
+            except SlackerError as exc:
+                log.error("%s", exc.one_line())
+                self._stop.wait(1.0)
+        return 0
 
     def stop(self) -> None:
         self._stop.set()

@@ -38,15 +38,16 @@ def _free(address: str) -> str:
         return f"{host}:{s.getsockname()[1]}"
 
 
-def start(run_dir: Path, cluster_file: Path, listen: str) -> str:
-    """Start the router if it is not running; returns its admin address."""
+def start(run_dir: Path, cluster_file: Path, listen: str, admin: str | None = None) -> str:
+    """Start the router if it is not running; returns its admin address (`admin`: default the
+    listen port + 1, any free port when listening on port 0)."""
     router_binary()  # fail here, with the hint, if the data path is not built
     rdir = run_dir / "router"
     rdir.mkdir(exist_ok=True)
     pid = read_pid(rdir / "router.pid")
     if pid is not None and alive(pid) and (rdir / "admin").exists():
         return (rdir / "admin").read_text().strip()
-    admin = _free(admin_for(listen))
+    admin = _free(admin or admin_for(listen))
     listen = _free(listen)
     with open(rdir / "router.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slacker", "--cluster", str(cluster_file), "router",

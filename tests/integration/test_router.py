@@ -236,3 +236,40 @@ def test_follows_an_etcd_directory(make_cluster):
         assert st["epoch"] == 2 and 0 <= lag_s < 0.5
     finally:
         local_router.stop(cluster.path.parent)
+
+
+
+def test_router_killed_and_restarted(routed):
+    """The data path killed: its control side starts it again at once. The whole router killed and
+    started again on its address: clients reconnect to it and go on."""
+    cluster, listen, admin = routed
+    rc, _, err = slacker("tenant", "create", "r6", "--on", "node-2")
+    assert rc == 0, err
+    ep = resolve("r6", cluster)
+    _wait_route(admin, "r6")
+    conn = _connect(listen, "app@r6", ep.password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO k.t VALUES (1)")
+    run_dir = cluster.path.parent
+    router_pid = read_pid(run_dir / "router" / "router.pid")
+    children = [int(p) for p in open(f"/proc/{router_pid}/task/{router_pid}/children").read().split()]
+    assert len(children) == 1
+    os.kill(children[0], signal.SIGKILL)  # the data path only
+    with pytest.raises(pymysql.err.OperationalError):
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+    conn = _connection_on(listen, "app@r6", ep.password, "node-2", within_s=5)  # the control side restarted it
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO k.t VALUES (2)")
+    conn.close()
+
+    os.killpg(os.getpgid(router_pid), signal.SIGKILL)  # the whole router, control side and data path
+    assert wait_gone(router_pid, 10)
+    local_router.start(run_dir, cluster.path, listen, admin)
+    conn = _connection_on(listen, "app@r6", ep.password, "node-2", within_s=5)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM k.t")
+        assert cur.fetchone() == (2,)
+    conn.close()

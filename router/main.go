@@ -31,6 +31,8 @@ func main() {
 	pipe := flag.String("pipe", "", "benchmark only: forward every connection's bytes to this HOST:PORT, no login")
 	procs := flag.Int("procs", 0, "CPUs the data path may use at once (0: $GOMAXPROCS, else half the host's, at least 1)")
 	ownerCA := flag.String("owner-ca", "", "CA file: log in to owners over TLS and verify their certificate and address against it")
+	tlsCert := flag.String("tls-cert", "", "certificate (PEM) to offer clients TLS with; with it, plain-text logins are refused")
+	tlsKey := flag.String("tls-key", "", "its private key (PEM)")
 	dialTimeout := flag.Duration("dial-timeout", 3*time.Second, "timeout of a connection to an owner")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.LUTC | log.Lmicroseconds)
@@ -65,6 +67,13 @@ func main() {
 			log.Fatalf("cannot read the CA file %s: %v", *ownerCA, err)
 		}
 		rt.ownerTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if *tlsCert != "" {
+		pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			log.Fatalf("cannot load the TLS certificate %s: %v", *tlsCert, err)
+		}
+		rt.clientTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
 	if *admin != "" {
 		aln, err := net.Listen("tcp", *admin)

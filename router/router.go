@@ -95,6 +95,7 @@ type Router struct {
 	version     atomic.Value // server version string learned from the first owner
 	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
 	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
+	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
 }
 
 func newRouter(dialTimeout time.Duration) *Router {
@@ -183,13 +184,35 @@ func (rt *Router) serve(c net.Conn) {
 	c.SetDeadline(time.Now().Add(10 * time.Second)) // the login must finish in time
 	cr := bufio.NewReaderSize(c, 16<<10)
 	scramble := newScramble()
-	g := &greeting{version: rt.version.Load().(string), connID: rt.nextID.Add(1), caps: routerCaps, charset: 45,
+	caps := uint32(routerCaps)
+	if rt.clientTLS != nil {
+		caps |= capSSL
+	}
+	g := &greeting{version: rt.version.Load().(string), connID: rt.nextID.Add(1), caps: caps, charset: 45,
 		status: statusAutocommit, scramble: scramble, plugin: nativePassword}
 	if writePacket(c, 0, g.encode()) != nil {
 		return
 	}
 	seq, p, err := readPacket(cr)
 	if err != nil {
+		return
+	}
+	if len(p) == 32 && binary.LittleEndian.Uint32(p)&capSSL != 0 && rt.clientTLS != nil {
+		// An SSL request: the rest of the login, and everything after it, inside TLS.
+		tc := tls.Server(c, rt.clientTLS)
+		if tc.Handshake() != nil {
+			return
+		}
+		c = tc
+		defer tc.Close()
+		cr = bufio.NewReaderSize(tc, 16<<10)
+		if seq, p, err = readPacket(cr); err != nil {
+			return
+		}
+	} else if rt.clientTLS != nil {
+		rt.rejected.Add(1)
+		writePacket(c, seq+1, errPacket(3159, "08004",
+			"Connections using insecure transport are prohibited: this router requires TLS (the cluster's CA verifies it)"))
 		return
 	}
 	resp, err := parseResponse(p)

@@ -19,9 +19,13 @@ from .common import DURATION, CliContext, pass_cli, print_json, print_table
               help="How often the directory is listed for tenants created or deleted (owner changes come "
                    "through a watch per tenant, at once).")
 @click.option("--no-register", is_flag=True, help="Do not announce this router in the directory.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Certificate (PEM) to offer clients TLS with; with it the router refuses plain-text logins. "
+                   "The owner side uses TLS by itself on a TLS cluster.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="Its private key (PEM).")
 @click.pass_context
 def router(ctx: click.Context, listen: str, admin: str, advertise: str | None, list_interval: float,
-           no_register: bool) -> None:
+           no_register: bool, tls_cert: str | None, tls_key: str | None) -> None:
     """Serve every tenant on one MySQL-protocol address and follow the directory.
 
     Clients log in as USER@TENANT with the tenant's application password (for example
@@ -39,7 +43,7 @@ def router(ctx: click.Context, listen: str, admin: str, advertise: str | None, l
     cli = ctx.find_object(CliContext)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     opts = RouterOptions(listen=listen, admin=admin or None, advertise=advertise, list_interval_s=list_interval,
-                         register=not no_register)
+                         register=not no_register, tls_cert=tls_cert, tls_key=tls_key)
     r = Router(cli.cluster(), opts).start()
     signal.signal(signal.SIGTERM, lambda *_: r.stop())
     click.echo(f"router: clients to {r.listen} (USER@TENANT), status at http://{r.admin}/status, "

@@ -186,7 +186,7 @@ def _migration_line(m: dict) -> str:
 @click.option("--defaults-file", "defaults_file", type=click.Path(dir_okay=False),
               help="Also write the application's credentials, host and port to this file (mode 0600), for "
                    "`mariadb --defaults-extra-file=FILE`: the router's address and USER@TENANT when a router runs "
-                   "(plain-text clusters), else the owner's. They come from the owner's agent (TLS or this "
+                   "(on a TLS cluster, a router with TLS), else the owner's. They come from the owner's agent (TLS or this "
                    "machine only), never on the terminal.")
 @click.option("--owner", "owner_only", is_flag=True, help="Name only the owner, not the router.")
 @pass_cli
@@ -205,9 +205,12 @@ def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | 
         from ..mariadb import client_defaults, write_secret
 
         ep = resolve(tenant_id, directory=directory, agents=agents)
-        if routers and not ep.ssl_ca:  # the router speaks plain text only (docs/router.md)
-            rhost, _, rport = routers[0]["address"].rpartition(":")
+        usable = [r for r in routers if r.get("tls") or not ep.ssl_ca]  # a TLS cluster: only a TLS router
+        if usable:
+            rhost, _, rport = usable[0]["address"].rpartition(":")
             text = client_defaults(f"{ep.user}@{tenant_id}", ep.password, host=rhost, port=int(rport))
+            if ep.ssl_ca:
+                text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
         else:
             text = client_defaults(ep.user, ep.password, host=ep.host, port=ep.port)
             if ep.ssl_ca:  # a TLS cluster's tenants refuse plain text: check them against the cluster CA

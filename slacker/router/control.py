@@ -52,6 +52,8 @@ class RouterOptions:
     listen: str = "127.0.0.1:6033"
     admin: str | None = "127.0.0.1:6034"
     advertise: str | None = None  # address clients are told (slacker locate); default: the listen address
+    tls_cert: str | None = None  # offer clients TLS with this certificate (and refuse plain text)
+    tls_key: str | None = None
     watch_timeout_s: float = 5.0
     list_interval_s: float = 1.0
     register: bool = True
@@ -62,6 +64,9 @@ class RouterOptions:
             parse_address(self.admin, "admin address")
         if self.advertise:
             parse_address(self.advertise, "advertised address")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise InvalidInput("TLS needs both a certificate and its key", "only one was given",
+                               "pass --tls-cert and --tls-key")
 
 
 class Router:
@@ -92,6 +97,8 @@ class Router:
         ca = getattr(self.cluster, "tls_ca", None) if self.cluster is not None else None
         if ca:  # a TLS cluster's tenants refuse plain text: the owner leg is TLS, verified against the CA
             cmd += ["-owner-ca", str(ca)]
+        if self.options.tls_cert:
+            cmd += ["-tls-cert", self.options.tls_cert, "-tls-key", self.options.tls_key]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         line = proc.stdout.readline()
         try:
@@ -266,6 +273,7 @@ class Router:
             try:
                 self.directory.state_put(self.registry_key, {
                     "address": self.advertised, "admin": self.admin, "host": socket.gethostname(),
+                    "tls": bool(self.options.tls_cert),
                     "pid": os.getpid(), "updated_at": time.time()})
             except SlackerError as exc:
                 log.debug("cannot announce the router: %s", exc.one_line())

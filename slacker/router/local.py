@@ -49,9 +49,15 @@ def start(run_dir: Path, cluster_file: Path, listen: str, admin: str | None = No
         return (rdir / "admin").read_text().strip()
     admin = _free(admin or admin_for(listen))
     listen = _free(listen)
+    tls = []
+    if (run_dir / "tls").is_dir():  # a TLS cluster: the router gets a certificate from the cluster CA too
+        from ..tls import ensure_cluster_pki
+        host = parse_address(listen)[0]
+        files = ensure_cluster_pki(run_dir / "tls", {"router": [host, "localhost"]})["router"]
+        tls = ["--tls-cert", str(files.cert), "--tls-key", str(files.key)]
     with open(rdir / "router.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slacker", "--cluster", str(cluster_file), "router",
-                                 "--listen", listen, "--admin", admin], stdin=subprocess.DEVNULL, stdout=log,
+                                 "--listen", listen, "--admin", admin, *tls], stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     (rdir / "router.pid").write_text(f"{proc.pid}\n")
     (rdir / "admin").write_text(f"{admin}\n")

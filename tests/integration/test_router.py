@@ -196,9 +196,9 @@ def test_directory_down_keeps_last_owner(routed):
     assert rc == 0 and "UNREACHABLE" in out and "last owners known" in out
 
 
-def test_tls_cluster_owner_leg_is_tls(make_cluster):
-    """A TLS cluster's tenants refuse plain text: the router logs in to them over TLS, verified
-    against the cluster CA, while the client talks to the router as before."""
+def test_tls_cluster_both_legs(make_cluster, tmp_path):
+    """On a TLS cluster the router offers clients TLS with a certificate from the cluster CA and
+    refuses plain text, and logs in to owners over TLS, verified against the same CA."""
     cluster = make_cluster(nodes=1, tls=True)
     admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
     listen = local_router.listening(cluster.path.parent)
@@ -207,14 +207,27 @@ def test_tls_cluster_owner_leg_is_tls(make_cluster):
         assert rc == 0, err
         ep = resolve("r3", cluster)
         _wait_route(admin, "r3")
-        conn = _connect(listen, "app@r3", ep.password)
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            _connect(listen, "app@r3", ep.password)
+        assert e.value.args[0] == 3159 and "requires TLS" in e.value.args[1]
+        from slacker.tls import client_context
+        host, port = listen.rsplit(":", 1)
+        conn = pymysql.connect(host=host, port=int(port), user="app@r3", password=ep.password,
+                               ssl=client_context(cluster.tls_ca), connect_timeout=5)
+        assert conn._sock.version().startswith("TLS")  # the client's leg, checked against the cluster CA
         with conn.cursor() as cur:
             cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
             assert cur.fetchone()[1], "the router's login to the owner is not encrypted"
         conn.close()
+        # `slacker locate --defaults-file` names the TLS router, with the CA to check it.
+        cnf = tmp_path / "r3.cnf"
+        assert slacker("locate", "r3", "--defaults-file", str(cnf))[0] == 0
+        assert f"port = {port}" in cnf.read_text() and "ssl-verify-server-cert" in cnf.read_text()
+        cli = subprocess.run(["mariadb", f"--defaults-extra-file={cnf}", "-N", "-e", "SELECT CURRENT_USER()"],
+                             capture_output=True, text=True, timeout=30)
+        assert cli.returncode == 0 and cli.stdout.strip() == "app@%", cli.stderr
     finally:
         local_router.stop(cluster.path.parent)
-
 
 def test_follows_an_etcd_directory(make_cluster):
     """With the directory on etcd the router watches etcd (through the agents' directory routes'

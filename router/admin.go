@@ -20,6 +20,10 @@ type tenantStatus struct {
 	OwnerErrors  int64 `json:"owner_errors_total"`
 	BytesIn      int64 `json:"client_bytes_total"`
 	BytesOut     int64 `json:"owner_bytes_total"`
+	Moves        int64 `json:"moves_total"`
+	MoveFailures int64 `json:"move_failures_total"`
+	EndedAtMove  int64 `json:"ended_at_move_total"`
+	Pinned       int64 `json:"connections_pinned"`
 }
 
 func (rt *Router) snapshot() map[string]any {
@@ -36,7 +40,8 @@ func (rt *Router) snapshot() map[string]any {
 		ts := tenantStatus{Active: s.active.Load(), Connections: s.connections.Load(),
 			Statements: s.statements.Load(), AuthFailures: s.authFailures.Load(),
 			OwnerErrors: s.ownerErrors.Load(), BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load()}
-		ts.InTrans, ts.Idle = s.states()
+		ts.InTrans, ts.Idle, ts.Pinned = s.states()
+		ts.Moves, ts.MoveFailures, ts.EndedAtMove = s.moves.Load(), s.moveFailures.Load(), s.endedAtMove.Load()
 		if r := rt.routes[t]; r != nil {
 			ts.route = *r
 		} else {
@@ -86,6 +91,10 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"slacker_router_connections", "gauge", "Client connections open now", func(t tenantStatus) int64 { return t.Active }},
 		{"slacker_router_connections_in_transaction", "gauge", "Open connections inside a transaction (or after an error, until the next status)", func(t tenantStatus) int64 { return t.InTrans }},
 		{"slacker_router_connections_between_statements", "gauge", "Open connections with no response outstanding, outside a transaction", func(t tenantStatus) int64 { return t.Idle }},
+		{"slacker_router_connections_pinned", "gauge", "Open connections whose session cannot move to a new owner (user variables, temporary tables, prepared statements, locks)", func(t tenantStatus) int64 { return t.Pinned }},
+		{"slacker_router_moves_total", "counter", "Connections moved to a new owner between statements", func(t tenantStatus) int64 { return t.Moves }},
+		{"slacker_router_move_failures_total", "counter", "Moves that failed (the client's connection ended)", func(t tenantStatus) int64 { return t.MoveFailures }},
+		{"slacker_router_ended_at_move_total", "counter", "Connections ended because their owner went away while they could not move (in a transaction, or pinned)", func(t tenantStatus) int64 { return t.EndedAtMove }},
 		{"slacker_router_connections_total", "counter", "Client connections logged in", func(t tenantStatus) int64 { return t.Connections }},
 		{"slacker_router_statements_total", "counter", "Commands clients sent", func(t tenantStatus) int64 { return t.Statements }},
 		{"slacker_router_auth_failures_total", "counter", "Logins refused: wrong user or password", func(t tenantStatus) int64 { return t.AuthFailures }},

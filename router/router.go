@@ -45,6 +45,7 @@ type controlMsg struct {
 // tenantStats are counters kept per tenant across route changes, and its open connections.
 type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
+	moves, moveFailures, endedAtMove                                              atomic.Int64
 	mu                                                                            sync.Mutex
 	conns                                                                         map[*tracker]struct{}
 }
@@ -64,8 +65,8 @@ func (s *tenantStats) remove(t *tracker) {
 	s.mu.Unlock()
 }
 
-// states counts open connections inside a transaction, and between statements outside one.
-func (s *tenantStats) states() (inTrans, idle int64) {
+// states counts open connections inside a transaction, between statements outside one, and pinned.
+func (s *tenantStats) states() (inTrans, idle, pinned int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t := range s.conns {
@@ -74,6 +75,9 @@ func (s *tenantStats) states() (inTrans, idle int64) {
 		}
 		if t.idle() {
 			idle++
+		}
+		if t.sess.pinned.Load() {
+			pinned++
 		}
 	}
 	return
@@ -199,7 +203,8 @@ func (rt *Router) serve(c net.Conn) {
 	}
 	if len(p) == 32 && binary.LittleEndian.Uint32(p)&capSSL != 0 && rt.clientTLS != nil {
 		// An SSL request: the rest of the login, and everything after it, inside TLS.
-		tc := tls.Server(c, rt.clientTLS)
+		// The client may send its TLS hello right behind the request: the reader may hold it already.
+		tc := tls.Server(bufferedConn{c, cr}, rt.clientTLS)
 		if tc.Handshake() != nil {
 			return
 		}
@@ -266,18 +271,30 @@ func (rt *Router) serve(c net.Conn) {
 		return
 	}
 	defer s.Close()
-	if writePacket(c, seq+1, okPkt) != nil {
+	t := newTracker(resp.caps&capDeprecateEOF != 0)
+	t.sess.clientTrack = resp.caps&capSessionTrack != 0
+	t.sess.db = resp.db
+	if writePacket(c, seq+1, t.sess.okSession(okPkt)) != nil {
 		return
 	}
 	c.SetDeadline(time.Time{})
 	st.connections.Add(1)
 	st.active.Add(1)
 	defer st.active.Add(-1)
-	t := newTracker(resp.caps&capDeprecateEOF != 0)
 	st.add(t)
 	defer st.remove(t)
-	rt.forward(c, cr, s, sr, st, t)
+	cn := &clientConn{rt: rt, tenant: tenant, c: c, cr: cr, st: st, t: t, resp: resp, stage1: stage1,
+		owner: s, ownerR: sr, epoch: rte.Epoch}
+	cn.forward()
 }
+
+// bufferedConn reads through the bufio.Reader that may already hold the connection's next bytes.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 func yesNo(b bool) string {
 	if b {
@@ -336,6 +353,9 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 	out := &response{caps: cl.caps & routerCaps & (g.caps | capLongPassword) &^ capSSL, maxPkt: cl.maxPkt,
 		charset: cl.charset, user: r.User, db: cl.db, plugin: nativePassword, attrs: cl.attrs}
 	out.caps |= capPluginAuth | capSecureConnection | capProtocol41
+	if g.caps&capSessionTrack != 0 {
+		out.caps |= capSessionTrack // the router reads the session tracker (move.go), whatever the client asked
+	}
 	if conn != s {
 		out.caps |= capSSL
 	}
@@ -350,6 +370,11 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 		}
 		switch {
 		case len(p) > 0 && p[0] == 0x00:
+			if out.caps&capSessionTrack != 0 {
+				if err := simpleQuery(conn, sr, enableTracking); err != nil {
+					return fail(nil, err)
+				}
+			}
 			s.SetDeadline(time.Time{})
 			return conn, sr, p, nil
 		case len(p) > 0 && p[0] == 0xfe: // the owner asks for another plugin or a fresh scramble
@@ -370,18 +395,33 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 	return fail(nil, fmt.Errorf("%w: too many auth switches", errProtocol))
 }
 
+// clientConn is one client connection and the owner connection it is relayed to now.
+type clientConn struct {
+	rt     *Router
+	tenant string
+	c      net.Conn
+	cr     *bufio.Reader
+	st     *tenantStats
+	t      *tracker
+	resp   *response // the client's login, replayed on a new owner
+	stage1 []byte
+	owner  net.Conn
+	ownerR *bufio.Reader
+	epoch  int64
+	relay  chan struct{} // closed when the owner relay of this owner connection ended
+	gone   atomic.Bool   // the owner closed while the client was between statements and the route moved
+	moving atomic.Bool   // the router itself is closing the old owner connection
+	ending atomic.Bool   // the client quit or closed
+}
+
 // forward relays packets until either side closes. Client to owner it reads packet headers (a
 // command starts with sequence 0); owner to client it reads headers and the first bytes of each
-// packet for the tracker, and writes whole responses at once.
-func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Reader, st *tenantStats, t *tracker) {
-	done := make(chan struct{})
-	go func() {
-		n, _ := relayOwner(c, sr, t)
-		st.bytesOut.Add(n)
-		c.Close()
-		close(done)
-	}()
+// packet for the tracker, and writes whole responses at once. Before a command, a connection
+// whose tenant moved is moved too when it can be (move.go).
+func (cn *clientConn) forward() {
+	cn.startRelay()
 	var h [4]byte
+	cr, t, st := cn.cr, cn.t, cn.st
 	for {
 		if _, err := io.ReadFull(cr, h[:]); err != nil {
 			break
@@ -394,37 +434,127 @@ func (rt *Router) forward(c net.Conn, cr *bufio.Reader, s net.Conn, sr *bufio.Re
 				break
 			}
 			if h[3] == 0 && n > 0 {
+				if body[0] == comQuit {
+					cn.ending.Store(true)
+				}
+				if !cn.beforeCommand(body[0]) {
+					break
+				}
 				st.statements.Add(1)
+				t.sess.checkCommand(body)
 				t.sent(body[0])
 			}
 			pkt := make([]byte, 0, n+4)
 			pkt = append(append(pkt, h[:]...), body...)
-			if _, err := s.Write(pkt); err != nil {
+			if _, err := cn.owner.Write(pkt); err != nil {
 				break
 			}
 			cr.Discard(n)
 		} else {
 			if h[3] == 0 {
 				first, err := cr.Peek(1)
-				if err != nil {
+				if err != nil || !cn.beforeCommand(first[0]) {
 					break
 				}
 				st.statements.Add(1)
+				t.sess.pin("a command over 16 KiB")
 				t.sent(first[0])
 			}
-			if _, err := s.Write(h[:]); err != nil {
+			if _, err := cn.owner.Write(h[:]); err != nil {
 				break
 			}
-			if _, err := io.CopyN(s, cr, int64(n)); err != nil {
+			if _, err := io.CopyN(cn.owner, cr, int64(n)); err != nil {
 				break
 			}
 		}
 		st.bytesIn.Add(int64(n + 4))
 	}
-	if cw, ok := s.(interface{ CloseWrite() error }); ok {
+	cn.ending.Store(true)
+	if cw, ok := cn.owner.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	<-done
+	<-cn.relay
+	cn.owner.Close()
+}
+
+// beforeCommand moves the connection to the tenant's new owner when the route changed and the
+// connection can move; false: the connection must end.
+func (cn *clientConn) beforeCommand(cmd byte) bool {
+	r, _ := cn.rt.lookup(cn.tenant)
+	if r == nil || r.Epoch <= cn.epoch {
+		return !cn.gone.Load()
+	}
+	if cmd == comQuit {
+		return false
+	}
+	if !cn.t.idle() || cn.t.sess.pinned.Load() {
+		if cn.gone.Load() {
+			return false // its owner is gone and it cannot move: end it (counted)
+		}
+		return true // stays with its owner (writes fail while it is fenced; it ends when retired)
+	}
+	if err := cn.move(r); err != nil {
+		log.Printf("tenant %s: moving a connection to %s:%d failed: %v", cn.tenant, r.Host, r.Port, err)
+		cn.st.moveFailures.Add(1)
+		return false
+	}
+	return true
+}
+
+// move logs in to the new owner with the session's database and variables, then swaps.
+func (cn *clientConn) move(r *route) error {
+	resp := *cn.resp
+	resp.db = cn.t.sess.db
+	if resp.db != "" {
+		resp.caps |= capConnectWithDB
+	}
+	s, sr, _, err := cn.rt.loginOwner(r, &resp, cn.stage1)
+	if err != nil {
+		return err
+	}
+	if sql := cn.t.sess.replaySQL(); sql != "" {
+		if err := simpleQuery(s, sr, sql); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	cn.moving.Store(true)
+	cn.owner.Close()
+	<-cn.relay
+	cn.moving.Store(false)
+	cn.owner, cn.ownerR, cn.epoch = s, sr, r.Epoch
+	cn.gone.Store(false)
+	cn.st.moves.Add(1)
+	cn.startRelay()
+	return nil
+}
+
+func (cn *clientConn) startRelay() {
+	done := make(chan struct{})
+	cn.relay = done
+	owner, ownerR, epoch := cn.owner, cn.ownerR, cn.epoch
+	go func() {
+		defer close(done)
+		n, _ := relayOwner(cn.c, ownerR, cn.t)
+		cn.st.bytesOut.Add(n)
+		if cn.moving.Load() {
+			return // the router closed it to move: the client stays
+		}
+		// The owner ended the connection. Between statements, with the tenant moved (or moving:
+		// a retired owner goes right after the flip), the client may continue on the new owner.
+		if !cn.ending.Load() && cn.t.idle() && !cn.t.sess.pinned.Load() &&
+			cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) != nil {
+			cn.gone.Store(true)
+			return
+		}
+		if !cn.ending.Load() && (cn.t.sess.pinned.Load() || !cn.t.idle()) {
+			if r, _ := cn.rt.lookup(cn.tenant); r != nil && r.Epoch > epoch {
+				cn.st.endedAtMove.Add(1)
+			}
+		}
+		_ = owner
+		cn.c.Close()
+	}()
 }
 
 // relayOwner copies the owner's packets to the client, feeding the tracker. It flushes whenever
@@ -442,7 +572,6 @@ func relayOwner(c net.Conn, sr *bufio.Reader, t *tracker) (int64, error) {
 			return total, err
 		}
 		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
-		w.Write(h[:])
 		if n <= sr.Size() {
 			if sr.Buffered() < n && w.Flush() != nil {
 				return total, io.ErrClosedPipe
@@ -452,9 +581,17 @@ func relayOwner(c net.Conn, sr *bufio.Reader, t *tracker) (int64, error) {
 				return total, err
 			}
 			t.packet(body, n)
+			if t.okPkt {
+				if out := t.sess.okSession(body); len(out) != n {
+					h[0], h[1], h[2] = byte(len(out)), byte(len(out)>>8), byte(len(out)>>16)
+					body = out
+				}
+			}
+			w.Write(h[:])
 			w.Write(body)
 			sr.Discard(n)
 		} else {
+			w.Write(h[:])
 			w.Flush()
 			head, err := sr.Peek(32)
 			if err != nil {

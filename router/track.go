@@ -57,6 +57,8 @@ type tracker struct {
 	prepCols     int
 	continuing   bool // the previous packet was 16 MiB - 1: this one continues it
 
+	sess      sessionState
+	okPkt     bool        // the last packet fed was an OK packet (it carries status and the session tracker)
 	inTrans   atomic.Bool // SERVER_STATUS_IN_TRANS of the last status seen (true after an ERR: unknown)
 	untracked atomic.Bool // a command the tracker does not follow: never treat as between statements
 	awaiting  atomic.Int32
@@ -137,6 +139,7 @@ func (t *tracker) end(flags uint16, haveFlags bool) {
 
 // packet is fed each packet from the owner: its declared length and (at least) its first bytes.
 func (t *tracker) packet(p []byte, n int) {
+	t.okPkt = false
 	if t.continuing { // the rest of a packet of 16 MiB - 1: nothing to read in it
 		t.continuing = n == maxPacketPayload
 		return
@@ -211,6 +214,7 @@ func (t *tracker) row(p []byte, n int) {
 		t.inTrans.Store(true) // an error mid-result: state unknown until the next status
 		t.end(0, false)
 	} else if t.isTerminator(p, n) {
+		t.okPkt = t.deprecateEOF
 		t.end(t.eofStatus(p), true)
 	}
 }
@@ -247,6 +251,7 @@ func (t *tracker) first(p []byte, n int) {
 			t.afterParams()
 		}
 	case p[0] == 0x00:
+		t.okPkt = true
 		if s, ok := okStatus(p); ok {
 			t.end(s, true)
 		} else {

@@ -23,6 +23,7 @@ type tenantStatus struct {
 	Moves        int64 `json:"moves_total"`
 	MoveFailures int64 `json:"move_failures_total"`
 	EndedAtMove  int64 `json:"ended_at_move_total"`
+	RolledBack   int64 `json:"rolled_back_at_move_total"`
 	Pinned       int64 `json:"connections_pinned"`
 }
 
@@ -42,6 +43,7 @@ func (rt *Router) snapshot() map[string]any {
 			OwnerErrors: s.ownerErrors.Load(), BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load()}
 		ts.InTrans, ts.Idle, ts.Pinned = s.states()
 		ts.Moves, ts.MoveFailures, ts.EndedAtMove = s.moves.Load(), s.moveFailures.Load(), s.endedAtMove.Load()
+		ts.RolledBack = s.rolledBackAtMove.Load()
 		if r := rt.routes[t]; r != nil {
 			ts.route = *r
 		} else {
@@ -95,6 +97,7 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"slacker_router_moves_total", "counter", "Connections moved to a new owner between statements", func(t tenantStatus) int64 { return t.Moves }},
 		{"slacker_router_move_failures_total", "counter", "Moves that failed (the client's connection ended)", func(t tenantStatus) int64 { return t.MoveFailures }},
 		{"slacker_router_ended_at_move_total", "counter", "Connections ended because their owner went away while they could not move (in a transaction, or pinned)", func(t tenantStatus) int64 { return t.EndedAtMove }},
+		{"slacker_router_rolled_back_at_move_total", "counter", "Transactions whose owner went away before their COMMIT: the client was told to restart them (1213, SQLSTATE 40001) and moved", func(t tenantStatus) int64 { return t.RolledBack }},
 		{"slacker_router_connections_total", "counter", "Client connections logged in", func(t tenantStatus) int64 { return t.Connections }},
 		{"slacker_router_statements_total", "counter", "Commands clients sent", func(t tenantStatus) int64 { return t.Statements }},
 		{"slacker_router_auth_failures_total", "counter", "Logins refused: wrong user or password", func(t tenantStatus) int64 { return t.AuthFailures }},

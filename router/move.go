@@ -186,25 +186,43 @@ func (s *sessionState) checkCommand(body []byte) {
 	}
 }
 
-// replaySQL sets the session variables the client changed, in one statement.
-func (s *sessionState) replaySQL() string {
-	if len(s.sysvars) == 0 {
-		return ""
-	}
+// Variables the tracker reports that a session cannot set (the server changes them itself).
+var readOnlyVars = map[string]bool{"last_gtid": true}
+
+// replay returns one assignment per session variable the client changed.
+func (s *sessionState) replay() []string {
 	names := make([]string, 0, len(s.sysvars))
 	for n := range s.sysvars {
-		names = append(names, n)
+		if !readOnlyVars[n] && !strings.ContainsAny(n, "`'\\ ") {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
-		if strings.ContainsAny(n, "`'\\ ") {
-			continue
-		}
 		v := strings.ReplaceAll(strings.ReplaceAll(s.sysvars[n], "\\", "\\\\"), "'", "''")
 		parts = append(parts, fmt.Sprintf("`%s`='%s'", n, v))
 	}
-	return "SET SESSION " + strings.Join(parts, ", ")
+	return parts
+}
+
+// restore sets the variables on a new owner connection: all in one statement, or, if the owner
+// refuses that, one at a time, skipping those it says are read-only (error 1238).
+func (s *sessionState) restore(c net.Conn, r *bufio.Reader) error {
+	parts := s.replay()
+	if len(parts) == 0 {
+		return nil
+	}
+	if simpleQuery(c, r, "SET SESSION "+strings.Join(parts, ", ")) == nil {
+		return nil
+	}
+	for _, p := range parts {
+		if err := simpleQuery(c, r, "SET SESSION "+p); err != nil && !strings.Contains(err.Error(), "read only") &&
+			!strings.Contains(err.Error(), "1238") {
+			return err
+		}
+	}
+	return nil
 }
 
 // simpleQuery runs one statement on a fresh owner connection and checks it answered OK.
@@ -217,7 +235,7 @@ func simpleQuery(s net.Conn, sr *bufio.Reader, sql string) error {
 		return err
 	}
 	if len(p) == 0 || p[0] != 0x00 {
-		return fmt.Errorf("owner refused %q: %s", strings.SplitN(sql, " ", 3)[:2], errText(p))
+		return fmt.Errorf("owner refused %q: %s", strings.Join(strings.SplitN(sql, " ", 4)[:3], " "), errText(p))
 	}
 	return nil
 }

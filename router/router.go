@@ -45,7 +45,7 @@ type controlMsg struct {
 // tenantStats are counters kept per tenant across route changes, and its open connections.
 type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
-	moves, moveFailures, endedAtMove                                              atomic.Int64
+	moves, moveFailures, endedAtMove, rolledBackAtMove                            atomic.Int64
 	mu                                                                            sync.Mutex
 	conns                                                                         map[*tracker]struct{}
 }
@@ -412,6 +412,12 @@ type clientConn struct {
 	gone   atomic.Bool   // the owner closed while the client was between statements and the route moved
 	moving atomic.Bool   // the router itself is closing the old owner connection
 	ending atomic.Bool   // the client quit or closed
+	last   atomic.Value  // the start of the last COM_QUERY, upper case (what a lost owner was running)
+}
+
+func (cn *clientConn) lastCommand() string {
+	v, _ := cn.last.Load().(string)
+	return v
 }
 
 // forward relays packets until either side closes. Client to owner it reads packet headers (a
@@ -442,6 +448,15 @@ func (cn *clientConn) forward() {
 				}
 				st.statements.Add(1)
 				t.sess.checkCommand(body)
+				if body[0] == comQuery {
+					q := body[1:]
+					if len(q) > 64 {
+						q = q[:64]
+					}
+					cn.last.Store(strings.ToUpper(strings.TrimSpace(string(q))))
+				} else {
+					cn.last.Store("")
+				}
 				t.sent(body[0])
 			}
 			pkt := make([]byte, 0, n+4)
@@ -512,11 +527,9 @@ func (cn *clientConn) move(r *route) error {
 	if err != nil {
 		return err
 	}
-	if sql := cn.t.sess.replaySQL(); sql != "" {
-		if err := simpleQuery(s, sr, sql); err != nil {
-			s.Close()
-			return err
-		}
+	if err := cn.t.sess.restore(s, sr); err != nil {
+		s.Close()
+		return err
 	}
 	cn.moving.Store(true)
 	cn.owner.Close()
@@ -532,7 +545,7 @@ func (cn *clientConn) move(r *route) error {
 func (cn *clientConn) startRelay() {
 	done := make(chan struct{})
 	cn.relay = done
-	owner, ownerR, epoch := cn.owner, cn.ownerR, cn.epoch
+	ownerR, epoch := cn.ownerR, cn.epoch
 	go func() {
 		defer close(done)
 		n, _ := relayOwner(cn.c, ownerR, cn.t)
@@ -542,19 +555,60 @@ func (cn *clientConn) startRelay() {
 		}
 		// The owner ended the connection. Between statements, with the tenant moved (or moving:
 		// a retired owner goes right after the flip), the client may continue on the new owner.
-		if !cn.ending.Load() && cn.t.idle() && !cn.t.sess.pinned.Load() &&
-			cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) != nil {
-			cn.gone.Store(true)
+		if cn.ending.Load() || cn.t.sess.pinned.Load() || cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
+			cn.countEnded(epoch)
+			cn.c.Close()
 			return
 		}
-		if !cn.ending.Load() && (cn.t.sess.pinned.Load() || !cn.t.idle()) {
-			if r, _ := cn.rt.lookup(cn.tenant); r != nil && r.Epoch > epoch {
-				cn.st.endedAtMove.Add(1)
-			}
+		if !cn.t.idle() && !cn.answerLostTransaction() {
+			cn.countEnded(epoch)
+			cn.c.Close()
+			return
 		}
-		_ = owner
-		cn.c.Close()
+		cn.gone.Store(true)
 	}()
+}
+
+func (cn *clientConn) countEnded(epoch int64) {
+	if cn.ending.Load() {
+		return
+	}
+	if r, _ := cn.rt.lookup(cn.tenant); r != nil && r.Epoch > epoch {
+		cn.st.endedAtMove.Add(1)
+	}
+}
+
+// answerLostTransaction answers the one command a client waits on when its owner went away with
+// the client's transaction open: the transaction cannot have committed (its COMMIT was not sent),
+// so the client is told it was rolled back (SQLSTATE 40001, restart it) — or, for a ROLLBACK,
+// that it is done. A COMMIT in flight has an unknown outcome: false, the connection must end.
+func (cn *clientConn) answerLostTransaction() bool {
+	t := cn.t
+	if t.awaiting.Load() != 1 || t.busy || !t.inTrans.Load() || t.untracked.Load() {
+		return false
+	}
+	last := cn.lastCommand()
+	if last == "" || strings.Contains(last, "COMMIT") || strings.HasPrefix(last, "END") || strings.HasPrefix(last, "XA") {
+		return false
+	}
+	var pkt []byte
+	if strings.HasPrefix(last, "ROLLBACK") {
+		pkt = []byte{0x00, 0, 0, byte(statusAutocommit), 0, 0, 0}
+	} else {
+		pkt = errPacket(1213, "40001", fmt.Sprintf("Tenant %s moved to a new owner while this transaction was open: "+
+			"it was rolled back; restart it", cn.tenant))
+	}
+	if writePacket(cn.c, 1, pkt) != nil {
+		return false
+	}
+	select {
+	case <-t.pending:
+	default:
+	}
+	t.awaiting.Store(0)
+	t.inTrans.Store(false)
+	cn.st.rolledBackAtMove.Add(1)
+	return true
 }
 
 // relayOwner copies the owner's packets to the client, feeding the tracker. It flushes whenever

@@ -150,3 +150,64 @@ func TestSplitUser(t *testing.T) {
 		}
 	}
 }
+
+func lenencStr(s string) []byte { return append(appendLenenc(nil, uint64(len(s))), s...) }
+
+// okWithTrackers builds an OK packet of a session-tracking owner: info, then the trackers.
+func okWithTrackers(info string, entries ...[]byte) []byte {
+	p := []byte{0x00, 0, 0}
+	p = binary.LittleEndian.AppendUint16(p, statusAutocommit|statusStateChanged)
+	p = append(p, 0, 0)
+	p = append(p, lenencStr(info)...)
+	var all []byte
+	for _, e := range entries {
+		all = append(all, e...)
+	}
+	return append(p, append(appendLenenc(nil, uint64(len(all))), all...)...)
+}
+
+func entry(typ byte, data []byte) []byte {
+	return append(append([]byte{typ}, appendLenenc(nil, uint64(len(data)))...), data...)
+}
+
+func TestSessionTrackerKeepsWhatItCanCarry(t *testing.T) {
+	s := &sessionState{}
+	p := okWithTrackers("", entry(trackSysvars, append(lenencStr("sql_mode"), lenencStr("ANSI_QUOTES")...)),
+		entry(trackSchema, lenencStr("shop")), entry(trackStateChange, lenencStr("1")))
+	out := s.okSession(p)
+	if s.db != "shop" || s.sysvars["sql_mode"] != "ANSI_QUOTES" || s.pinned.Load() {
+		t.Fatalf("db %q vars %v pinned %v", s.db, s.sysvars, s.pinned.Load())
+	}
+	// A client that did not ask for session tracking gets the OK without it (and without the flag).
+	if len(out) != 7 || binary.LittleEndian.Uint16(out[3:])&statusStateChanged != 0 {
+		t.Fatalf("tracker not stripped: % x", out)
+	}
+	// A state change with nothing the router can name (a user variable, a temporary table) pins.
+	s.okSession(okWithTrackers("", entry(trackStateChange, lenencStr("1"))))
+	if !s.pinned.Load() {
+		t.Fatal("an unexplained state change did not pin the session")
+	}
+	s2 := &sessionState{sysvars: map[string]string{"last_gtid": "0-1-5", "time_zone": "+02:00", "x'y": "z"}}
+	if got := s2.replay(); len(got) != 1 || got[0] != "`time_zone`='+02:00'" {
+		t.Fatalf("replay %v", got)
+	}
+}
+
+func TestCommandsThatPin(t *testing.T) {
+	for q, pins := range map[string]bool{
+		"SELECT @@version_comment LIMIT 1": false, "SET @x = 1": true, "select a from t where b = @v": true,
+		"CREATE TEMPORARY TABLE t (i int)": true, "select get_lock('a', 1)": true, "SELECT 1": false,
+		"SET NAMES utf8mb4": false, "PREPARE s FROM 'select 1'": true,
+	} {
+		s := &sessionState{}
+		s.checkCommand(append([]byte{comQuery}, q...))
+		if s.pinned.Load() != pins {
+			t.Errorf("%q: pinned %v", q, s.pinned.Load())
+		}
+	}
+	s := &sessionState{}
+	s.checkCommand([]byte{comStmtPrepare, 's'})
+	if !s.pinned.Load() {
+		t.Error("a binary prepared statement did not pin")
+	}
+}

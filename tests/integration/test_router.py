@@ -49,6 +49,27 @@ def _wait_route(admin: str, tenant: str, timeout_s: float = 10.0) -> dict:
     raise AssertionError(f"router never learned {tenant}")
 
 
+def _tenant(cluster, admin: str, tenant: str, node: str = "node-1"):
+    """Create a tenant (as a user would), wait until the router routes it; its endpoint."""
+    rc, _, err = slacker("tenant", "create", tenant, "--on", node)
+    assert rc == 0, err
+    _wait_route(admin, tenant)
+    return resolve(tenant, cluster)
+
+
+def _sysbench(tmp_path, listen: str, user: str, password: str, db: str, *options: str) -> list[str]:
+    """A sysbench oltp_read_write command line on the router (password in a 0600 file), tables prepared."""
+    host, port = listen.rsplit(":", 1)
+    conf = tmp_path / "sb.conf"
+    conf.touch(mode=0o600)
+    conf.write_text(f"mysql-password={password}\n")
+    sb = ["sysbench", "oltp_read_write", f"--config-file={conf}", f"--mysql-host={host}", f"--mysql-port={port}",
+          f"--mysql-user={user}", f"--mysql-db={db}", *options]
+    p = subprocess.run(sb + ["prepare"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return sb
+
+
 def _connect(listen: str, user: str, password: str, **kw):
     host, port = listen.rsplit(":", 1)
     return pymysql.connect(host=host, port=int(port), user=user, password=password, ssl_disabled=True,
@@ -79,10 +100,7 @@ def _connection_on(listen: str, user: str, password: str, node: str, within_s: f
 
 def test_stock_clients_and_a_move(routed, tmp_path):
     cluster, listen, admin = routed
-    rc, out, err = slacker("tenant", "create", "r1", "--on", "node-1")
-    assert rc == 0, err
-    ep = resolve("r1", cluster)
-    _wait_route(admin, "r1")
+    ep = _tenant(cluster, admin, "r1", "node-1")
 
     # `slacker locate` names the router first, and its defaults file logs in through it.
     rc, out, err = slacker("locate", "r1")
@@ -143,13 +161,8 @@ def test_stock_clients_and_a_move(routed, tmp_path):
     assert 'slacker_router_auth_failures_total{tenant="r1"} 1' in _metrics(admin)
 
     # sysbench through the router: no error at all.
-    conf = tmp_path / "sb.conf"
-    conf.touch(mode=0o600)
-    conf.write_text(f"mysql-password={ep.password}\n")
-    sb = ["sysbench", "oltp_read_write", f"--config-file={conf}", f"--mysql-host={host}", f"--mysql-port={port}",
-          "--mysql-user=app@r1", "--mysql-db=shop", "--tables=1", "--table-size=500", "--mysql-ignore-errors=none"]
-    p = subprocess.run(sb + ["prepare"], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
+    sb = _sysbench(tmp_path, listen, "app@r1", ep.password, "shop", "--tables=1", "--table-size=500",
+                   "--mysql-ignore-errors=none")
     p = subprocess.run(sb + ["--threads=1", "--time=3", "run"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr + p.stdout
     assert int(re.search(r"transactions:\s+(\d+)", p.stdout).group(1)) > 0
@@ -173,10 +186,7 @@ def test_stock_clients_and_a_move(routed, tmp_path):
 
 def test_directory_down_keeps_last_owner(routed):
     cluster, listen, admin = routed
-    rc, _, err = slacker("tenant", "create", "r2", "--on", "node-2")
-    assert rc == 0, err
-    ep = resolve("r2", cluster)
-    _wait_route(admin, "r2")
+    ep = _tenant(cluster, admin, "r2", "node-2")
     assert _status(admin)["directory"]["reachable"] is True
     # node-1's agent serves the SQLite directory: kill it (tenants of node-2 keep running).
     pid = read_pid(cluster.path.parent / "node-1" / "agent.pid")
@@ -203,10 +213,7 @@ def test_tls_cluster_both_legs(make_cluster, tmp_path):
     admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
     listen = local_router.listening(cluster.path.parent)
     try:
-        rc, _, err = slacker("tenant", "create", "r3")
-        assert rc == 0, err
-        ep = resolve("r3", cluster)
-        _wait_route(admin, "r3")
+        ep = _tenant(cluster, admin, "r3")
         with pytest.raises(pymysql.err.OperationalError) as e:
             _connect(listen, "app@r3", ep.password)
         assert e.value.args[0] == 3159 and "requires TLS" in e.value.args[1]
@@ -236,10 +243,7 @@ def test_follows_an_etcd_directory(make_cluster):
     admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
     listen = local_router.listening(cluster.path.parent)
     try:
-        rc, _, err = slacker("tenant", "create", "r4", "--on", "node-1")
-        assert rc == 0, err
-        ep = resolve("r4", cluster)
-        _wait_route(admin, "r4")
+        ep = _tenant(cluster, admin, "r4", "node-1")
         rc, out, err = slacker("migrate", "r4", "--to", "node-2", "--json")
         assert rc == 0 and json.loads(out)["result"] == "succeeded", err
         _connection_on(listen, "app@r4", ep.password, "node-2").close()
@@ -256,10 +260,7 @@ def test_router_killed_and_restarted(routed):
     """The data path killed: its control side starts it again at once. The whole router killed and
     started again on its address: clients reconnect to it and go on."""
     cluster, listen, admin = routed
-    rc, _, err = slacker("tenant", "create", "r6", "--on", "node-2")
-    assert rc == 0, err
-    ep = resolve("r6", cluster)
-    _wait_route(admin, "r6")
+    ep = _tenant(cluster, admin, "r6", "node-2")
     conn = _connect(listen, "app@r6", ep.password)
     with conn.cursor() as cur:
         cur.execute("CREATE DATABASE k")
@@ -293,10 +294,7 @@ def test_connections_move_between_statements(routed):
     session variables) continues on the new owner with them; one holding state the router cannot
     carry (a user variable) never runs on the new owner without it."""
     cluster, listen, admin = routed
-    rc, _, err = slacker("tenant", "create", "r7", "--on", "node-1")
-    assert rc == 0, err
-    ep = resolve("r7", cluster)
-    _wait_route(admin, "r7")
+    ep = _tenant(cluster, admin, "r7", "node-1")
     setup = _connect(listen, "app@r7", ep.password)
     with setup.cursor() as cur:
         cur.execute("CREATE DATABASE shop")
@@ -348,22 +346,13 @@ def test_sysbench_on_the_router_survives_moves(routed, tmp_path):
     transactions. The writes that meet the old owner's fence during a freeze fail with 1290
     (ignored here: holding them until the flip is the router's next step in the handover)."""
     cluster, listen, admin = routed
-    rc, _, err = slacker("tenant", "create", "r5", "--on", "node-1")
-    assert rc == 0, err
-    ep = resolve("r5", cluster)
-    _wait_route(admin, "r5")
+    ep = _tenant(cluster, admin, "r5", "node-1")
     conn = _connect(listen, "app@r5", ep.password)
     with conn.cursor() as cur:
         cur.execute("CREATE DATABASE sb")
     conn.close()
-    host, port = listen.rsplit(":", 1)
-    conf = tmp_path / "sb.conf"
-    conf.touch(mode=0o600)
-    conf.write_text(f"mysql-password={ep.password}\n")
-    sb = ["sysbench", "oltp_read_write", f"--config-file={conf}", f"--mysql-host={host}", f"--mysql-port={port}",
-          "--mysql-user=app@r5", "--mysql-db=sb", "--tables=2", "--table-size=1000", "--db-ps-mode=disable"]
-    p = subprocess.run(sb + ["prepare"], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
+    sb = _sysbench(tmp_path, listen, "app@r5", ep.password, "sb", "--tables=2", "--table-size=1000",
+                   "--db-ps-mode=disable")
     # --db-ps-mode=disable: binary prepared statements pin a connection to its owner (not mapped yet).
     load = subprocess.Popen(sb + ["--threads=2", "--time=300", "--rate=50", "--report-interval=1",
                                   "--mysql-ignore-errors=1290,1213,1205", "run"],

@@ -39,7 +39,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
        port_range: str = "13306-23305", directory_node: str = "node-1", fault_injection: bool = False,
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
        cpu_per_node: float | None = None, netns: bool = False, netns_subnet: str = netns_mod.DEFAULT_SUBNET,
-       stats_interval_s: float | None = None, tls: bool = False, disk_read_per_node: float | None = None) -> Path:
+       stats_interval_s: float | None = None, tls: bool = False, disk_read_per_node: float | None = None,
+       router: str | None = None) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
@@ -54,7 +55,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     (default a minute; seconds in tests, see docs/rebalance.md).
     `tls` makes a cluster CA and a certificate per node (RUN_DIR/tls/) and turns on HTTPS for the
     agents, TLS for the snapshot stream, the tenants and replication; without it everything is plain
-    text."""
+    text. `router` (HOST:PORT) also starts a router there (slacker/router/local.py)."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
     if disk_read_per_node is not None:
@@ -140,6 +141,9 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     for spec in specs:
         _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca),
                         run_dir / spec["name"])
+    if router:
+        from .router import local as local_router
+        local_router.start(run_dir, cluster_file, router)
     return cluster_file
 
 
@@ -238,6 +242,9 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
     cluster = load_cluster(str(cluster_file))
     token = cluster.token()
     stopped = []
+    from .router import local as local_router
+    if local_router.stop(run_dir):  # first: it follows the directory
+        stopped.append("router")
     for spec in reversed(list(cluster.nodes.values())):  # the directory node last
         node_dir = run_dir / spec.name
         client = AgentClient(spec.url, token, spec.name, timeout_s=10, ca_file=cluster.tls_ca)

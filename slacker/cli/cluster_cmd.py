@@ -53,11 +53,15 @@ def cluster() -> None:
                    "(traffic crosses interfaces), plain text on loopback; --no-tls turns it off with --netns.")
 @click.option("--fault-injection", is_flag=True,
               help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
+@click.option("--router", "router", default="127.0.0.1:6033", show_default=True,
+              help="Start a router (one MySQL address for every tenant, docs/router.md) on HOST:PORT; its "
+                   "status and metrics on the next port (port 0: free ports). --no-router: none.")
+@click.option("--no-router", is_flag=True, help="Start no router.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
                disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None,
-               tls: bool | None, fault_injection: bool, as_json: bool) -> None:
+               tls: bool | None, fault_injection: bool, router: str, no_router: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone, and
@@ -80,15 +84,17 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
               directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
               etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,
               netns=netns, netns_subnet=netns_subnet, stats_interval_s=stats_interval, tls=tls,
-              disk_read_per_node=disk_read_per_node)
+              disk_read_per_node=disk_read_per_node, router=None if no_router else router)
     c = load_cluster(str(path))
+    from ..router.local import listening
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
     if as_json:
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
                     "directory": c.directory_node, "directory_backend": c.directory_backend,
                     "etcd_endpoints": list(c.etcd_endpoints), "cpu_per_node": cpu_per_node,
                     "disk_read_per_node": disk_read_per_node,
-                    "netns_subnet": c.local_subnet or None, "tls_ca": str(c.tls_ca) if c.tls_ca else None})
+                    "netns_subnet": c.local_subnet or None, "tls_ca": str(c.tls_ca) if c.tls_ca else None,
+                    "router": None if no_router else listening(Path(run_dir))})
         return
     click.echo(f"cluster up: {len(c.nodes)} nodes, directory {where}"
                + (f", {cpu_per_node:g} CPU per node" if cpu_per_node else "")
@@ -97,6 +103,8 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
                + (f", TLS (CA {c.tls_ca})" if c.tls_ca else ", plain text"))
     for n in c.nodes.values():
         click.echo(f"  {n.name:8} {n.url:28} tenants on {n.tenant_host}")
+    if not no_router:
+        click.echo(f"  router   {str(listening(Path(run_dir))):28} every tenant: log in as USER@TENANT (docs/router.md)")
     click.echo(f"cluster file: {path}")
     if Path(run_dir).resolve() != Path("run").resolve():
         click.echo(f"use it with: export SLACKER_CLUSTER={path}")

@@ -184,32 +184,47 @@ def _migration_line(m: dict) -> str:
 @main.command("locate")
 @click.argument("tenant_id")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print node, host, port, epoch, application user and its password file.")
+              help="Print node, host, port, epoch, application user and its password file, and the routers.")
 @click.option("--defaults-file", "defaults_file", type=click.Path(dir_okay=False),
               help="Also write the application's credentials, host and port to this file (mode 0600), for "
-                   "`mariadb --defaults-extra-file=FILE`. They come from the owner's agent (TLS or this machine "
-                   "only), never on the terminal.")
+                   "`mariadb --defaults-extra-file=FILE`: the router's address and USER@TENANT when a router runs "
+                   "(on a TLS cluster, a router with TLS), else the owner's. They come from the owner's agent (TLS or this "
+                   "machine only), never on the terminal.")
+@click.option("--owner", "owner_only", is_flag=True, help="Name only the owner, not the router.")
 @pass_cli
-def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | None) -> None:
-    """Print HOST:PORT of TENANT_ID's current owner."""
+def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | None, owner_only: bool) -> None:
+    """Print where to connect to TENANT_ID: the router's HOST:PORT first when one runs
+    (log in as USER@TENANT; the address never moves), then the current owner's."""
+    from ..router.control import registered_routers
     from ..tenants import validate_tenant_id
 
     validate_tenant_id(tenant_id)
-    _, agents, directory = _clients(cli)
+    cluster, agents, directory = _clients(cli)
     own = directory.lookup(tenant_id)
+    routers = [] if owner_only else registered_routers(directory)
     if defaults_file:
         from ..client import resolve
         from ..mariadb import client_defaults, write_secret
 
         ep = resolve(tenant_id, directory=directory, agents=agents)
-        text = client_defaults(ep.user, ep.password, host=ep.host, port=ep.port)
-        if ep.ssl_ca:  # a TLS cluster's tenants refuse plain text: check them against the cluster CA
-            text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
+        usable = [r for r in routers if r.get("tls") or not ep.ssl_ca]  # a TLS cluster: only a TLS router
+        if usable:
+            rhost, _, rport = usable[0]["address"].rpartition(":")
+            text = client_defaults(f"{ep.user}@{tenant_id}", ep.password, host=rhost, port=int(rport))
+            if ep.ssl_ca:
+                text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
+        else:
+            text = client_defaults(ep.user, ep.password, host=ep.host, port=ep.port)
+            if ep.ssl_ca:  # a TLS cluster's tenants refuse plain text: check them against the cluster CA
+                text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
         write_secret(Path(defaults_file), text)
     if not as_json:
-        click.echo(f"{own.host}:{own.port}")
+        for r in routers:
+            click.echo(f"{r['address']} (router: log in as USER@{tenant_id})")
+        click.echo(f"{own.host}:{own.port}" + (f" (owner {own.node}, epoch {own.epoch})" if routers else ""))
         return
     doc = own.to_dict()
+    doc["routers"] = [{"address": r["address"], "host": r.get("host")} for r in routers]
     try:
         detail = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}")
         doc.update(app_user=detail["app_user"], app_password_file=detail["app_password_file"])

@@ -102,7 +102,7 @@ def _own_addresses(words: list[str]) -> list[str]:
     else:
         first = f"127.0.{100 + (os.getpid() + _next_block[0]) % 150}.2"
         extra = ["--address", first, "--api-port", str(_free_port(first))]
-    extra += ["--port-range", "%d-%d" % TEST_PORT_RANGE]
+    extra += ["--port-range", "%d-%d" % TEST_PORT_RANGE, "--router", "127.0.0.1:0"]  # a router on free ports
     if "etcd" in words and "--netns" not in words:  # in namespaces each member has an address of its own
         host = "127.0.0.1"
         client = _free_port(host)

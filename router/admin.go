@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+)
+
+type tenantStatus struct {
+	route
+	Active       int64 `json:"connections_active"`
+	InTrans      int64 `json:"connections_in_transaction"`
+	Idle         int64 `json:"connections_between_statements"`
+	Connections  int64 `json:"connections_total"`
+	Statements   int64 `json:"statements_total"`
+	AuthFailures int64 `json:"auth_failures_total"`
+	OwnerErrors  int64 `json:"owner_errors_total"`
+	BytesIn      int64 `json:"client_bytes_total"`
+	BytesOut     int64 `json:"owner_bytes_total"`
+	Moves        int64 `json:"moves_total"`
+	MoveFailures int64 `json:"move_failures_total"`
+	EndedAtMove  int64 `json:"ended_at_move_total"`
+	RolledBack   int64 `json:"rolled_back_at_move_total"`
+	Pinned       int64 `json:"connections_pinned"`
+}
+
+func (rt *Router) snapshot() map[string]any {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	names := make([]string, 0, len(rt.stats))
+	for t := range rt.stats {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	tenants := []tenantStatus{}
+	for _, t := range names {
+		s := rt.stats[t]
+		ts := tenantStatus{Active: s.active.Load(), Connections: s.connections.Load(),
+			Statements: s.statements.Load(), AuthFailures: s.authFailures.Load(),
+			OwnerErrors: s.ownerErrors.Load(), BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load()}
+		ts.InTrans, ts.Idle, ts.Pinned = s.states()
+		ts.Moves, ts.MoveFailures, ts.EndedAtMove = s.moves.Load(), s.moveFailures.Load(), s.endedAtMove.Load()
+		ts.RolledBack = s.rolledBackAtMove.Load()
+		if r := rt.routes[t]; r != nil {
+			ts.route = *r
+		} else {
+			ts.route = route{Tenant: t}
+		}
+		tenants = append(tenants, ts)
+	}
+	return map[string]any{
+		"listen": rt.listen, "admin": rt.admin, "uptime_s": time.Since(rt.started).Seconds(),
+		"directory": map[string]any{"reachable": rt.dirOK, "error": rt.dirError,
+			"since_s": time.Since(rt.dirSince).Seconds()},
+		"route_changes_total": rt.flips, "logins_rejected_total": rt.rejected.Load(), "tenants": tenants,
+	}
+}
+
+func (rt *Router) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(rt.snapshot())
+}
+
+func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	snap := rt.snapshot()
+	var b strings.Builder
+	metric := func(name, typ, help string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	dir := snap["directory"].(map[string]any)
+	up := 0
+	if dir["reachable"].(bool) {
+		up = 1
+	}
+	metric("slacker_router_directory_reachable", "gauge",
+		"1 if the last directory call succeeded; 0: routing on the last owners known")
+	fmt.Fprintf(&b, "slacker_router_directory_reachable %d\n", up)
+	metric("slacker_router_directory_state_seconds", "gauge", "Seconds since the directory became (un)reachable")
+	fmt.Fprintf(&b, "slacker_router_directory_state_seconds %.3f\n", dir["since_s"])
+	metric("slacker_router_route_changes_total", "counter", "Owner changes applied (flips seen in the directory)")
+	fmt.Fprintf(&b, "slacker_router_route_changes_total %d\n", snap["route_changes_total"])
+	metric("slacker_router_logins_rejected_total", "counter", "Logins refused before a tenant was known")
+	fmt.Fprintf(&b, "slacker_router_logins_rejected_total %d\n", snap["logins_rejected_total"])
+	tenants := snap["tenants"].([]tenantStatus)
+	type col struct {
+		name, typ, help string
+		get             func(t tenantStatus) int64
+	}
+	cols := []col{
+		{"slacker_router_connections", "gauge", "Client connections open now", func(t tenantStatus) int64 { return t.Active }},
+		{"slacker_router_connections_in_transaction", "gauge", "Open connections inside a transaction (or after an error, until the next status)", func(t tenantStatus) int64 { return t.InTrans }},
+		{"slacker_router_connections_between_statements", "gauge", "Open connections with no response outstanding, outside a transaction", func(t tenantStatus) int64 { return t.Idle }},
+		{"slacker_router_connections_pinned", "gauge", "Open connections whose session cannot move to a new owner (user variables, temporary tables, prepared statements, locks)", func(t tenantStatus) int64 { return t.Pinned }},
+		{"slacker_router_moves_total", "counter", "Connections moved to a new owner between statements", func(t tenantStatus) int64 { return t.Moves }},
+		{"slacker_router_move_failures_total", "counter", "Moves that failed (the client's connection ended)", func(t tenantStatus) int64 { return t.MoveFailures }},
+		{"slacker_router_ended_at_move_total", "counter", "Connections ended because their owner went away while they could not move (in a transaction, or pinned)", func(t tenantStatus) int64 { return t.EndedAtMove }},
+		{"slacker_router_rolled_back_at_move_total", "counter", "Transactions whose owner went away before their COMMIT: the client was told to restart them (1213, SQLSTATE 40001) and moved", func(t tenantStatus) int64 { return t.RolledBack }},
+		{"slacker_router_connections_total", "counter", "Client connections logged in", func(t tenantStatus) int64 { return t.Connections }},
+		{"slacker_router_statements_total", "counter", "Commands clients sent", func(t tenantStatus) int64 { return t.Statements }},
+		{"slacker_router_auth_failures_total", "counter", "Logins refused: wrong user or password", func(t tenantStatus) int64 { return t.AuthFailures }},
+		{"slacker_router_owner_errors_total", "counter", "Logins that failed at the owner", func(t tenantStatus) int64 { return t.OwnerErrors }},
+		{"slacker_router_client_bytes_total", "counter", "Bytes from clients", func(t tenantStatus) int64 { return t.BytesIn }},
+		{"slacker_router_owner_bytes_total", "counter", "Bytes from owners", func(t tenantStatus) int64 { return t.BytesOut }},
+		{"slacker_router_epoch", "gauge", "Directory epoch of the route in use", func(t tenantStatus) int64 { return t.Epoch }},
+	}
+	metric("slacker_router_route_lag_seconds", "gauge",
+		"How long after the directory's change the router applied the route in use (clocks of hosts permitting)")
+	for _, t := range tenants {
+		if t.ChangedAt > 0 {
+			fmt.Fprintf(&b, "slacker_router_route_lag_seconds{tenant=%q} %.6f\n", t.Tenant, t.LearnedAt-t.ChangedAt)
+		}
+	}
+	for _, c := range cols {
+		metric(c.name, c.typ, c.help)
+		for _, t := range tenants {
+			fmt.Fprintf(&b, "%s{tenant=%q} %d\n", c.name, t.Tenant, c.get(t))
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	w.Write([]byte(b.String()))
+}

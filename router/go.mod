@@ -1,0 +1,3 @@
+module slacker/router
+
+go 1.19

@@ -1,0 +1,661 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// route is where a tenant's connections go now.
+type route struct {
+	Tenant string `json:"tenant"`
+	Node   string `json:"node"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Epoch  int64  `json:"epoch"`
+	User   string `json:"user"`
+	// When the directory changed this route (its updated_at) and when the router applied it, UTC
+	// seconds: their difference is how late the router learned of a flip (hosts' clocks permitting).
+	ChangedAt float64 `json:"changed_at"`
+	LearnedAt float64 `json:"learned_at"`
+	stage2    []byte  // SHA1(SHA1(password)): what the server itself stores; never the password
+}
+
+// controlMsg is one line from the control side: a route (its fields inline), or a removal, or
+// the directory's reachability.
+type controlMsg struct {
+	route
+	Op        string  `json:"op"`   // route | remove | directory
+	Hash      string  `json:"hash"` // hex of the double SHA-1
+	UpdatedAt float64 `json:"updated_at"`
+	OK        bool    `json:"ok"`
+	Error     string  `json:"error"`
+}
+
+// tenantStats are counters kept per tenant across route changes, and its open connections.
+type tenantStats struct {
+	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
+	moves, moveFailures, endedAtMove, rolledBackAtMove                            atomic.Int64
+	mu                                                                            sync.Mutex
+	conns                                                                         map[*tracker]struct{}
+}
+
+func (s *tenantStats) add(t *tracker) {
+	s.mu.Lock()
+	if s.conns == nil {
+		s.conns = map[*tracker]struct{}{}
+	}
+	s.conns[t] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *tenantStats) remove(t *tracker) {
+	s.mu.Lock()
+	delete(s.conns, t)
+	s.mu.Unlock()
+}
+
+// states counts open connections inside a transaction, between statements outside one, and pinned.
+func (s *tenantStats) states() (inTrans, idle, pinned int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.conns {
+		if t.inTrans.Load() {
+			inTrans++
+		}
+		if t.idle() {
+			idle++
+		}
+		if t.sess.pinned.Load() {
+			pinned++
+		}
+	}
+	return
+}
+
+type Router struct {
+	mu          sync.RWMutex
+	routes      map[string]*route
+	stats       map[string]*tenantStats
+	dirOK       bool
+	dirError    string
+	dirSince    time.Time
+	flips       int64
+	listen      string
+	admin       string
+	started     time.Time
+	nextID      atomic.Uint32
+	dialTimeout time.Duration
+	version     atomic.Value // server version string learned from the first owner
+	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
+	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
+	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
+}
+
+func newRouter(dialTimeout time.Duration) *Router {
+	rt := &Router{routes: map[string]*route{}, stats: map[string]*tenantStats{}, dirOK: false,
+		dirError: "no directory answer yet", dirSince: time.Now(), started: time.Now(), dialTimeout: dialTimeout}
+	rt.version.Store("5.5.5-10.11.0-MariaDB-slacker-router")
+	// Connection ids start far above a server's own: a client's `KILL QUERY <its id>` (the mariadb
+	// CLI's Ctrl-C) reaches the owner as an unknown id, never as another session's.
+	rt.nextID.Store(1 << 30)
+	return rt
+}
+
+func (rt *Router) apply(m controlMsg) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	switch m.Op {
+	case "route":
+		h, err := hex.DecodeString(m.Hash)
+		if err != nil || (len(h) != 20 && len(h) != 0) || m.Tenant == "" || m.User == "" {
+			return fmt.Errorf("invalid route for %q", m.Tenant)
+		}
+		if old := rt.routes[m.Tenant]; old != nil && m.Epoch < old.Epoch {
+			return fmt.Errorf("tenant %s: epoch %d is older than %d", m.Tenant, m.Epoch, old.Epoch)
+		} else if old != nil && (old.Host != m.Host || old.Port != m.Port) {
+			rt.flips++
+			log.Printf("tenant %s: epoch %d %s:%d -> epoch %d %s:%d", m.Tenant, old.Epoch, old.Host, old.Port,
+				m.Epoch, m.Host, m.Port)
+		}
+		r := m.route
+		r.stage2, r.ChangedAt, r.LearnedAt = h, m.UpdatedAt, float64(time.Now().UnixNano())/1e9
+		rt.routes[m.Tenant] = &r
+		if rt.stats[m.Tenant] == nil {
+			rt.stats[m.Tenant] = &tenantStats{}
+		}
+	case "remove":
+		delete(rt.routes, m.Tenant)
+	case "directory":
+		if m.OK != rt.dirOK {
+			rt.dirSince = time.Now()
+		}
+		rt.dirOK, rt.dirError = m.OK, m.Error
+	default:
+		return fmt.Errorf("unknown op %q", m.Op)
+	}
+	return nil
+}
+
+func (rt *Router) lookup(tenant string) (*route, *tenantStats) {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	return rt.routes[tenant], rt.stats[tenant]
+}
+
+// splitUser reads the tenant from the login name: USER@TENANT (the last '@').
+func splitUser(name string) (user, tenant string, ok bool) {
+	i := strings.LastIndexByte(name, '@')
+	if i <= 0 || i == len(name)-1 {
+		return "", "", false
+	}
+	return name[:i], name[i+1:], true
+}
+
+func newScramble() []byte {
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	for i := range b { // printable, never NUL: the greeting ends it with a NUL
+		b[i] = 33 + b[i]%94
+	}
+	return b
+}
+
+// MySQL error codes the router answers with.
+const (
+	erAccessDenied = 1045
+	erHandshake    = 1043
+	erUnknownHost  = 2003 // "can't connect": the owner did not answer
+)
+
+func (rt *Router) serve(c net.Conn) {
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second)) // the login must finish in time
+	cr := bufio.NewReaderSize(c, 16<<10)
+	scramble := newScramble()
+	caps := uint32(routerCaps)
+	if rt.clientTLS != nil {
+		caps |= capSSL
+	}
+	g := &greeting{version: rt.version.Load().(string), connID: rt.nextID.Add(1), caps: caps, charset: 45,
+		status: statusAutocommit, scramble: scramble, plugin: nativePassword}
+	if writePacket(c, 0, g.encode()) != nil {
+		return
+	}
+	seq, p, err := readPacket(cr)
+	if err != nil {
+		return
+	}
+	if len(p) == 32 && binary.LittleEndian.Uint32(p)&capSSL != 0 && rt.clientTLS != nil {
+		// An SSL request: the rest of the login, and everything after it, inside TLS.
+		// The client may send its TLS hello right behind the request: the reader may hold it already.
+		tc := tls.Server(bufferedConn{c, cr}, rt.clientTLS)
+		if tc.Handshake() != nil {
+			return
+		}
+		c = tc
+		defer tc.Close()
+		cr = bufio.NewReaderSize(tc, 16<<10)
+		if seq, p, err = readPacket(cr); err != nil {
+			return
+		}
+	} else if rt.clientTLS != nil {
+		rt.rejected.Add(1)
+		writePacket(c, seq+1, errPacket(3159, "08004",
+			"Connections using insecure transport are prohibited: this router requires TLS (the cluster's CA verifies it)"))
+		return
+	}
+	resp, err := parseResponse(p)
+	if err != nil {
+		writePacket(c, seq+1, errPacket(erHandshake, "08S01", "Bad handshake"))
+		return
+	}
+	user, tenant, ok := splitUser(resp.user)
+	if !ok {
+		rt.rejected.Add(1)
+		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(
+			"Access denied for user '%s': the router needs USER@TENANT as the user name", resp.user)))
+		return
+	}
+	rte, st := rt.lookup(tenant)
+	if rte == nil {
+		rt.rejected.Add(1)
+		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(
+			"Access denied for user '%s': no tenant %q in the directory", resp.user, tenant)))
+		return
+	}
+	answer := resp.auth
+	if resp.caps&capPluginAuth != 0 && resp.plugin != "" && resp.plugin != nativePassword {
+		// Ask for mysql_native_password (clients that default to another plugin switch).
+		sw := append([]byte{0xfe}, nativePassword...)
+		sw = append(append(append(sw, 0), scramble...), 0)
+		seq++
+		if writePacket(c, seq, sw) != nil {
+			return
+		}
+		if seq, answer, err = readPacket(cr); err != nil {
+			return
+		}
+	}
+	stage1, ok := recoverStage1(scramble, answer, rte.stage2)
+	if !ok || user != rte.User {
+		st.authFailures.Add(1)
+		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(
+			"Access denied for user '%s' (using password: %s)", resp.user, yesNo(len(answer) > 0))))
+		return
+	}
+	s, sr, okPkt, err := rt.loginOwner(rte, resp, stage1)
+	if err != nil {
+		st.ownerErrors.Add(1)
+		log.Printf("tenant %s: owner %s:%d: %v", tenant, rte.Host, rte.Port, err)
+		if okPkt == nil {
+			okPkt = errPacket(erUnknownHost, "HY000", fmt.Sprintf(
+				"Tenant %s: its owner %s:%d did not answer (%v)", tenant, rte.Host, rte.Port, err))
+		}
+		writePacket(c, seq+1, okPkt)
+		return
+	}
+	defer s.Close()
+	t := newTracker(resp.caps&capDeprecateEOF != 0)
+	t.sess.clientTrack = resp.caps&capSessionTrack != 0
+	t.sess.db = resp.db
+	if writePacket(c, seq+1, t.sess.okSession(okPkt)) != nil {
+		return
+	}
+	c.SetDeadline(time.Time{})
+	st.connections.Add(1)
+	st.active.Add(1)
+	defer st.active.Add(-1)
+	st.add(t)
+	defer st.remove(t)
+	cn := &clientConn{rt: rt, tenant: tenant, c: c, cr: cr, st: st, t: t, resp: resp, stage1: stage1,
+		owner: s, ownerR: sr, epoch: rte.Epoch}
+	cn.forward()
+}
+
+// bufferedConn reads through the bufio.Reader that may already hold the connection's next bytes.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func yesNo(b bool) string {
+	if b {
+		return "YES"
+	}
+	return "NO"
+}
+
+// loginOwner opens a connection to the tenant's owner and logs in as the application user with
+// the client's capabilities, character set, database and connection attributes. It returns the
+// owner's final OK packet (or its ERR packet with a non-nil error).
+func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *bufio.Reader, []byte, error) {
+	s, err := net.DialTimeout("tcp", net.JoinHostPort(r.Host, fmt.Sprint(r.Port)), rt.dialTimeout)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(pkt []byte, err error) (net.Conn, *bufio.Reader, []byte, error) {
+		s.Close()
+		return nil, nil, pkt, err
+	}
+	s.(*net.TCPConn).SetNoDelay(true)
+	s.SetDeadline(time.Now().Add(rt.dialTimeout + 5*time.Second))
+	sr := bufio.NewReaderSize(s, 16<<10)
+	_, p, err := readPacket(sr)
+	if err != nil {
+		return fail(nil, err)
+	}
+	g, err := parseGreeting(p)
+	if err != nil {
+		return fail(nil, err)
+	}
+	rt.version.Store(g.version)
+	seq := byte(1)
+	var conn net.Conn = s
+	if rt.ownerTLS != nil {
+		if g.caps&capSSL == 0 {
+			return fail(nil, fmt.Errorf("the owner offers no TLS"))
+		}
+		req := binary.LittleEndian.AppendUint32(nil, (cl.caps&routerCaps&(g.caps|capLongPassword)&^capSSL)|capSSL|capProtocol41|capSecureConnection|capPluginAuth)
+		req = binary.LittleEndian.AppendUint32(req, cl.maxPkt)
+		req = append(req, cl.charset)
+		req = append(req, make([]byte, 23)...)
+		if writePacket(s, seq, req) != nil {
+			return fail(nil, io.ErrClosedPipe)
+		}
+		seq++
+		conf := rt.ownerTLS.Clone()
+		conf.ServerName = r.Host
+		tc := tls.Client(s, conf)
+		if err := tc.Handshake(); err != nil {
+			return fail(nil, fmt.Errorf("TLS to the owner: %w", err))
+		}
+		conn = tc
+		sr = bufio.NewReaderSize(tc, 16<<10)
+	}
+	out := &response{caps: cl.caps & routerCaps & (g.caps | capLongPassword) &^ capSSL, maxPkt: cl.maxPkt,
+		charset: cl.charset, user: r.User, db: cl.db, plugin: nativePassword, attrs: cl.attrs}
+	out.caps |= capPluginAuth | capSecureConnection | capProtocol41
+	if g.caps&capSessionTrack != 0 {
+		out.caps |= capSessionTrack // the router reads the session tracker (move.go), whatever the client asked
+	}
+	if conn != s {
+		out.caps |= capSSL
+	}
+	out.auth = nativeAnswer(g.scramble, stage1, r.stage2)
+	if writePacket(conn, seq, out.encode()) != nil {
+		return fail(nil, io.ErrClosedPipe)
+	}
+	for i := 0; i < 3; i++ {
+		seq, p, err = readPacket(sr)
+		if err != nil {
+			return fail(nil, err)
+		}
+		switch {
+		case len(p) > 0 && p[0] == 0x00:
+			if out.caps&capSessionTrack != 0 {
+				if err := simpleQuery(conn, sr, enableTracking); err != nil {
+					return fail(nil, err)
+				}
+			}
+			s.SetDeadline(time.Time{})
+			return conn, sr, p, nil
+		case len(p) > 0 && p[0] == 0xfe: // the owner asks for another plugin or a fresh scramble
+			plugin, pos, err := readNul(p, 1)
+			if err != nil || plugin != nativePassword || len(p)-pos < 20 {
+				return fail(nil, fmt.Errorf("owner wants auth plugin %q", plugin))
+			}
+			seq++
+			if writePacket(conn, seq, nativeAnswer(p[pos:pos+20], stage1, r.stage2)) != nil {
+				return fail(nil, io.ErrClosedPipe)
+			}
+		case len(p) > 0 && p[0] == 0xff:
+			return fail(p, fmt.Errorf("owner refused the login: %s", errText(p)))
+		default:
+			return fail(nil, fmt.Errorf("%w: unexpected login reply 0x%02x", errProtocol, p[0]))
+		}
+	}
+	return fail(nil, fmt.Errorf("%w: too many auth switches", errProtocol))
+}
+
+// clientConn is one client connection and the owner connection it is relayed to now.
+type clientConn struct {
+	rt     *Router
+	tenant string
+	c      net.Conn
+	cr     *bufio.Reader
+	st     *tenantStats
+	t      *tracker
+	resp   *response // the client's login, replayed on a new owner
+	stage1 []byte
+	owner  net.Conn
+	ownerR *bufio.Reader
+	epoch  int64
+	relay  chan struct{} // closed when the owner relay of this owner connection ended
+	gone   atomic.Bool   // the owner closed while the client was between statements and the route moved
+	moving atomic.Bool   // the router itself is closing the old owner connection
+	ending atomic.Bool   // the client quit or closed
+	last   atomic.Value  // the start of the last COM_QUERY, upper case (what a lost owner was running)
+}
+
+func (cn *clientConn) lastCommand() string {
+	v, _ := cn.last.Load().(string)
+	return v
+}
+
+// forward relays packets until either side closes. Client to owner it reads packet headers (a
+// command starts with sequence 0); owner to client it reads headers and the first bytes of each
+// packet for the tracker, and writes whole responses at once. Before a command, a connection
+// whose tenant moved is moved too when it can be (move.go).
+func (cn *clientConn) forward() {
+	cn.startRelay()
+	var h [4]byte
+	cr, t, st := cn.cr, cn.t, cn.st
+	for {
+		if _, err := io.ReadFull(cr, h[:]); err != nil {
+			break
+		}
+		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+		if n+4 <= cr.Size() {
+			// one write per packet: header and payload together
+			body, err := cr.Peek(n)
+			if err != nil {
+				break
+			}
+			if h[3] == 0 && n > 0 {
+				if body[0] == comQuit {
+					cn.ending.Store(true)
+				}
+				if !cn.beforeCommand(body[0]) {
+					break
+				}
+				st.statements.Add(1)
+				t.sess.checkCommand(body)
+				if body[0] == comQuery {
+					q := body[1:]
+					if len(q) > 64 {
+						q = q[:64]
+					}
+					cn.last.Store(strings.ToUpper(strings.TrimSpace(string(q))))
+				} else {
+					cn.last.Store("")
+				}
+				t.sent(body[0])
+			}
+			pkt := make([]byte, 0, n+4)
+			pkt = append(append(pkt, h[:]...), body...)
+			if _, err := cn.owner.Write(pkt); err != nil {
+				break
+			}
+			cr.Discard(n)
+		} else {
+			if h[3] == 0 {
+				first, err := cr.Peek(1)
+				if err != nil || !cn.beforeCommand(first[0]) {
+					break
+				}
+				st.statements.Add(1)
+				t.sess.pin("a command over 16 KiB")
+				t.sent(first[0])
+			}
+			if _, err := cn.owner.Write(h[:]); err != nil {
+				break
+			}
+			if _, err := io.CopyN(cn.owner, cr, int64(n)); err != nil {
+				break
+			}
+		}
+		st.bytesIn.Add(int64(n + 4))
+	}
+	cn.ending.Store(true)
+	if cw, ok := cn.owner.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	<-cn.relay
+	cn.owner.Close()
+}
+
+// beforeCommand moves the connection to the tenant's new owner when the route changed and the
+// connection can move; false: the connection must end.
+func (cn *clientConn) beforeCommand(cmd byte) bool {
+	r, _ := cn.rt.lookup(cn.tenant)
+	if r == nil || r.Epoch <= cn.epoch {
+		return !cn.gone.Load()
+	}
+	if cmd == comQuit {
+		return false
+	}
+	if !cn.t.idle() || cn.t.sess.pinned.Load() {
+		if cn.gone.Load() {
+			return false // its owner is gone and it cannot move: end it (counted)
+		}
+		return true // stays with its owner (writes fail while it is fenced; it ends when retired)
+	}
+	if err := cn.move(r); err != nil {
+		log.Printf("tenant %s: moving a connection to %s:%d failed: %v", cn.tenant, r.Host, r.Port, err)
+		cn.st.moveFailures.Add(1)
+		return false
+	}
+	return true
+}
+
+// move logs in to the new owner with the session's database and variables, then swaps.
+func (cn *clientConn) move(r *route) error {
+	resp := *cn.resp
+	resp.db = cn.t.sess.db
+	if resp.db != "" {
+		resp.caps |= capConnectWithDB
+	}
+	s, sr, _, err := cn.rt.loginOwner(r, &resp, cn.stage1)
+	if err != nil {
+		return err
+	}
+	if err := cn.t.sess.restore(s, sr); err != nil {
+		s.Close()
+		return err
+	}
+	cn.moving.Store(true)
+	cn.owner.Close()
+	<-cn.relay
+	cn.moving.Store(false)
+	cn.owner, cn.ownerR, cn.epoch = s, sr, r.Epoch
+	cn.gone.Store(false)
+	cn.st.moves.Add(1)
+	cn.startRelay()
+	return nil
+}
+
+func (cn *clientConn) startRelay() {
+	done := make(chan struct{})
+	cn.relay = done
+	ownerR, epoch := cn.ownerR, cn.epoch
+	go func() {
+		defer close(done)
+		n, _ := relayOwner(cn.c, ownerR, cn.t)
+		cn.st.bytesOut.Add(n)
+		if cn.moving.Load() {
+			return // the router closed it to move: the client stays
+		}
+		// The owner ended the connection. Between statements, with the tenant moved (or moving:
+		// a retired owner goes right after the flip), the client may continue on the new owner.
+		if cn.ending.Load() || cn.t.sess.pinned.Load() || cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
+			cn.countEnded(epoch)
+			cn.c.Close()
+			return
+		}
+		if !cn.t.idle() && !cn.answerLostTransaction() {
+			cn.countEnded(epoch)
+			cn.c.Close()
+			return
+		}
+		cn.gone.Store(true)
+	}()
+}
+
+func (cn *clientConn) countEnded(epoch int64) {
+	if cn.ending.Load() {
+		return
+	}
+	if r, _ := cn.rt.lookup(cn.tenant); r != nil && r.Epoch > epoch {
+		cn.st.endedAtMove.Add(1)
+	}
+}
+
+// answerLostTransaction answers the one command a client waits on when its owner went away with
+// the client's transaction open: the transaction cannot have committed (its COMMIT was not sent),
+// so the client is told it was rolled back (SQLSTATE 40001, restart it) — or, for a ROLLBACK,
+// that it is done. A COMMIT in flight has an unknown outcome: false, the connection must end.
+func (cn *clientConn) answerLostTransaction() bool {
+	t := cn.t
+	if t.awaiting.Load() != 1 || t.busy || !t.inTrans.Load() || t.untracked.Load() {
+		return false
+	}
+	last := cn.lastCommand()
+	if last == "" || strings.Contains(last, "COMMIT") || strings.HasPrefix(last, "END") || strings.HasPrefix(last, "XA") {
+		return false
+	}
+	var pkt []byte
+	if strings.HasPrefix(last, "ROLLBACK") {
+		pkt = []byte{0x00, 0, 0, byte(statusAutocommit), 0, 0, 0}
+	} else {
+		pkt = errPacket(1213, "40001", fmt.Sprintf("Tenant %s moved to a new owner while this transaction was open: "+
+			"it was rolled back; restart it", cn.tenant))
+	}
+	if writePacket(cn.c, 1, pkt) != nil {
+		return false
+	}
+	select {
+	case <-t.pending:
+	default:
+	}
+	t.awaiting.Store(0)
+	t.inTrans.Store(false)
+	cn.st.rolledBackAtMove.Add(1)
+	return true
+}
+
+// relayOwner copies the owner's packets to the client, feeding the tracker. It flushes whenever
+// the next read could block, so no packet ever waits in the router.
+func relayOwner(c net.Conn, sr *bufio.Reader, t *tracker) (int64, error) {
+	w := bufio.NewWriterSize(c, 32<<10)
+	var total int64
+	var h [4]byte
+	for {
+		if sr.Buffered() < 4 && w.Flush() != nil {
+			return total, io.ErrClosedPipe
+		}
+		if _, err := io.ReadFull(sr, h[:]); err != nil {
+			w.Flush()
+			return total, err
+		}
+		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+		if n <= sr.Size() {
+			if sr.Buffered() < n && w.Flush() != nil {
+				return total, io.ErrClosedPipe
+			}
+			body, err := sr.Peek(n)
+			if err != nil {
+				return total, err
+			}
+			t.packet(body, n)
+			if t.okPkt {
+				if out := t.sess.okSession(body); len(out) != n {
+					h[0], h[1], h[2] = byte(len(out)), byte(len(out)>>8), byte(len(out)>>16)
+					body = out
+				}
+			}
+			w.Write(h[:])
+			w.Write(body)
+			sr.Discard(n)
+		} else {
+			w.Write(h[:])
+			w.Flush()
+			head, err := sr.Peek(32)
+			if err != nil {
+				return total, err
+			}
+			t.packet(head, n)
+			if _, err := io.CopyN(w, sr, int64(n)); err != nil {
+				return total, err
+			}
+		}
+		total += int64(n + 4)
+	}
+}

@@ -1,0 +1,303 @@
+"""The router's control side: run the data path, follow the directory, feed it routes.
+
+For every tenant in the directory it fetches the application's credentials from the
+owner's agent once, keeps only their double-SHA1 hash, and hands the data path a route
+(owner address, epoch, user, hash). A watch per tenant on the directory pushes the new
+owner the moment a handover's compare-and-set lands; a listing every `list_interval_s`
+finds tenants created or deleted. When the directory cannot be reached the routes stay
+as they were (the fence keeps a stale owner from taking writes) and the data path is told,
+so its status and metrics say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from ..directory import Ownership
+from ..errors import InvalidInput, NotFound, SlackerError
+from .binary import RouterUnavailable, router_binary
+
+log = logging.getLogger(__name__)
+
+REGISTRY_PREFIX = "routers/"  # directory state keys under which routers announce themselves
+REGISTRY_REFRESH_S = 10.0
+REGISTRY_STALE_S = 3 * REGISTRY_REFRESH_S
+
+
+def parse_address(text: str, what: str = "address") -> tuple[str, int]:
+    """HOST:PORT (port 0: any free port)."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInput(f"invalid {what} {text!r}", "expected HOST:PORT", "for example 127.0.0.1:6033")
+    return host.strip("[]"), int(port)
+
+
+def password_hash(password: str) -> str:
+    """SHA1(SHA1(password)) in hex: what MariaDB stores for mysql_native_password, enough to check a login."""
+    return hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest()
+
+
+@dataclass
+class RouterOptions:
+    listen: str = "127.0.0.1:6033"
+    admin: str | None = "127.0.0.1:6034"
+    advertise: str | None = None  # address clients are told (slacker locate); default: the listen address
+    tls_cert: str | None = None  # offer clients TLS with this certificate (and refuse plain text)
+    tls_key: str | None = None
+    watch_timeout_s: float = 5.0
+    list_interval_s: float = 1.0
+    register: bool = True
+
+    def __post_init__(self) -> None:
+        parse_address(self.listen, "listen address")
+        if self.admin:
+            parse_address(self.admin, "admin address")
+        if self.advertise:
+            parse_address(self.advertise, "advertised address")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise InvalidInput("TLS needs both a certificate and its key", "only one was given",
+                               "pass --tls-cert and --tls-key")
+
+
+class Router:
+    """One router: the data path process plus the threads that follow the directory."""
+
+    def __init__(self, cluster, options: RouterOptions, agents=None, directory=None) -> None:
+        if agents is None or directory is None:
+            from ..agent.client import cluster_clients
+            agents, directory = cluster_clients(cluster)
+        self.cluster, self.options = cluster, options
+        self.agents, self.directory = agents, directory
+        self.proc: subprocess.Popen | None = None
+        self.listen = self.admin = ""
+        self._send_lock = threading.Lock()
+        self._route_lock = threading.Lock()  # the listing and a watch must not send epochs out of order
+        self._stop = threading.Event()
+        self._watching: dict[str, threading.Thread] = {}
+        self._routes: dict[str, dict] = {}  # tenant -> last route sent
+        self._dir_ok: bool | None = None
+        self._threads: list[threading.Thread] = []
+        self.restarts = 0  # times the data path died and was started again
+
+    # ---- the data path -----------------------------------------------------------------
+    def _spawn(self, listen: str, admin: str | None) -> tuple[subprocess.Popen, dict]:
+        cmd = [router_binary(), "-listen", listen]
+        if admin:
+            cmd += ["-admin", admin]
+        ca = getattr(self.cluster, "tls_ca", None) if self.cluster is not None else None
+        if ca:  # a TLS cluster's tenants refuse plain text: the owner leg is TLS, verified against the CA
+            cmd += ["-owner-ca", str(ca)]
+        if self.options.tls_cert:
+            cmd += ["-tls-cert", self.options.tls_cert, "-tls-key", self.options.tls_key]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        line = proc.stdout.readline()
+        try:
+            return proc, json.loads(line)
+        except ValueError:
+            proc.wait(timeout=5)
+            raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
+                                    "is the listen address free? see the log above") from None
+
+    def start(self) -> "Router":
+        self.proc, ready = self._spawn(self.options.listen, self.options.admin)
+        self.listen, self.admin = ready["listen"], ready.get("admin", "")
+        self._sync_all()  # routes before anything else, so the first client finds its tenant
+        for fn in (self._list_loop, self._register_loop):
+            t = threading.Thread(target=fn, daemon=True, name=f"router-{fn.__name__}")
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _respawn(self) -> None:
+        """The data path died: start it again on the same addresses and hand it every route."""
+        proc, _ = self._spawn(self.listen, self.admin or None)
+        with self._send_lock:
+            self.proc = proc
+        self.restarts += 1
+        with self._route_lock:
+            for msg in list(self._routes.values()):
+                self._send(msg)
+        if self._dir_ok is not None:
+            self._send({"op": "directory", "ok": self._dir_ok, "error": "" if self._dir_ok else "not reachable"})
+
+    @property
+    def advertised(self) -> str:
+        if self.options.advertise:
+            return self.options.advertise
+        host, port = parse_address(self.listen)
+        if host in ("0.0.0.0", "::"):
+            host = socket.getfqdn()
+        return f"{host}:{port}"
+
+    def _send(self, msg: dict) -> None:
+        with self._send_lock:
+            if self.proc is None or self.proc.poll() is not None:
+                return
+            try:
+                self.proc.stdin.write(json.dumps(msg) + "\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def wait(self) -> int:
+        """Block until stop() is called, starting the data path again whenever it dies (its clients'
+        connections end with it; they reconnect)."""
+        while not self._stop.wait(0.1):
+            code = self.proc.poll()
+            if code is None:
+                continue
+            log.warning("the data path exited (%s): starting it again", code)
+            try:
+                self._respawn()
+            except SlackerError as exc:
+                log.error("%s", exc.one_line())
+                self._stop.wait(1.0)
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.options.register and self.listen:
+            try:
+                self.directory.state_delete(self.registry_key)
+            except SlackerError:
+                pass
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    # ---- following the directory ---------------------------------------------------------
+    def _directory_state(self, ok: bool, error: str = "") -> None:
+        if ok != self._dir_ok:
+            if ok:
+                log.info("directory reachable")
+            else:
+                log.warning("directory unreachable, routing on the last owners known: %s", error)
+        self._dir_ok = ok
+        self._send({"op": "directory", "ok": ok, "error": error})
+
+    def _route(self, own: Ownership) -> None:
+        with self._route_lock:
+            self._route_locked(own)
+
+    def _route_locked(self, own: Ownership) -> None:
+        known = self._routes.get(own.tenant)
+        if known and known["epoch"] >= own.epoch:
+            return
+        if known and known.get("hash"):
+            user, digest = known["user"], known["hash"]
+        else:
+            cred = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/credentials")
+            user, digest = cred["user"], password_hash(cred["password"])
+            del cred  # the password itself is not kept
+        msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
+               "epoch": own.epoch, "user": user, "hash": digest, "updated_at": own.updated_at}
+        self._send(msg)
+        self._routes[own.tenant] = msg
+
+    def _sync_all(self) -> None:
+        try:
+            owners = self.directory.list()
+        except SlackerError as exc:
+            self._directory_state(False, exc.one_line())
+            return
+        self._directory_state(True)
+        present = {o.tenant for o in owners}
+        for own in owners:
+            if own.node not in self.agents:
+                continue
+            try:
+                self._route(own)
+            except SlackerError as exc:  # its agent is down: try again at the next listing
+                log.warning("tenant %s: no credentials yet: %s", own.tenant, exc.one_line())
+                continue
+            if own.tenant not in self._watching and not self._stop.is_set():
+                t = threading.Thread(target=self._watch_loop, args=(own.tenant,), daemon=True,
+                                     name=f"router-watch-{own.tenant}")
+                self._watching[own.tenant] = t
+                t.start()
+        for tenant in list(self._routes):
+            if tenant not in present:
+                self._send({"op": "remove", "tenant": tenant})
+                self._routes.pop(tenant, None)
+
+    def _list_loop(self) -> None:
+        while not self._stop.wait(self.options.list_interval_s):
+            self._sync_all()
+
+    def _watch_loop(self, tenant: str) -> None:
+        backoff = 0.1
+        try:
+            while not self._stop.is_set():
+                after = self._routes.get(tenant, {}).get("epoch", 0)
+                try:
+                    own = self.directory.watch(tenant, after, self.options.watch_timeout_s)
+                    if own is not None:
+                        self._route(own)
+                    self._directory_state(True)
+                    backoff = 0.1
+                except NotFound:
+                    self._send({"op": "remove", "tenant": tenant})
+                    self._routes.pop(tenant, None)
+                    return
+                except SlackerError as exc:
+                    self._directory_state(False, exc.one_line())
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 2.0)
+        finally:
+            self._watching.pop(tenant, None)
+
+    # ---- announcing itself ---------------------------------------------------------------
+    @property
+    def registry_key(self) -> str:
+        host, port = parse_address(self.advertised)
+        return REGISTRY_PREFIX + f"{host}-{port}".lower().replace(":", "-")
+
+    def _register_loop(self) -> None:
+        if not self.options.register:
+            return
+        while True:
+            try:
+                self.directory.state_put(self.registry_key, {
+                    "address": self.advertised, "admin": self.admin, "host": socket.gethostname(),
+                    "tls": bool(self.options.tls_cert),
+                    "pid": os.getpid(), "updated_at": time.time()})
+            except SlackerError as exc:
+                log.debug("cannot announce the router: %s", exc.one_line())
+            if self._stop.wait(REGISTRY_REFRESH_S):
+                return
+
+
+def registered_routers(directory, now: float | None = None) -> list[dict]:
+    """Routers that announced themselves recently, newest first."""
+    now = time.time() if now is None else now
+    try:
+        found = directory.state_list(REGISTRY_PREFIX)
+    except SlackerError:
+        return []
+    fresh = [v for v in found.values() if now - float(v.get("updated_at", 0)) <= REGISTRY_STALE_S]
+    return sorted(fresh, key=lambda v: -float(v.get("updated_at", 0)))
+
+
+def fetch_status(admin: str, timeout_s: float = 5.0) -> dict:
+    """A running router's status document from its admin address (HOST:PORT)."""
+    host, port = parse_address(admin, "admin address")
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=timeout_s) as r:
+            return json.loads(r.read())
+    except OSError as exc:
+        raise RouterUnavailable(f"router at {admin} does not answer", str(exc),
+                                "is it running? see `slacker router status`") from None

@@ -53,8 +53,12 @@ class RatePolicy:
             return None
         return self.controller.rate_bytes_per_s
 
-    def step(self, now: float, bytes_done: int, warming: bool = False) -> tuple[int | None, dict[str, Any]]:
-        self.controller.set_warming(warming)
+    def step(self, now: float, bytes_done: int, warming: bool = False, mark: str | None = None,
+             bytes_total: float | None = None) -> tuple[int | None, dict[str, Any]]:
+        """`mark`: why this step's latency is not the copy's doing (see RateController.set_mark);
+        `warming` is the read-in's mark by its old name. `bytes_total`: the copy's size as known now
+        (it grows with the backup's redo log), for the verdict on whether the copy can finish."""
+        self.controller.set_mark(mark or ("read-in" if warming else None))
         try:
             sample = self.source.read()
         except Exception as exc:  # noqa: BLE001 - a source that breaks its promise still must not stop the copy loop

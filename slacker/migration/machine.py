@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
+from ..controller.marks import MODEL_KEYS, copy_mark
 from ..delta import gtid as gtids
 from ..delta.convergence import ConvergenceJudge
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
@@ -152,8 +153,10 @@ class Migration:
         return self.opts.rate_bytes_per_s
 
     def eta_s(self) -> float | None:
-        # No estimate while paused or crawling: the decaying throughput average would give absurd figures.
+        # No estimate while paused or crawling: the decaying throughput average would give absurd figures;
+        # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
         if (self.phase not in ("snapshot", "copy") or self._throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+                or (self.controller_state or {}).get("verdict")
                 or not self.bytes_total or self.current_rate() == 0):
             return None
         return max(0.0, (self.bytes_total - self.bytes_done()) / self._throughput)
@@ -817,7 +820,7 @@ class Migration:
         self._last_bytes = (now, done)
         if self.rate_policy is not None:
             if self.phase == "snapshot" and self.pipe is not None and not self.pipe.done:
-                rate, state = self.rate_policy.step(now, done, warming=self.pipe.prereading)
+                rate, state = self.rate_policy.step(now, done, mark=copy_mark(self, now), bytes_total=self.bytes_total)
                 self.pipe.set_rate(rate)
                 if self.pipe.commit_locked:
                     state["note"] = "backup holds the commit lock: copying unthrottled" + (
@@ -849,7 +852,8 @@ class Migration:
             sample["note"] = self.finishing_reason
         if self.controller_state:
             for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
-                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):
+                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s",
+                      *MODEL_KEYS, "mark", "verdict"):
                 if k in self.controller_state:
                     sample[k] = self.controller_state[k]
         if self.phase == "delta" and self.delta_stats:  # the MPL and apply rate over time

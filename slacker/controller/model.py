@@ -39,10 +39,12 @@ class _Fit:
     """z = a − b·x with random-walk parameters (a Kalman filter on two parameters)."""
 
     def __init__(self, a: float, var_a: float, var_b: float) -> None:
+        self.var_b = var_b  # the prior's: forgetting never makes the slope less known than that
         self.th = [a, 0.0]
         self.P = [[var_a, 0.0], [0.0, var_b]]
         self.err = None  # EWMA of squared one-step prediction errors (relative), for choosing the lag
         self.n = 0
+        self.n_err = 0
         self.recent: deque[float] = deque(maxlen=5)  # the last innovations, relative (the change test)
 
     def predict(self, x: float) -> tuple[float, float]:
@@ -51,15 +53,18 @@ class _Fit:
         P = self.P
         return a - b * x, P[0][0] - 2 * x * P[0][1] + x * x * P[1][1]
 
-    def update(self, x: float, z: float, r: float, q_a: float, q_b: float, err_keep: float) -> None:
+    def update(self, x: float, z: float, r: float, q_a: float, q_b: float, err_keep: float,
+               informative: bool = True) -> None:
         P = self.P
         P[0][0] += q_a
-        P[1][1] += q_b
+        P[1][1] = min(P[1][1] + q_b, self.var_b)
         zp, var = self.predict(x)
         e = z - zp
         s = var + r
-        rel = e * e / max(z * z, 1e-12)
-        self.err = rel if self.err is None else err_keep * self.err + (1 - err_keep) * rel
+        if informative:  # the rates moved: this error tells the lags apart
+            rel = min(e * e / max(z * z, 1e-12), 1.0)
+            self.err = rel if self.err is None else err_keep * self.err + (1 - err_keep) * rel
+            self.n_err += 1
         # A plant that moved (a load step, the disk busy elsewhere): the last innovations agree in sign
         # by more than their noise allows. Open the intercept by their mean's square so it moves now.
         self.recent.append(e)
@@ -75,7 +80,7 @@ class _Fit:
         phi = (1.0, -x)
         Pphi = (P[0][0] * phi[0] + P[0][1] * phi[1], P[1][0] * phi[0] + P[1][1] * phi[1])
         k = (Pphi[0] / s, Pphi[1] / s)
-        self.th[0] += k[0] * e
+        self.th[0] = max(1e-3 * z, self.th[0] + k[0] * e)
         self.th[1] = max(0.0, self.th[1] + k[1] * e)  # the copy never makes the tenants faster
         for i in range(2):
             for j in range(2):
@@ -88,10 +93,12 @@ class ModelController(ThrottleController):
     The safety rules (failed or stale samples, empty windows, pause) are the PID's."""
 
     PRIOR_NOISE = 0.1  # cv² of one second's latency until measured (a 30 % sd: mid-range of real loads)
-    SMOOTH_WITHIN = 0.5  # corrections within this share of the rate are smoothed over smooth_s
+    RAMP_FROM = 1.5  # a rise to this many times the rate or more is a ramp: not smoothed
+    OVER = 1.3  # a window this many times the setpoint is an overshoot: its cut is not smoothed
+    NEWEST = True
     SEARCH_TO = 4.0  # rates are searched up to this many times max (past it: unthrottled anyway)
     NOISE_MEMORY_S = 20.0  # the noise estimate's memory
-    LAG_AFTER = 30  # seconds each lag's filter must have fitted before the lags are compared
+    LAG_AFTER = 10  # seconds of moving rates each lag's filter must have been tested on before the lags are compared
 
     def __init__(
         self,
@@ -100,19 +107,20 @@ class ModelController(ThrottleController):
         gains: Gains = DEFAULT_GAINS,  # unused; accepted so configs can pass them
         *,
         step_s: float = DEFAULT_STEP_S,
-        initial_fraction: float = 0.05,
+        initial_fraction: float = 0.1,
         max_lag: int = 5,
-        horizon_s: float = 60.0,
+        horizon_s: float = 30.0,
         load_change: float = 0.05,
-        margin: float = 1.0,
+        margin: float = 0.5,
         rise: float = 4.0,
-        smooth_s: float = 5.0,
+        smooth_s: float = 10.0,
         **safety: float,
     ) -> None:
         super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
                          initial_fraction=initial_fraction, **safety)
         for label, value, lo, hi in (("horizon", horizon_s, 1.0, 1e5), ("load change", load_change, 0.0, 1.0),
-                                     ("margin", margin, 0.0, 10.0), ("rise", rise, 1.0, 100.0)):
+                                     ("margin", margin, 0.0, 10.0), ("rise", rise, 1.0, 100.0),
+                                     ("smoothing", smooth_s, 1e-3, 1e5)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not lo <= value <= hi:
                 raise InvalidInput(f"invalid {label} {value!r}", f"it must be between {lo:g} and {hi:g}")
@@ -133,6 +141,7 @@ class ModelController(ThrottleController):
         self._seen: deque[float] = deque(maxlen=max(3, int(round(self.horizon_s / self.step_s))))
         self._bytes: tuple[float, int] | None = None
         self._noise = None  # relative variance of z's measurement (cv²)
+        self._bias = 1.0 + self.PRIOR_NOISE  # mean latency / the model's latency (see _observe)
         self._mark: str | None = None
         self._y_ref: float | None = None
         self._allowed: float | None = None
@@ -182,32 +191,39 @@ class ModelController(ThrottleController):
         if self._fits is None:
             # Prior: the load's own latency is this second's; the knee is unknown (b = 0 ± a per max rate).
             self._fits = [_Fit(z, self.PRIOR_NOISE * z * z, z * z) for _ in range(self.max_lag + 1)]
+        fit = self._fits[self._lag]
+        if fit.n >= 2 and len(self._flows) > self._lag:
+            zp, _ = fit.predict(self._flows[-1 - self._lag])  # before this second is fitted
+            sd = math.sqrt(self._noise if self._noise is not None else self.PRIOR_NOISE)
+            # The measurement's noise: a running mean absolute relative error (x1.25: its sd if normal),
+            # each error clipped at 3 sd so a stall or a burst does not inflate it for a minute.
+            rel = min(abs(z - zp) / z, 3.0 * sd, 1.0) * 1.25
+            k = self.step_s / self.NOISE_MEMORY_S
+            sd = (1 - k) * sd + k * rel
+            self._noise = sd * sd
+            # The mean latency over the model's: the fit is of 1/latency, and the mean of a noisy latency is
+            # over the reciprocal of its mean reciprocal (by 1 + cv² for small noise, more for stalls).
+            # Measured, not assumed: the running mean of latency / the model's latency, stalls included.
+            k = self.step_s / self.horizon_s
+            self._bias = (1 - k) * self._bias + k * min(10.0, max(0.1, zp / max(z, 1e-9)))
         noise = self._noise if self._noise is not None else self.PRIOR_NOISE
         keep = 1.0 - self.step_s / self.horizon_s
+        recent = list(self._flows)
+        spread = max(recent) - min(recent)
+        informative = spread > 0.2 * max(recent) and spread > 0.005  # the lags can be told apart
         for d, fit in enumerate(self._fits):
             if len(self._flows) <= d or any(list(self._marked)[-d - 1:]):
                 continue
             x = self._flows[-1 - d]
             a = max(fit.th[0], 1e-9)
             fit.update(x, z, noise * z * z, (self.load_change * a) ** 2 * self.step_s,
-                       fit.P[1][1] * (1.0 / keep - 1.0) + 1e-9, keep)
-        # The loop's lag: the filter that predicts best, once every filter has seen enough seconds.
-        ready = [i for i, f in enumerate(self._fits) if f.err is not None and f.n >= self.LAG_AFTER]
-        if ready:
+                       fit.P[1][1] * (1.0 / keep - 1.0) + 1e-9, keep, informative)
+        # The loop's lag: the filter that predicts best, once every filter was compared on enough seconds.
+        ready = [i for i, f in enumerate(self._fits) if f.err is not None and f.n_err >= self.LAG_AFTER]
+        if len(ready) == len(self._fits):
             best = min(ready, key=lambda i: self._fits[i].err)
-            cur = self._fits[self._lag]
-            if cur.err is None or cur.n < self.LAG_AFTER or self._fits[best].err < 0.7 * cur.err:
+            if self._fits[best].err < 0.8 * self._fits[self._lag].err:
                 self._lag = best
-        fit = self._fits[self._lag]
-        if fit.n >= 2:
-            # The measurement's noise: a running mean absolute relative error (x1.25: its sd if normal),
-            # each error clipped at 3 sd so a stall or a burst does not inflate it for a minute.
-            zp, _ = fit.predict(self._flows[-1 - self._lag] if len(self._flows) > self._lag else 0.0)
-            sd = math.sqrt(self._noise if self._noise is not None else self.PRIOR_NOISE)
-            rel = min(abs(z - zp) / max(zp, 1e-9), 3.0 * sd) * 1.25
-            k_noise = self.step_s / self.NOISE_MEMORY_S
-            sd = (1 - k_noise) * sd + k_noise * rel
-            self._noise = sd * sd
 
     def _rate_where(self, margin: float) -> float | None:
         """The largest rate (fraction of max) at which the model's mean latency, plus `margin` standard
@@ -215,8 +231,7 @@ class ModelController(ThrottleController):
         if self._fits is None or self._y_ref is None:
             return None
         fit = self._fits[self._lag]
-        cv2 = min(0.25, self._noise if self._noise is not None else self.PRIOR_NOISE)
-        need = self._y_ref * (1.0 + cv2) / self.setpoint_s  # z the setpoint needs
+        need = self._y_ref * self._bias / self.setpoint_s  # z the setpoint needs
 
         def ok(x: float) -> bool:
             zp, var = fit.predict(x)
@@ -235,7 +250,7 @@ class ModelController(ThrottleController):
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
         u = self._fraction
         s = self._last_sample
-        y = s.last_latency_s if s is not None and s.last_latency_s is not None else latency_s
+        y = s.last_latency_s if self.NEWEST and s is not None and s.last_latency_s is not None else latency_s
         marked = self._marked[-1] if self._marked else False
         if not marked and y > 0:
             self._observe(y)
@@ -247,7 +262,11 @@ class ModelController(ThrottleController):
         seen = max(self._seen) if self._seen else 0.0
         cap = self.rise * max(seen, self._initial)
         if sure is None or mean is None:
-            return u, (f"{self._mark}: holding" if marked else "no latency yet: holding"), 0.0, 0.0, 0.0
+            # No model yet (the backup's start is marked): the starting rate is vouched for by the latency
+            # measured before the copy, so up to `rise` times it, as the cap allows any rise.
+            new = max(u, min(cap, self.rise * self._initial))
+            return new, (f"{self._mark}: no model yet, at most x{self.rise:g} the starting rate" if marked else
+                         "no latency yet: holding"), new - u, 0.0, 0.0
         mb = self.max_rate_bytes_per_s / 1e6
         if u > mean:
             new, note = mean, f"over what the model allows ({mean * mb:.1f} MB/s): down to it"
@@ -259,9 +278,11 @@ class ModelController(ThrottleController):
                 f", rise capped at x{self.rise:g} the fastest rate seen" if new < sure else "")
         else:
             new, note = u, f"within the model's uncertainty ({sure * mb:.1f}-{mean * mb:.1f} MB/s): holding"
-        if u > 0 and abs(new / u - 1.0) < self.SMOOTH_WITHIN:
-            # A small correction is mostly the model's noise: move a share of the way (the rate's own
-            # variance raises the mean latency on a convex curve; a fixed rate is the best one can do).
+        ramp = new > self.RAMP_FROM * u  # far under what the model allows: no knee in sight
+        clear_over = latency_s > self.OVER * self.setpoint_s  # the window itself is clearly over
+        if u > 0 and not ramp and not clear_over:
+            # Otherwise a correction is mostly the model's noise: move a share of the way (the rate's own
+            # variance raises the mean latency on a convex curve; a steady rate is the best one can do).
             new = u + (new - u) * min(1.0, self.step_s / self.smooth_s)
         if marked:
             note += f" ({self._mark}: not fitted)"

@@ -285,7 +285,7 @@ class FluidPlant:
             self._stall_left = self._stall_rng.randint(1, 2)
         capacity = 0.6 if self._stall_left > 0 else 1.0
         # The copy gets no more of the bottleneck than RHO_COPY leaves it: past the knee it slows itself.
-        share = sc.knee_bps * max(0.0, RHO_COPY - sc.rho0 * load) / (1 - sc.rho0)
+        share = sc.knee_bps * max(0.0, RHO_COPY * capacity - sc.rho0 * load) / (1 - sc.rho0)
         if moved > share:
             if mark == "read-in":
                 self.preread_done -= moved - share

@@ -259,7 +259,7 @@ def test_summarise_goals_against_the_oracle_and_unthrottled():
     nb = goals[("400ms", "slack")]
     assert nb["migration_vs_unthrottled"] == pytest.approx(1.1)
     table = an.report_compare(res)
-    assert "| 50ms | slack (default) | 1 | 1.04 [1.04-1.04] |" in table
+    assert "| 50ms | slack (previous default) | 1 | 1.04 [1.04-1.04] |" in table
     assert "| 50ms | velocity PID | 4.00 | no |" in table
 
 
@@ -302,9 +302,9 @@ def test_compare_controllers_option_keeps_the_runs_order_and_rejects_unknown_nam
 
     from setpointlib.compare import parse_controllers
 
-    assert parse_controllers("oracle, slack") == ["slack", "oracle"]
+    assert parse_controllers("oracle, slack, model") == ["model", "slack", "oracle"]
     for bad in ("slack,bogus", "", ","):
-        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of slack,pid,threshold,oracle"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of model,slack,pid,threshold,oracle"):
             parse_controllers(bad)
 
 

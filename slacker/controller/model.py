@@ -4,25 +4,29 @@ The server is a queue: far below its knee the copy costs the tenants little, nea
 climbs steeply. In the reciprocal, z = 1 / latency, that curve is close to a straight line that
 falls with the copy rate x and reaches 0 at the knee (M/M/1: 1/y = (1 - x/K) / L0):
 
-    z ≈ a − b·x        a = 1 / (the load's own latency),   knee = a / b
+    z ≈ a − b·x        a = 1 / (the load's own latency L0),   knee K = a / b
 
-Each step the controller
+Each step (docs/controller.md, "The control law"):
 
-1. pairs the newest second's latency with the copy rate that moved `lag` seconds earlier (the
-   bytes the pipe really moved, not its limit) and updates (a, b) with a Kalman filter whose
-   parameters walk (recursive least squares with per-parameter forgetting): `a` may move as
-   fast as the load, `b` forgets over `horizon_s`. Seconds the migration marks as not the
-   copy's doing (the backup tool's read-in and start, a pause) are left out, and so is every
-   second within a lag of them. One filter runs for each lag from 0 to `max_lag` steps; the
-   lag whose filter predicts best is the loop's lag (measured, not assumed);
-2. sets the rate x where the model's mean latency, with `margin` standard deviations of its
-   own uncertainty, meets the setpoint: (a − b·x − margin·σ(x)) = (1 + cv²) / setpoint, where
-   σ(x) is the parameters' uncertainty at x and cv² the measurement noise's relative variance
-   (the mean of a noisy latency is over the reciprocal of the mean reciprocal by that much);
-3. caps a rise at `rise` times the fastest rate whose latency it has seen; cuts are never capped.
+1. fit — pair the newest second's latency with the fastest rate the copy really moved (bytes the
+   pipe sent, not its limit) over the last `lag` + 1 seconds, and update (a, b) by a Kalman filter
+   with random-walk parameters (recursive least squares with per-parameter forgetting): `a` may
+   move `load_change` a second, `b` forgets over `horizon_s`; an innovation beyond 3 sd counts as
+   3 sd; five that agree in sign beyond their noise open `a` (the load stepped). Seconds the
+   migration marks as not the copy's doing (slacker.controller.marks) are not fitted. One filter
+   per lag 0..`max_lag`; the one that predicts best, while the rates move, is the loop's lag;
+2. predict — the mean latency at x is bias / z(x), bias the running mean of latency over the
+   model's (the mean of a noisy latency is over the reciprocal of its mean reciprocal; stalls count);
+3. choose — `sure` is the fastest x with z(x) − margin·σ(x) ≥ bias / setpoint (σ(x): the
+   parameters' uncertainty at x), `mean` the same with no margin. Over `mean`: down to it. Under
+   `sure`: up to it, at most `rise` times the fastest rate seen with latency under the setpoint
+   (over the last `horizon_s`; before any, the starting rate). Between:
+   hold. A move smaller than a ramp (x3) or a cut without an overshoot (window under 2x the
+   setpoint) goes 1/`smooth_s` of the way a second: the rate's own swings cost latency on a convex
+   curve, and a steady rate is what the best fixed rate is.
 
-Its state — the load's own latency 1/a, the knee a/b, the rate the setpoint allows, the lag and
-the fit's noise — is in `state()` (status, `--json`, the time series, the plot).
+Its state — the load's own latency, the knee, the rate the setpoint allows, the lag, the noise and
+a confidence — is in `state()` (status, `--json`, the time series, the plot).
 """
 
 from __future__ import annotations
@@ -42,9 +46,7 @@ class _Fit:
         self.var_b = var_b  # the prior's: forgetting never makes the slope less known than that
         self.th = [a, 0.0]
         self.P = [[var_a, 0.0], [0.0, var_b]]
-        self.err = None  # EWMA of squared one-step prediction errors (relative), for choosing the lag
         self.n = 0
-        self.n_err = 0
         self.recent: deque[float] = deque(maxlen=5)  # the last innovations, relative (the change test)
 
     def predict(self, x: float) -> tuple[float, float]:
@@ -53,18 +55,13 @@ class _Fit:
         P = self.P
         return a - b * x, P[0][0] - 2 * x * P[0][1] + x * x * P[1][1]
 
-    def update(self, x: float, z: float, r: float, q_a: float, q_b: float, err_keep: float,
-               informative: bool = True) -> None:
+    def update(self, x: float, z: float, r: float, q_a: float, q_b: float) -> None:
         P = self.P
         P[0][0] += q_a
         P[1][1] = min(P[1][1] + q_b, self.var_b)
         zp, var = self.predict(x)
         e = z - zp
         s = var + r
-        if informative:  # the rates moved: this error tells the lags apart
-            rel = min(e * e / max(z * z, 1e-12), 1.0)
-            self.err = rel if self.err is None else err_keep * self.err + (1 - err_keep) * rel
-            self.n_err += 1
         # A plant that moved (a load step, the disk busy elsewhere): the last innovations agree in sign
         # by more than their noise allows. Open the intercept by their mean's square so it moves now.
         self.recent.append(e)
@@ -93,12 +90,13 @@ class ModelController(ThrottleController):
     The safety rules (failed or stale samples, empty windows, pause) are the PID's."""
 
     PRIOR_NOISE = 0.1  # cv² of one second's latency until measured (a 30 % sd: mid-range of real loads)
-    RAMP_FROM = 1.5  # a rise to this many times the rate or more is a ramp: not smoothed
-    OVER = 1.3  # a window this many times the setpoint is an overshoot: its cut is not smoothed
-    NEWEST = True
+    MARKED_RISE = 4.0  # before any fitted second, the rate may go to this many times the starting rate
+    RAMP_FROM = 3.0  # a rise to this many times the rate or more is a ramp: not smoothed
+    OVER = 2.0  # a window this many times the setpoint is an overshoot: its cut is not smoothed
     SEARCH_TO = 4.0  # rates are searched up to this many times max (past it: unthrottled anyway)
     NOISE_MEMORY_S = 20.0  # the noise estimate's memory
-    LAG_AFTER = 10  # seconds of moving rates each lag's filter must have been tested on before the lags are compared
+    LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
+    LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
 
     def __init__(
         self,
@@ -134,7 +132,10 @@ class ModelController(ThrottleController):
     # --- the model ---------------------------------------------------------------------------
 
     def _reset_model(self) -> None:
-        self._fits: list[_Fit] | None = None  # one per lag 1..max_lag, made at the first usable sample
+        self._fit: _Fit | None = None  # made at the first usable sample
+        self._z_prev: float | None = None  # the last fitted second's z (the lag's measurement)
+        self._xcorr = [0.0] * (self.max_lag + 1)  # per lag: how latency's changes followed the rate's
+        self._moves = 0  # seconds in which the rate moved enough to tell the lags apart
         self._lag = min(2, self.max_lag)
         self._flows: deque[float] = deque(maxlen=self.max_lag + 2)  # fraction of max moved, newest last
         self._marked: deque[bool] = deque(maxlen=self.max_lag + 2)  # ... and whether that second was marked
@@ -163,7 +164,7 @@ class ModelController(ThrottleController):
             s = old / self.max_rate_bytes_per_s
             self._flows = deque((f * s for f in self._flows), maxlen=self._flows.maxlen)
             self._seen = deque((f * s for f in self._seen), maxlen=self._seen.maxlen)
-            for fit in self._fits or []:
+            for fit in [self._fit] if self._fit is not None else []:
                 fit.th[1] /= s
                 fit.P[0][1] /= s
                 fit.P[1][0] /= s
@@ -183,17 +184,24 @@ class ModelController(ThrottleController):
         self._last_sample = sample
         return super()._step(sample, now, bytes_done)
 
+    def _paired(self, d: int) -> float:
+        """The rate this second's latency is paired with under lag d: the fastest of the last d + 1 seconds'.
+        The fastest is the worst case over the lags up to d: a copy
+        stopped after an overshoot is not blamed for the queue its last seconds left."""
+        return max(list(self._flows)[-1 - d:])
+
     def _observe(self, y: float) -> None:
-        """Fit the newest second's latency against the flows of each candidate lag."""
+        """Measure the lag, then fit the newest second's latency against the rate of that lag."""
         if self._y_ref is None:
             self._y_ref = y
         z = self._y_ref / y
-        if self._fits is None:
+        if self._fit is None:
             # Prior: the load's own latency is this second's; the knee is unknown (b = 0 ± a per max rate).
-            self._fits = [_Fit(z, self.PRIOR_NOISE * z * z, z * z) for _ in range(self.max_lag + 1)]
-        fit = self._fits[self._lag]
+            self._fit = _Fit(z, self.PRIOR_NOISE * z * z, z * z)
+        fit = self._fit
+        self._measure_lag(z)
         if fit.n >= 2 and len(self._flows) > self._lag:
-            zp, _ = fit.predict(self._flows[-1 - self._lag])  # before this second is fitted
+            zp, _ = fit.predict(self._paired(self._lag))  # before this second is fitted
             sd = math.sqrt(self._noise if self._noise is not None else self.PRIOR_NOISE)
             # The measurement's noise: a running mean absolute relative error (x1.25: its sd if normal),
             # each error clipped at 3 sd so a stall or a burst does not inflate it for a minute.
@@ -206,31 +214,39 @@ class ModelController(ThrottleController):
             # Measured, not assumed: the running mean of latency / the model's latency, stalls included.
             k = self.step_s / self.horizon_s
             self._bias = (1 - k) * self._bias + k * min(10.0, max(0.1, zp / max(z, 1e-9)))
-        noise = self._noise if self._noise is not None else self.PRIOR_NOISE
-        keep = 1.0 - self.step_s / self.horizon_s
-        recent = list(self._flows)
-        spread = max(recent) - min(recent)
-        informative = spread > 0.2 * max(recent) and spread > 0.005  # the lags can be told apart
-        for d, fit in enumerate(self._fits):
-            if len(self._flows) <= d or any(list(self._marked)[-d - 1:]):
-                continue
-            x = self._flows[-1 - d]
+        if len(self._flows) > self._lag and not any(list(self._marked)[-self._lag - 1:]):
+            noise = self._noise if self._noise is not None else self.PRIOR_NOISE
+            keep = 1.0 - self.step_s / self.horizon_s
             a = max(fit.th[0], 1e-9)
-            fit.update(x, z, noise * z * z, (self.load_change * a) ** 2 * self.step_s,
-                       fit.P[1][1] * (1.0 / keep - 1.0) + 1e-9, keep, informative)
-        # The loop's lag: the filter that predicts best, once every filter was compared on enough seconds.
-        ready = [i for i, f in enumerate(self._fits) if f.err is not None and f.n_err >= self.LAG_AFTER]
-        if len(ready) == len(self._fits):
-            best = min(ready, key=lambda i: self._fits[i].err)
-            if self._fits[best].err < 0.8 * self._fits[self._lag].err:
+            fit.update(self._paired(self._lag), z, noise * z * z, (self.load_change * a) ** 2 * self.step_s,
+                       fit.P[1][1] * (1.0 / keep - 1.0) + 1e-9)
+
+    def _measure_lag(self, z: float) -> None:
+        """The loop's lag: the delay d at which latency's changes follow the rate's most (the sum of
+        −Δz·Δx over the seconds in which the rate moved, forgetting over LAG_MEMORY_S)."""
+        prev, self._z_prev = self._z_prev, z
+        f = list(self._flows)
+        if prev is None or len(f) < self.max_lag + 2 or any(list(self._marked)[-self.max_lag - 2:-1]):
+            return
+        dz = z - prev
+        keep = 1.0 - self.step_s / self.LAG_MEMORY_S
+        moved = False
+        for d in range(self.max_lag + 1):
+            dx = f[-1 - d] - f[-2 - d]
+            moved = moved or abs(dx) > 0.1 * max(f[-1 - d], f[-2 - d], 1e-9)
+            self._xcorr[d] = keep * self._xcorr[d] - dz * dx
+        self._moves += moved
+        if self._moves >= self.LAG_AFTER:
+            best = max(range(self.max_lag + 1), key=lambda d: self._xcorr[d])
+            if self._xcorr[best] > 0:
                 self._lag = best
 
     def _rate_where(self, margin: float) -> float | None:
         """The largest rate (fraction of max) at which the model's mean latency, plus `margin` standard
         deviations of the model's own uncertainty, meets the setpoint; 0 when even no copy does."""
-        if self._fits is None or self._y_ref is None:
+        if self._fit is None or self._y_ref is None:
             return None
-        fit = self._fits[self._lag]
+        fit = self._fit
         need = self._y_ref * self._bias / self.setpoint_s  # z the setpoint needs
 
         def ok(x: float) -> bool:
@@ -250,12 +266,13 @@ class ModelController(ThrottleController):
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
         u = self._fraction
         s = self._last_sample
-        y = s.last_latency_s if self.NEWEST and s is not None and s.last_latency_s is not None else latency_s
+        y = s.last_latency_s if s is not None and s.last_latency_s is not None else latency_s
         marked = self._marked[-1] if self._marked else False
         if not marked and y > 0:
             self._observe(y)
-        if len(self._flows) > self._lag and not any(list(self._marked)[-self._lag - 1:]):
-            self._seen.append(self._flows[-1 - self._lag])  # a rate whose latency has been seen
+        if len(self._flows) > self._lag and not any(list(self._marked)[-self._lag - 1:]) \
+                and latency_s <= self.setpoint_s:
+            self._seen.append(self._flows[-1 - self._lag])  # a rate whose latency has been seen under the setpoint
         sure = self._rate_where(self.margin)  # the model is confident this rate meets the setpoint
         mean = self._rate_where(0.0)  # ... and on its mean, this one does
         self._allowed = sure
@@ -264,7 +281,7 @@ class ModelController(ThrottleController):
         if sure is None or mean is None:
             # No model yet (the backup's start is marked): the starting rate is vouched for by the latency
             # measured before the copy, so up to `rise` times it, as the cap allows any rise.
-            new = max(u, min(cap, self.rise * self._initial))
+            new = max(u, min(cap, self.MARKED_RISE * self._initial))
             return new, (f"{self._mark}: no model yet, at most x{self.rise:g} the starting rate" if marked else
                          "no latency yet: holding"), new - u, 0.0, 0.0
         mb = self.max_rate_bytes_per_s / 1e6
@@ -273,13 +290,14 @@ class ModelController(ThrottleController):
         elif u < sure:
             new = min(sure, cap)
             if marked:
-                new = min(new, max(u, self.rise * self._initial))  # not fitted now: no more than the start allows
+                new = min(new, max(u, self.MARKED_RISE * self._initial))  # not fitted now: no more than the start allows
             note = f"the model allows {sure * mb:.1f} MB/s" + (
                 f", rise capped at x{self.rise:g} the fastest rate seen" if new < sure else "")
         else:
             new, note = u, f"within the model's uncertainty ({sure * mb:.1f}-{mean * mb:.1f} MB/s): holding"
         ramp = new > self.RAMP_FROM * u  # far under what the model allows: no knee in sight
-        clear_over = latency_s > self.OVER * self.setpoint_s  # the window itself is clearly over
+        # The window itself clearly over, or over while the model says the load alone is: cut at once.
+        clear_over = latency_s > self.OVER * self.setpoint_s or (mean == 0.0 and latency_s > self.setpoint_s)
         if u > 0 and not ramp and not clear_over:
             # Otherwise a correction is mostly the model's noise: move a share of the way (the rate's own
             # variance raises the mean latency on a convex curve; a steady rate is the best one can do).
@@ -296,15 +314,15 @@ class ModelController(ThrottleController):
         """The model: the load's own latency, the knee, the rate the setpoint allows, the loop's lag, the noise."""
         with self._lock:
             out: dict = {"model_lag_s": self._lag * self.step_s}
-            if self._fits is None or self._y_ref is None:
+            if self._fit is None or self._y_ref is None:
                 return out
-            a, b = self._fits[self._lag].th
+            a, b = self._fit.th
             m = self.max_rate_bytes_per_s
             out["model_load_latency_s"] = round(self._y_ref / a, 6) if a > 0 else None
             out["model_knee_bytes_per_s"] = round(a / b * m) if b > 1e-9 and a > 0 else None
             out["model_allowed_bytes_per_s"] = None if self._allowed is None else round(self._allowed * m)
             out["model_noise"] = None if self._noise is None else round(math.sqrt(self._noise), 3)
-            P = self._fits[self._lag].P
+            P = self._fit.P
             out["model_confidence"] = round(1.0 / (1.0 + math.sqrt(max(0.0, P[1][1])) / max(b, 1e-9 + 0.1 * a)), 3) \
                 if a > 0 else 0.0
             return out

@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 STOPPED_SHARE = 0.02  # a copy moving under this share of its top rate is stopped ...
-OVER_SHARE = 0.7  # ... and latency over the setpoint in at least this share of the window's seconds: the load's
+OVER_SHARE = 0.5  # ... and latency over the setpoint in at least this share of the window's seconds: the load's
 
 
 class Feasibility:
@@ -62,7 +62,9 @@ class Feasibility:
                         f"{sp * 1000:.0f}ms: no copy rate meets it"),
                 "hint": (f"raise the setpoint above {own * 1000 * 1.3:.0f}ms (slacker migrate TENANT --set "
                          f"setpoint={own * 1000 * 1.3:.0f}ms), or stop it (slacker migrate --abort TENANT)")}
-        elif growth > 0 and rate <= 1.05 * growth and own is not None and own >= 0.9 * sp:
+        elif growth > 0 and rate <= 1.05 * growth and not stopped and own is not None and 0.8 * sp <= own <= 1.2 * sp:
+            # The copy is held at the setpoint (latency near it, the copy moving) and still does not outrun the
+            # growth. A copy stopped with latency far over is the first rule's (or a queue draining: no verdict).
             verdict = {
                 "what": "cannot finish: the data grows as fast as the copy moves",
                 "why": (f"the total grows {growth / 1e6:.2f} MB/s while the copy moves {rate / 1e6:.2f} MB/s "

@@ -23,7 +23,9 @@ Each step (docs/controller.md, "The control law"):
    (over the last `horizon_s`; before any, the starting rate). Between:
    hold. A move smaller than a ramp (x3) or a cut without an overshoot (window under 2x the
    setpoint) goes 1/`smooth_s` of the way a second: the rate's own swings cost latency on a convex
-   curve, and a steady rate is what the best fixed rate is.
+   curve, and a steady rate is what the best fixed rate is. Stopped with the window under the
+   setpoint while the model says the load alone is over: `a` is stale (a queue drained), its
+   uncertainty goes back to the prior's.
 
 Its state — the load's own latency, the knee, the rate the setpoint allows, the lag, the noise and
 a confidence — is in `state()` (status, `--json`, the time series, the plot).
@@ -39,6 +41,9 @@ from ..latency import DEFAULT_STEP_S, LatencySample
 from .pid import DEFAULT_GAINS, Gains, ThrottleController
 
 
+CHANGE_N, CHANGE_SD = 5, 3.0  # the change test: this many innovations whose mean is this many sd off
+
+
 class _Fit:
     """z = a − b·x with random-walk parameters (a Kalman filter on two parameters)."""
 
@@ -47,7 +52,7 @@ class _Fit:
         self.th = [a, 0.0]
         self.P = [[var_a, 0.0], [0.0, var_b]]
         self.n = 0
-        self.recent: deque[float] = deque(maxlen=5)  # the last innovations, relative (the change test)
+        self.recent: deque[float] = deque(maxlen=CHANGE_N)  # the last innovations, relative (the change test)
 
     def predict(self, x: float) -> tuple[float, float]:
         """(z at x, the parameters' variance of it)."""
@@ -67,7 +72,7 @@ class _Fit:
         self.recent.append(e)
         if len(self.recent) == self.recent.maxlen:
             m = sum(self.recent) / len(self.recent)
-            if abs(m) > 3.0 * math.sqrt(s / len(self.recent)):
+            if abs(m) > CHANGE_SD * math.sqrt(s / len(self.recent)):
                 P[0][0] += m * m
                 self.recent.clear()
                 s = self.predict(x)[1] + r
@@ -273,6 +278,13 @@ class ModelController(ThrottleController):
         if len(self._flows) > self._lag and not any(list(self._marked)[-self._lag - 1:]) \
                 and latency_s <= self.setpoint_s:
             self._seen.append(self._flows[-1 - self._lag])  # a rate whose latency has been seen under the setpoint
+        if u == 0.0 and latency_s < self.setpoint_s and self._fit is not None \
+                and self._rate_where(0.0) == 0.0:
+            # Stopped, the model saying the load alone is over, and the window under the setpoint: the
+            # evidence says otherwise (the queue an overshoot left has drained). Its intercept is stale:
+            # open it to the prior's uncertainty so the next seconds move it.
+            a = self._fit.th[0]
+            self._fit.P[0][0] = max(self._fit.P[0][0], self.PRIOR_NOISE * a * a)
         sure = self._rate_where(self.margin)  # the model is confident this rate meets the setpoint
         mean = self._rate_where(0.0)  # ... and on its mean, this one does
         self._allowed = sure

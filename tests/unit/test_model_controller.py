@@ -168,3 +168,21 @@ def test_state_names_the_model_in_bytes_and_seconds():
     assert st["model_allowed_bytes_per_s"] >= 0
     c.set_max_rate(MAX / 2)  # the model's rates are fractions of max: rescaled, the same bytes/s
     assert c.state()["model_load_latency_s"] == st["model_load_latency_s"]
+
+
+def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():
+    from slacker.cli.migrate_cmd import progress_line
+    from slacker.cli.tenant_cmd import _migration_line
+
+    verdict = {"what": "cannot finish: the load alone is over the setpoint",
+               "why": "latency 52ms with the copy stopped for 30s, against a setpoint of 40ms: no copy rate meets it",
+               "hint": "raise the setpoint above 68ms (slacker migrate TENANT --set setpoint=68ms), or stop it "
+                       "(slacker migrate --abort TENANT)", "figures": {}}
+    ctl = {"setpoint_s": 0.04, "latency_s": 0.052, "rate_bytes_per_s": 0, "source_state": "ok", "verdict": verdict}
+    doc = {"phase": "snapshot", "bytes_done": 10, "bytes_total": 100, "rate_bytes_per_s": 0,
+           "throughput_bytes_per_s": 0, "eta_s": None, "controller": ctl}
+    line = progress_line(doc)
+    assert "CANNOT FINISH: THE LOAD ALONE IS OVER THE SETPOINT: latency 52ms" in line and "--set setpoint=68ms" in line
+    assert "ETA" not in line
+    m = {"id": "m1", "tenant": "t1", "source": "node-1", "target": "node-2", "phase": "snapshot", "controller": ctl}
+    assert "CANNOT FINISH" in _migration_line(m) and "--abort" in _migration_line(m)

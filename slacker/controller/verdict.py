@@ -19,7 +19,9 @@ from collections import deque
 from typing import Any
 
 STOPPED_SHARE = 0.02  # a copy moving under this share of its top rate is stopped ...
-OVER_SHARE = 0.5  # ... and latency over the setpoint in at least this share of the window's seconds: the load's
+AFTER_S = 5.0  # ... counted from this long after it last moved (the loop's longest lag: its queue shows meanwhile) ...
+STILL_SHARE = 0.5  # ... in at least this share of the window's seconds ...
+OVER_SHARE = 0.5  # ... and latency over the setpoint in at least this share of those seconds: the load's
 
 
 class Feasibility:
@@ -50,18 +52,29 @@ class Feasibility:
         self._top = max(self._top, rate)
         lat = [y for _, y, _, _, _, _ in self._seen if y is not None]
         own = sum(lat) / len(lat) if lat else None
-        over = sum(1 for y in lat if y > sp)
         stopped = rate <= STOPPED_SHARE * max(self._top, 1.0) or rate <= 1024
+        # The load's own latency: the seconds in which the copy did not move (a copy that restarts for a
+        # few seconds between stops does not hide that latency stays over the setpoint whenever it is still).
+        seen = list(self._seen)
+        still, since = [], 0.0
+        for (ta, _, _, ba, _, _), (tb, y, _, bb, _, _) in zip(seen, seen[1:]):
+            moving = tb <= ta or (bb - ba) / (tb - ta) > max(STOPPED_SHARE * self._top, 1024)
+            since = 0.0 if moving else since + (tb - ta)
+            if y is not None and since >= AFTER_S:  # still long enough that its last bytes no longer show
+                still.append(y)
+        alone = sum(still) / len(still) if still else None
         figures = {"load_latency_s": own, "setpoint_s": sp, "copy_rate_bytes_per_s": round(rate),
                    "growth_bytes_per_s": round(growth), "allowed_bytes_per_s": allowed}
         verdict = None
-        if stopped and lat and over >= OVER_SHARE * len(lat) and own is not None and own > sp:
+        if alone is not None and len(still) >= STILL_SHARE * (len(seen) - 1) and alone > sp \
+                and sum(1 for y in still if y > sp) >= OVER_SHARE * len(still):
+            figures["load_latency_s"] = alone
             verdict = {
                 "what": "cannot finish: the load alone is over the setpoint",
-                "why": (f"latency {own * 1000:.0f}ms with the copy stopped for {t1 - t0:.0f}s, against a setpoint of "
-                        f"{sp * 1000:.0f}ms: no copy rate meets it"),
-                "hint": (f"raise the setpoint above {own * 1000 * 1.3:.0f}ms (slacker migrate TENANT --set "
-                         f"setpoint={own * 1000 * 1.3:.0f}ms), or stop it (slacker migrate --abort TENANT)")}
+                "why": (f"latency {alone * 1000:.0f}ms with the copy stopped ({len(still)} of the last {t1 - t0:.0f}s), "
+                        f"against a setpoint of {sp * 1000:.0f}ms: no copy rate meets it"),
+                "hint": (f"raise the setpoint above {alone * 1000 * 1.3:.0f}ms (slacker migrate TENANT --set "
+                         f"setpoint={alone * 1000 * 1.3:.0f}ms), or stop it (slacker migrate --abort TENANT)")}
         elif growth > 0 and rate <= 1.05 * growth and not stopped and own is not None and 0.8 * sp <= own <= 1.2 * sp:
             # The copy is held at the setpoint (latency near it, the copy moving) and still does not outrun the
             # growth. A copy stopped with latency far over is the first rule's (or a queue draining: no verdict).

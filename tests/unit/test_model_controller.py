@@ -186,3 +186,24 @@ def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():
     assert "ETA" not in line
     m = {"id": "m1", "tenant": "t1", "source": "node-1", "target": "node-2", "phase": "snapshot", "controller": ctl}
     assert "CANNOT FINISH" in _migration_line(m) and "--abort" in _migration_line(m)
+
+
+def test_the_migration_marks_the_read_in_the_backups_start_the_lock_and_a_pause():
+    from types import SimpleNamespace
+
+    from slacker.controller.marks import BACKUP_START_S, copy_mark
+
+    pipe = SimpleNamespace(prereading=True, commit_locked=False)
+    ctl = ModelController(0.1, MAX)
+    mig = SimpleNamespace(pipe=pipe, rate_policy=SimpleNamespace(controller=ctl))
+    assert copy_mark(mig, 0.0) == "read-in"
+    pipe.prereading = False
+    assert copy_mark(mig, 10.0) == "backup start"  # the tool starts when the read-in ends
+    assert copy_mark(mig, 10.0 + BACKUP_START_S - 0.1) == "backup start"
+    assert copy_mark(mig, 10.0 + BACKUP_START_S) is None
+    ctl.pause()
+    assert copy_mark(mig, 30.0) == "paused"
+    ctl.resume()
+    pipe.commit_locked = True
+    assert copy_mark(mig, 31.0) == "commit lock"
+    assert copy_mark(SimpleNamespace(pipe=None, rate_policy=None), 0.0) is None

@@ -24,7 +24,7 @@ from .latency import (AggregateOf, CommitCounter, GuardedSource, LatencySource, 
 DEFAULT_MAX_RATE = 200_000_000
 # Per transaction, server-side, all of the node's tenants (an SLA per server).
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
-KINDS = ("model", "slack", "pid", "threshold", "fixed")
+KINDS = ("slack", "model", "pid", "threshold", "fixed")
 
 
 def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
@@ -78,7 +78,7 @@ def _connector(tenant):
 def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     """Validate the controller settings and measure the latency before any byte moves."""
     c = dict(options.controller or {})
-    kind = c.get("kind") or "model"
+    kind = c.get("kind") or "slack"
     if kind not in KINDS:
         raise InvalidInput(f"unknown controller {kind!r}", f"choose {', '.join(KINDS)}", "")
     if c.get("setpoint_s") is None:

@@ -1,4 +1,4 @@
-"""Every controller side by side (issues 14, 32): the model controller (default), slack, velocity PID, on/off threshold, a fixed rate at the
+"""Every controller side by side (issues 14, 32): slack (the default), the model controller, velocity PID, on/off threshold, a fixed rate at the
 oracle (from fig5) and unthrottled, at each binding setpoint and one that does not bind, --repeats
 times, the order of the controllers rotated each repeat. Analysis: analysis.summarise/report_compare."""
 

@@ -31,12 +31,12 @@ POLL_S = 0.5
                    "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
                    "Default: per-transaction latency from performance_schema, over every tenant on the source "
                    "node. A source that sees nothing while the tenant commits is refused (blind).")
-@click.option("--controller", "controller_kind", type=click.Choice(["model", "pid", "slack", "threshold"]),
+@click.option("--controller", "controller_kind", type=click.Choice(["slack", "model", "pid", "threshold"]),
               default=None,
-              help="How the rate follows latency: model (default: fits latency against the copy rate online "
-                   "and sets the rate where the fit meets the setpoint, docs/controller.md), pid (the paper's "
-                   "velocity PID, the baseline), slack (the previous default's rules, for comparison), "
-                   "threshold (on/off).")
+              help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
+                   "remembers the knee), model (experimental: fits latency against the copy rate online and "
+                   "sets the rate where the fit meets the setpoint, docs/controller.md), pid (the paper's "
+                   "velocity PID, the baseline), threshold (on/off).")
 @click.option("--target-setpoint", type=DURATION, default=None,
               help="Latency target for the target node's tenants (default: the same as --setpoint). The copy "
                    "follows whichever node is further over its own setpoint.")

@@ -1,4 +1,5 @@
-"""Controllers that set the copy rate: the default model controller, the PID throttle and baselines.
+"""Controllers that set the copy rate: the default slack finder, the model controller (experimental),
+the PID throttle and baselines.
 
 The migration loop reads a latency sample once per step, calls `step()` and
 applies `rate_bytes_per_s`. Prometheus gauges live in `slacker.controller.metrics`.

@@ -1,4 +1,5 @@
-"""The default throttle controller: an explicit, online model of latency against copy rate.
+"""The model controller (`--controller model`, experimental): an explicit, online model of latency
+against copy rate.
 
 The server is a queue: far below its knee the copy costs the tenants little, near it latency
 climbs steeply. In the reciprocal, z = 1 / latency, that curve is close to a straight line that

@@ -15,6 +15,7 @@ from .controller.baselines import FixedRate, ThresholdThrottle
 from .controller.loop import RatePolicy
 from .controller.metrics import ControllerMetrics
 from .controller.pid import ThrottleConfig
+from .controller.model import ModelController
 from .controller.slack import SlackController
 from .errors import InvalidInput
 from .latency import (AggregateOf, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
@@ -23,7 +24,7 @@ from .latency import (AggregateOf, CommitCounter, GuardedSource, LatencySource, 
 DEFAULT_MAX_RATE = 200_000_000
 # Per transaction, server-side, all of the node's tenants (an SLA per server).
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
-KINDS = ("slack", "pid", "threshold", "fixed")
+KINDS = ("slack", "model", "pid", "threshold", "fixed")
 
 
 def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
@@ -125,6 +126,8 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
                            "the copy could never run: raise --setpoint, or pass --force")
     if kind == "slack":
         controller = SlackController(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
+    elif kind == "model":
+        controller = ModelController(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
     elif kind == "pid":
         controller = cfg.controller()
     elif kind == "threshold":
@@ -142,7 +145,7 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
     # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
     # when nothing binds). A --max-rate the operator gave stays a cap.
-    policy.unthrottled_at_max = c.get("max_rate_bytes_per_s") is None and kind in ("slack", "pid", "threshold")
+    policy.unthrottled_at_max = c.get("max_rate_bytes_per_s") is None and kind in ("slack", "model", "pid", "threshold")
     return policy
 
 

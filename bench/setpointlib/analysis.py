@@ -24,11 +24,12 @@ from datetime import datetime
 from pathlib import Path
 
 MB = 1e6
-KINDS = ("slack", "pid", "threshold", "oracle", "unthrottled")
-LABELS = {"slack": "slack (default)", "pid": "velocity PID", "threshold": "on/off threshold",
-          "oracle": "fixed at oracle", "unthrottled": "unthrottled"}
-COLOURS = {"slack": "#2ca02c", "pid": "#1f77b4", "threshold": "#ff7f0e", "oracle": "#d62728",
+KINDS = ("model", "slack", "pid", "threshold", "oracle", "unthrottled")
+LABELS = {"model": "model (experimental)", "slack": "slack (default)", "pid": "velocity PID",
+          "threshold": "on/off threshold", "oracle": "fixed at oracle", "unthrottled": "unthrottled"}
+COLOURS = {"model": "#9467bd", "slack": "#2ca02c", "pid": "#1f77b4", "threshold": "#ff7f0e", "oracle": "#d62728",
            "unthrottled": "#7f7f7f"}
+CONTROLLERS = ("model", "slack", "pid")  # the latency-steered ones, also run at the non-binding setpoint
 
 
 # ----------------------------------------------------------------------------------------------
@@ -419,7 +420,7 @@ def summarise(res: dict, head_exclude_s: float = 0.0) -> dict:
     goals = []
     for sp_key in cmp_.get("binding", []):
         orc = out.get((sp_key, "oracle"))
-        for kind in ("slack", "pid", "threshold"):
+        for kind in (*CONTROLLERS, "threshold"):
             s = out.get((sp_key, kind))
             if not s:
                 continue
@@ -431,7 +432,7 @@ def summarise(res: dict, head_exclude_s: float = 0.0) -> dict:
             g["ramp_ok"] = s["ramp_s"] is not None and s["ramp_s"] <= 10
             goals.append(g)
     nb = cmp_.get("nonbinding")
-    for kind in ("slack", "pid"):
+    for kind in CONTROLLERS:
         s = out.get((key(nb), kind)) if nb else None
         if s:
             goals.append({"setpoint": key(nb), "kind": kind, "binds": (u_mean / nb if u_mean else None),

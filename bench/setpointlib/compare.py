@@ -1,4 +1,4 @@
-"""Every controller side by side (issue 14): slack, velocity PID, on/off threshold, a fixed rate at the
+"""Every controller side by side (issues 14, 32): slack (the default), the model controller, velocity PID, on/off threshold, a fixed rate at the
 oracle (from fig5) and unthrottled, at each binding setpoint and one that does not bind, --repeats
 times, the order of the controllers rotated each repeat. Analysis: analysis.summarise/report_compare."""
 
@@ -11,7 +11,7 @@ from .analysis import key, mbs, ms, oracle_rates
 from .runner import Bench
 
 
-KINDS = ("slack", "pid", "threshold", "oracle")  # run at each binding setpoint, in this order (rotated)
+KINDS = ("model", "slack", "pid", "threshold", "oracle")  # run at each binding setpoint, in this order (rotated)
 
 
 def parse_controllers(text: str) -> list[str]:
@@ -62,7 +62,7 @@ def run(bench: Bench, binding: list[float]) -> dict:
         for sp in binding:
             for kind in order:
                 one(rep, kind, sp)
-        for kind in ("slack", "pid"):
+        for kind in ("model", "slack", "pid"):
             if kind in kinds:
                 one(rep, kind, c["nonbinding"])
     return c

@@ -31,9 +31,12 @@ POLL_S = 0.5
                    "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
                    "Default: per-transaction latency from performance_schema, over every tenant on the source "
                    "node. A source that sees nothing while the tenant commits is refused (blind).")
-@click.option("--controller", "controller_kind", type=click.Choice(["slack", "pid", "threshold"]), default=None,
+@click.option("--controller", "controller_kind", type=click.Choice(["slack", "model", "pid", "threshold"]),
+              default=None,
               help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
-                   "remembers the knee), pid (the paper's velocity PID), threshold (on/off).")
+                   "remembers the knee), model (experimental: fits latency against the copy rate online and "
+                   "sets the rate where the fit meets the setpoint, docs/controller.md), pid (the paper's "
+                   "velocity PID, the baseline), threshold (on/off).")
 @click.option("--target-setpoint", type=DURATION, default=None,
               help="Latency target for the target node's tenants (default: the same as --setpoint). The copy "
                    "follows whichever node is further over its own setpoint.")
@@ -247,7 +250,10 @@ def progress_line(doc: dict) -> str:
         line += f"/{ctl['setpoint_s'] * 1000:.0f}ms"
         line += source_state_text(ctl)
         line += binding_text(ctl)
-    if doc.get("prereading"):
+    verdict = ctl.get("verdict")
+    if verdict:  # slacker.controller.verdict: the copy cannot finish under this setpoint
+        line += f"  {verdict['what'].upper()}: {verdict['why']}; {verdict['hint']}"
+    elif doc.get("prereading"):
         line += f"  (reading the backup tool into memory first: {format_size(doc.get('preread_bytes') or 0)})"
     elif doc.get("eta_s") is not None:
         line += f"  ETA {format_duration(doc['eta_s'])}"

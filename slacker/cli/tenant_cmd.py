@@ -172,6 +172,9 @@ def _migration_line(m: dict) -> str:
                 ("unthrottled" if rate is None else f"{format_size(rate)}/s")
         line += source_state_text(ctl)
         line += binding_text(ctl)
+        if ctl.get("verdict"):  # the copy cannot finish under this setpoint (slacker.controller.verdict)
+            v = ctl["verdict"]
+            line += f"; {v['what'].upper()}: {v['why']}; {v['hint']}"
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
     if m.get("finishing_reason"):

@@ -1,4 +1,5 @@
-"""Controllers that set the copy rate: the default slack finder, the PID throttle and baselines.
+"""Controllers that set the copy rate: the default slack finder, the model controller (experimental),
+the PID throttle and baselines.
 
 The migration loop reads a latency sample once per step, calls `step()` and
 applies `rate_bytes_per_s`. Prometheus gauges live in `slacker.controller.metrics`.
@@ -7,6 +8,7 @@ applies `rate_bytes_per_s`. Prometheus gauges live in `slacker.controller.metric
 from .base import ControllerStep, RateController
 from .baselines import FixedRate, ThresholdThrottle
 from .loop import RatePolicy
+from .model import ModelController
 from .pid import DEFAULT_GAINS, Gains, ThrottleConfig, ThrottleController, parse_gains
 from .slack import SlackController
 
@@ -15,6 +17,7 @@ __all__ = [
     "ControllerStep",
     "FixedRate",
     "Gains",
+    "ModelController",
     "RateController",
     "RatePolicy",
     "SlackController",

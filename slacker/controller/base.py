@@ -95,6 +95,11 @@ class RateController(ABC):
         """Whether the pipe is still reading the backup tool's program (slacker.pagecache), before the
         copy. Controllers that treat the copy's first seconds apart count them from its real start."""
 
+    def set_mark(self, mark: str | None) -> None:
+        """Why the second just past is not the copy's doing (the backup tool's read-in or start, a
+        pause, a lock), or None. The migration marks those seconds; a model leaves them out."""
+        self.set_warming(mark == "read-in")
+
 
 def is_stale(sample: LatencySample, now: float, stale_after_s: float) -> bool:
     """A sample read too long ago (or from the future: a different clock) is not evidence."""

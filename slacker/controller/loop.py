@@ -12,6 +12,7 @@ from typing import Any
 from ..latency import LatencySample, LatencySource
 from .base import ControllerStep, RateController
 from .metrics import ControllerMetrics
+from .verdict import Feasibility
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ class RatePolicy:
         # At the controller's maximum, copy unthrottled (None) instead of at max rate: set when the max
         # rate is only a nominal scale (no --max-rate given), see slacker/throttle.py.
         self.unthrottled_at_max = False
+        # Whether the copy can finish under the setpoint (slacker.controller.verdict); its window is
+        # 30 s of the copy's own seconds, so a verdict comes within a minute of the copy's start.
+        self.feasibility = Feasibility(window_s=30.0, step_s=getattr(controller, "step_s", 1.0))
 
     def initial_rate(self) -> int | None:
         """The rate to start the copy at, before the first step."""
@@ -53,8 +57,13 @@ class RatePolicy:
             return None
         return self.controller.rate_bytes_per_s
 
-    def step(self, now: float, bytes_done: int, warming: bool = False) -> tuple[int | None, dict[str, Any]]:
-        self.controller.set_warming(warming)
+    def step(self, now: float, bytes_done: int, warming: bool = False, mark: str | None = None,
+             bytes_total: float | None = None) -> tuple[int | None, dict[str, Any]]:
+        """`mark`: why this step's latency is not the copy's doing (see RateController.set_mark);
+        `warming` is the read-in's mark by its old name. `bytes_total`: the copy's size as known now
+        (it grows with the backup's redo log), for the verdict on whether the copy can finish."""
+        mark = mark or ("read-in" if warming else None)
+        self.controller.set_mark(mark)
         try:
             sample = self.source.read()
         except Exception as exc:  # noqa: BLE001 - a source that breaks its promise still must not stop the copy loop
@@ -76,6 +85,11 @@ class RatePolicy:
         sides = getattr(self.source, "sides", None)
         if sides:  # both ends guarded: each side's latency, and which one steered this step
             state.update(sides)
+        if mark:
+            state["mark"] = mark
+        verdict = self.feasibility.update(now, state, bytes_done, bytes_total, bool(mark) or self.controller.paused)
+        if verdict is not None:
+            state["verdict"] = verdict
         if self.unthrottled_at_max and out.fraction >= 1.0 and not self.controller.paused:
             state["note"] = "at max: copying unthrottled"
             state["rate_bytes_per_s"] = None

@@ -153,8 +153,10 @@ class Migration:
         return self.opts.rate_bytes_per_s
 
     def eta_s(self) -> float | None:
-        # No estimate while paused or crawling: the decaying throughput average would give absurd figures.
+        # No estimate while paused or crawling: the decaying throughput average would give absurd figures;
+        # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
         if (self.phase not in ("snapshot", "copy") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+                or (self.controller_state or {}).get("verdict")
                 or not self.bytes_total or self.current_rate() == 0):
             return None
         return max(0.0, (self.bytes_total - self.bytes_done()) / self.telemetry.throughput)

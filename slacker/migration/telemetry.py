@@ -9,6 +9,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
+from ..controller.marks import MODEL_KEYS, copy_mark
+
 log = logging.getLogger("slacker.migration.telemetry")
 
 
@@ -51,7 +53,7 @@ class Telemetry:
         self._last_bytes = (now, done)
         if m.rate_policy is not None:
             if m.phase == "snapshot" and m.pipe is not None and not m.pipe.done:
-                rate, state = m.rate_policy.step(now, done, warming=m.pipe.prereading)
+                rate, state = m.rate_policy.step(now, done, mark=copy_mark(m, now), bytes_total=m.bytes_total)
                 m.pipe.set_rate(rate)
                 if m.pipe.commit_locked:
                     state["note"] = "backup holds the commit lock: copying unthrottled" + (
@@ -86,7 +88,8 @@ class Telemetry:
             sample["duration_s"] = round(m.finished_at - m.created, 3)
         if m.controller_state:
             for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
-                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s"):
+                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s",
+                      *MODEL_KEYS, "mark", "verdict"):
                 if k in m.controller_state:
                     sample[k] = m.controller_state[k]
         if m.phase == "delta" and m.delta_stats:  # the MPL and apply rate over time

@@ -302,9 +302,9 @@ def test_compare_controllers_option_keeps_the_runs_order_and_rejects_unknown_nam
 
     from setpointlib.compare import parse_controllers
 
-    assert parse_controllers("oracle, slack") == ["slack", "oracle"]
+    assert parse_controllers("oracle, slack, model") == ["model", "slack", "oracle"]
     for bad in ("slack,bogus", "", ","):
-        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of slack,pid,threshold,oracle"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of model,slack,pid,threshold,oracle"):
             parse_controllers(bad)
 
 

@@ -1,0 +1,42 @@
+"""The seconds of a copy in which the copy is not what moves latency: one place that names them.
+
+The migration's tick asks `copy_mark(migration, now)` once a step and hands the answer to
+`RatePolicy.step(mark=...)`; a controller leaves marked seconds out of what it learns
+(slacker.controller.model) and the verdict does not count them. The marks:
+
+- "read-in": the pipe reads the backup tool's program into the page cache at the copy's rate
+  before starting it (slacker.pagecache); no data moves yet;
+- "backup start": the tool's first BACKUP_START_S seconds after the read-in: it opens its files and
+  reads the first chunk of each at once, whatever the pipe's rate (a 1.5-4x stall of 2-6 s on a
+  disk-bound host, docs/history/issue-14.md);
+- "commit lock": the backup holds the commit lock; the copy runs unthrottled and the tenants wait;
+- "paused": the operator paused the copy.
+"""
+
+from __future__ import annotations
+
+BACKUP_START_S = 6.0  # the longest start stall measured (issue 14, sessions 5-7: 2-6 s)
+
+# The model's state in the time series and status (slacker.controller.model.ModelController.state).
+MODEL_KEYS = ("model_lag_s", "model_load_latency_s", "model_knee_bytes_per_s", "model_allowed_bytes_per_s",
+              "model_noise", "model_confidence")
+
+
+def copy_mark(migration, now: float) -> str | None:
+    pipe = migration.pipe
+    if pipe is None:
+        return None
+    if getattr(pipe, "prereading", False):
+        migration._copy_started_at = None
+        return "read-in"
+    if getattr(pipe, "commit_locked", False):
+        return "commit lock"
+    policy = migration.rate_policy
+    if policy is not None and policy.controller.paused:
+        return "paused"
+    started = getattr(migration, "_copy_started_at", None)
+    if started is None:
+        started = migration._copy_started_at = now
+    if now - started < BACKUP_START_S:
+        return "backup start"
+    return None

@@ -5,7 +5,8 @@ The migration's tick asks `copy_mark(migration, now)` once a step and hands the 
 (slacker.controller.model) and the verdict does not count them. The marks:
 
 - "read-in": the pipe reads the backup tool's program into the page cache at the copy's rate
-  before starting it (slacker.pagecache); no data moves yet;
+  before starting it (slacker.pagecache); no data moves yet (held at rate zero it reads nothing, and
+  is no mark: those seconds show the load alone);
 - "backup start": the tool's first BACKUP_START_S seconds after the read-in: it opens its files and
   reads the first chunk of each at once, whatever the pipe's rate (a 1.5-4x stall of 2-6 s on a
   disk-bound host, docs/history/issue-14.md);
@@ -28,7 +29,9 @@ def copy_mark(migration, now: float) -> str | None:
         return None
     if getattr(pipe, "prereading", False):
         migration._copy_started_at = None
-        return "read-in"
+        # A read-in held at rate zero reads nothing: its seconds show the load alone, not the copy.
+        rate = getattr(pipe, "rate", None)
+        return "read-in" if rate is None or rate > 0 else None
     if getattr(pipe, "commit_locked", False):
         return "commit lock"
     policy = migration.rate_policy

@@ -50,10 +50,15 @@ class Session:
     state: str
     verb: str  # the statement's first words only: a statement's text may hold data or secrets
 
-    def describe(self, what: str = "statement") -> str:
-        doing = f"{self.verb} " if self.verb else ""
-        state = f", {self.state}" if self.state else ""
-        return f"connection {self.id} (user {self.user}): {doing}{what} running {self.running_s:.1f}s{state}"
+    def describe(self) -> str:
+        """A statement: what it runs and for how long."""
+        state = f" ({self.state})" if self.state else ""
+        return f"connection {self.id} (user {self.user}): {self.verb or 'a'} statement running {self.running_s:.1f}s{state}"
+
+    def describe_transaction(self) -> str:
+        """A transaction: how long it has been open, and what it runs now, if anything."""
+        now = f", now running {self.verb}" if self.verb else ""
+        return f"connection {self.id} (user {self.user}): transaction open {self.running_s:.1f}s{now}"
 
 
 @dataclass
@@ -108,7 +113,7 @@ def blockers(conn, older_than_s: float, own_users: tuple[str, ...] = SERVICE_USE
     statements = [s for s in running_statements(conn, own_users) if s.running_s > older_than_s]
     seen = {s.id for s in statements}
     found = [(s.running_s, s.describe()) for s in statements]
-    found += [(s.running_s, s.describe("transaction open, last statement" if s.verb else "transaction open"))
+    found += [(s.running_s, s.describe_transaction())
               for s in long_write_transactions(conn, older_than_s, own_users) if s.id not in seen]
     return [line for _, line in sorted(found, key=lambda x: -x[0])]
 

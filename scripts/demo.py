@@ -109,12 +109,19 @@ def main() -> int:
         print_summary(doc)
         (OUT / "migration.json").write_text(json.dumps(doc, indent=2))
         sh("locate", "demo")
-        conn = pymysql.connect(host=_locate_host(), port=loc["port"], user="app",
-                               password=pw, autocommit=True)
+        after = json.loads(sh("locate", "demo", "--json", capture=True).stdout)
+        conn = pymysql.connect(host=after["host"], port=after["port"], user="app", password=pw, autocommit=True)
         with conn.cursor() as cur:
             cur.execute("SELECT text FROM hello.greetings WHERE id = 1")
-            print(f"   the row, read from the new owner: {cur.fetchone()[0]!r}")
+            print(f"   the row, read from the new owner ({after['node']}): {cur.fetchone()[0]!r}")
         conn.close()
+        if after.get("routers"):  # the router's address never moved: the same row through it
+            host, port = after["routers"][0]["address"].rsplit(":", 1)
+            conn = pymysql.connect(host=host, port=int(port), user="app@demo", password=pw, autocommit=True)
+            with conn.cursor() as cur:
+                cur.execute("SELECT text FROM hello.greetings WHERE id = 1")
+                print(f"   the row, read through the router at {host}:{port}: {cur.fetchone()[0]!r}")
+            conn.close()
         if have("slacker.plot"):
             say("5. the run's plot")
             series_path = Path(doc["series_path"])
@@ -133,11 +140,6 @@ def main() -> int:
             sh("cluster", "down", "--dir", str(RUN))
     print(f"\ndemo done; artefacts in {OUT}")
     return 0
-
-
-def _locate_host() -> str:
-    out = subprocess.run(SLACKER + ["locate", "demo"], cwd=REPO, text=True, stdout=subprocess.PIPE, check=True)
-    return out.stdout.strip().rsplit(":", 1)[0]
 
 
 def _setpoint_from_baseline(series: Path) -> str:

@@ -6,32 +6,12 @@ from __future__ import annotations
 import threading
 import time
 
-import pymysql
 import pytest
 
 from slacker import oltp
+from slacker.client import TenantClient
 from slacker.errors import LockNotGranted
 from slacker.mariadb import freeze as freezing
-
-
-class _Client:
-    CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError)
-
-    def __init__(self, endpoint) -> None:
-        self.endpoint, self.conn = endpoint, None
-
-    def connection(self):
-        if self.conn is None:
-            self.conn = self.endpoint.connect()
-        return self.conn
-
-    def close(self):
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except Exception:
-                pass
-        self.conn = None
 
 
 def test_blockers_name_long_statements_and_open_write_transactions(tenant, tenant_endpoint):
@@ -61,7 +41,7 @@ def test_blockers_name_long_statements_and_open_write_transactions(tenant, tenan
 def test_the_lock_is_granted_under_row_lock_contention(tenant, tenant_endpoint):
     admin = tenant.admin_connect()
     oltp.load(admin, accounts=200)
-    load = oltp.TransferLoad(lambda: _Client(tenant_endpoint), threads=8, accounts=200).start()
+    load = oltp.TransferLoad(lambda: TenantClient("t1", lambda: tenant_endpoint), threads=8, accounts=200).start()
     try:
         time.sleep(1.5)
         granted = []

@@ -146,5 +146,24 @@ def forget_replication(conn) -> None:
             cur.execute("RESET SLAVE %s ALL" % _quote_name(name))
 
 
+def drop_replication_files(datadir) -> list[str]:
+    """Remove a stopped server's replication bookkeeping (master/relay info, relay logs and their index).
+
+    For a promoted migration target only: it applied exactly what it needed and is about to forget its
+    replication link. A server killed while it replicates can leave a relay log index naming a relay
+    log it had already purged; it then refuses to start ("Failed to initialize multi master
+    structures"), and the target could never be activated. Returns the names removed.
+    """
+    from pathlib import Path
+
+    d = Path(datadir)
+    gone = []
+    for pattern in ("master-*.info", "relay-log-*.info", "multi-master.info", "*relay-bin*"):
+        for f in d.glob(pattern):
+            f.unlink(missing_ok=True)
+            gone.append(f.name)
+    return gone
+
+
 def _quote_name(name: str) -> str:
     return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"

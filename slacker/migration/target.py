@@ -226,10 +226,18 @@ class IncomingMigration:
                                f"the directory names {own.node} at epoch {own.epoch}", "")
             if self.receiver is not None:
                 self.receiver.abort()
+            dropped = False
             if not self.tenant.is_running():
+                # Caught up exactly and durable when promoted: its replication files are of no more use,
+                # and a kill while it replicated can leave them unreadable to a starting server.
+                if self.state == TargetState.PROMOTED.value:
+                    dropped = bool(replication.drop_replication_files(self.tenant.datadir))
                 self.node.tenants.start_tenant(self.tenant, extra_args=["--skip-slave-start"])
             if self.applier is not None:
-                self.applier.detach()
+                if dropped:
+                    self.applier.abort()  # no replication connection is left to reset
+                else:
+                    self.applier.detach()
             conn = self.tenant.admin_connect(timeout_s=10)
             try:
                 replication.forget_replication(conn)

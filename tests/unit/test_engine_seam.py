@@ -103,3 +103,15 @@ def test_a_refused_statement_fails_the_delta_naming_its_verb_and_drops_the_conne
     assert info.value.one_line() == (f"applying the delta failed: {verb}: This operation cannot be performed as "
                                      "you have a running slave (the source is untouched; retry)")
     assert conn.statements[-1].startswith(refused) and conn.closed == 1
+
+
+def test_a_promoted_targets_replication_files_are_dropped_and_nothing_else(tmp_path):
+    from slacker.mariadb import replication
+
+    keep = ["ibdata1", "binlog.000001", "binlog.index", "mysql", "ib_logfile0"]
+    drop = ["master-slacker_migration.info", "relay-log-slacker_migration.info", "multi-master.info",
+            "mariadbd-relay-bin-slacker_migration.000002", "mariadbd-relay-bin-slacker_migration.index"]
+    for name in keep + drop:
+        (tmp_path / name).write_text("x")
+    assert sorted(replication.drop_replication_files(tmp_path)) == sorted(drop)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)

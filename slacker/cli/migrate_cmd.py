@@ -49,7 +49,13 @@ POLL_S = 0.5
 @click.option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
 @click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
               help="Hard limit on the write freeze, from the lock to the ownership flip; delta rounds aim at half.")
-@click.option("--verify", is_flag=True, help="Compare per-table checksums of source and target during the freeze.")
+@click.option("--verify", is_flag=True,
+              help="Before the handover, compare source and target row by row at one GTID position, online, paced "
+                   "like the copy; a difference fails the migration (source serving, target removed). Adds "
+                   "nothing to the freeze.")
+@click.option("--verify-only", is_flag=True,
+              help="Copy, catch up and verify as --verify does, then remove the target and stop: the source is "
+                   "never frozen or fenced (a rehearsal of the move). Exit 0 when the copy was equal.")
 @click.option("--mode", type=click.Choice(["live", "stop-and-copy"]), default="live", show_default=True,
               help="live: hot backup + delta rounds + brief freeze; stop-and-copy: the baseline with downtime.")
 @click.option("--pipe", type=click.Choice(["native", "pv"]), default=None,
@@ -84,7 +90,8 @@ POLL_S = 0.5
 def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | None, unthrottled: bool,
             setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
-            window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, mode: str,
+            window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, verify_only: bool,
+            mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...],
@@ -148,6 +155,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     body = migration_body(tenant_id, target, mode=mode, rate=rate, unthrottled=unthrottled, setpoint=setpoint,
                           max_rate=max_rate, latency_sources=latency_sources, controller_kind=controller_kind,
                           gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
+                          verify_only=verify_only,
                           pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
                           delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
                           handover_wait=handover_wait, catchup_mode=catchup_mode, target_setpoint=target_setpoint,
@@ -185,7 +193,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         print_json(doc)
     else:
         print_summary(doc)
-    if doc["result"] != "succeeded":
+    if doc["result"] not in ("succeeded", "verified"):  # verified: --verify-only, the copy was equal
         e = doc.get("error") or {}
         if cli.debug and e.get("detail"):  # a tool's output behind the message (the agent log has it too)
             click.echo(f"the output behind the error (from {doc['source']}'s agent):\n{e['detail']}", err=True)
@@ -239,6 +247,9 @@ def parse_settings(settings: tuple[str, ...]) -> dict:
 
 def progress_line(doc: dict) -> str:
     done, total = doc.get("bytes_done", 0), doc.get("bytes_total", 0)
+    v = doc.get("verify") or {}
+    if doc.get("phase") == "verify" and v:  # the rows summed on both sides, in table bytes
+        total = v.get("bytes_total", 0)
     pct = f" {100 * done / total:5.1f}%" if total else ""
     rate = "unlimited" if doc.get("rate_bytes_per_s") is None else format_rate(doc["rate_bytes_per_s"])
     line = (f"[{doc['phase']:>9}] {format_size(done)}/{format_size(total)}{pct}  "
@@ -257,6 +268,8 @@ def progress_line(doc: dict) -> str:
         line += f"  (reading the backup tool into memory first: {format_size(doc.get('preread_bytes') or 0)})"
     elif doc.get("eta_s") is not None:
         line += f"  ETA {format_duration(doc['eta_s'])}"
+    if doc["phase"] == "verify" and v:
+        line += f"  table {v.get('tables_done', 0)}/{v.get('tables_total', 0)}"
     if doc.get("rounds") and doc["phase"] == "delta":
         line += f"  round {len(doc['rounds'])}"
     if doc.get("finishing_reason"):
@@ -295,8 +308,13 @@ def print_summary(doc: dict) -> None:
         rows.append(["directory outage", f"{doc['directory_outage_s']:.1f} s (writes refused meanwhile)"])
     for w in doc.get("warnings") or []:
         rows.append(["warning", w])
+    v = doc.get("verify") or {}
     if doc.get("verified") is not None:
-        rows.append(["checksums", "equal" if doc["verified"] else "DIFFER"])
+        how = ""
+        if v.get("position"):
+            how = (f" at {v['position']} ({v.get('tables_total', 0)} tables, {v.get('rows', 0):,} rows, "
+                   f"{format_duration(v.get('duration_s') or 0)})")
+        rows.append(["checksums", ("equal" if doc["verified"] else "DIFFER") + how])
     if doc.get("epoch_after") is not None:
         rows.append(["epoch", f"{doc['epoch_before']} -> {doc['epoch_after']}"])
     rows.append(["time series", doc["series_path"] + f" (on {doc['source']})"])

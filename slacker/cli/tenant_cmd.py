@@ -175,6 +175,10 @@ def _migration_line(m: dict) -> str:
         if ctl.get("verdict"):  # the copy cannot finish under this setpoint (slacker.controller.verdict)
             v = ctl["verdict"]
             line += f"; {v['what'].upper()}: {v['why']}; {v['hint']}"
+    v = m.get("verify") or {}
+    if m.get("phase") == "verify" and v:
+        pct = 100 * v.get("bytes_done", 0) / v["bytes_total"] if v.get("bytes_total") else 0.0
+        line += f", verified {pct:.0f}% (table {v.get('tables_done', 0)}/{v.get('tables_total', 0)})"
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
     if m.get("finishing_reason"):

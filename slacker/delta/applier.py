@@ -32,6 +32,12 @@ class SourceLink:
     ssl_key: str | None = None
 
 
+def at_position(applied: str, want: str) -> bool:
+    """Whether the GTID position `applied` is exactly `want` in every domain `want` names."""
+    got = gtids.parse_gtid_pos(applied)
+    return all(got.get(d, (0, -1))[1] == q for d, (_, q) in gtids.parse_gtid_pos(want).items())
+
+
 class DeltaApplier(ABC):
     name = "abstract"
 
@@ -153,11 +159,46 @@ class ReplicationApplier(DeltaApplier):
     def stop_at(self, final_gtid: str) -> None:
         self._call(replication.stop_slave, self.CONNECTION)
         applied = self.applied()
-        want = gtids.parse_gtid_pos(final_gtid)
-        got = gtids.parse_gtid_pos(applied)
-        if any(got.get(d, (0, -1))[1] != q for d, (_, q) in want.items()):
+        if not at_position(applied, final_gtid):
             raise MigrationFailed("the target is not at the source's final position",
                                   f"source {final_gtid}, target {applied}", "handover aborted", phase="handover")
+
+    # ---- held at one position (online verification, slacker.verify) ----------------------------
+    def hold(self) -> str:
+        """Stop applying and fetching (UNTIL needs both stopped); returns the position applied."""
+        self._call(replication.stop_slave, self.CONNECTION)
+        return self.applied()
+
+    def advance_to(self, gtid: str, timeout_s: float) -> None:
+        """While held: apply up to exactly `gtid` (a source position at or after the held one), stop there."""
+        deadline = time.monotonic() + timeout_s
+        if not at_position(self.applied(), gtid):
+            self._call(replication.start_slave_until, self.CONNECTION, gtid)
+            while self._call(replication.master_gtid_wait, gtid,
+                             max(0.0, min(1.0, deadline - time.monotonic()))) != 0:
+                st = self._status()
+                if st.get("Last_SQL_Errno"):
+                    raise MigrationFailed("the target stopped applying the delta",
+                                          f"SQL thread: {st.get('Last_SQL_Error')}",
+                                          "the source is untouched; inspect the target's error log", phase="verify")
+                if time.monotonic() >= deadline:
+                    raise CatchUpTimeout("the target did not reach the verification position in time",
+                                         f"waited {timeout_s:.0f}s for {gtid}, applied {self.applied()}",
+                                         "the write load may be too heavy for the applier", phase="verify")
+            # MASTER_GTID_WAIT answers once the position is applied; the UNTIL stop follows at once.
+            while self._status().get("Slave_SQL_Running") == "Yes":
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.01)
+        applied = self.applied()
+        if not at_position(applied, gtid):
+            raise MigrationFailed("the target did not stop at the verification position",
+                                  f"source {gtid}, target {applied}", "the source is untouched; retry",
+                                  phase="verify")
+
+    def release(self) -> None:
+        """Fetch and apply again after `hold`."""
+        self._call(replication.start_slave, self.CONNECTION)
 
     def resume(self) -> None:
         self._call(replication.start_slave, self.CONNECTION)

@@ -145,6 +145,20 @@ class EngineApplier(ReplicationApplier):
             super().resume()
             self._paused = False
 
+    def hold(self) -> str:
+        """Held for verification: stopped, and serial until released, so the stop lands exactly."""
+        with self._lock:
+            self._paused = True
+            applied = super().hold()
+            self._call(replication.set_parallel_threads, 0)
+            return applied
+
+    def release(self) -> None:
+        with self._lock:
+            self._call(replication.set_parallel_threads, self.mpl)
+            super().release()
+            self._paused = False
+
     def detach(self) -> None:
         self._stop.set()
         with self._lock:

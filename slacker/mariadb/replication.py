@@ -107,6 +107,12 @@ def start_slave(conn, name: str, sql_thread_only: bool = False) -> None:
     _run(conn, f"START SLAVE {_quote_name(name)}" + (" SQL_THREAD" if sql_thread_only else ""))
 
 
+def start_slave_until(conn, name: str, gtid: str) -> None:
+    """Start `name` to apply up to exactly `gtid` and stop there. Both threads must be stopped first (the
+    server refuses UNTIL master_gtid_pos with the IO thread running: "Slave is already running")."""
+    _run(conn, f"START SLAVE {_quote_name(name)} UNTIL master_gtid_pos = %s", (gtid,))
+
+
 def stop_slave(conn, name: str, sql_thread_only: bool = False) -> None:
     _run(conn, f"STOP SLAVE {_quote_name(name)}" + (" SQL_THREAD" if sql_thread_only else ""))
 

@@ -6,7 +6,7 @@ granted, is given up before the flip (unfenced, unfrozen) and retried after
 more delta rounds, up to --handover-attempts. Steps, in order, with the
 journal state each one leaves (slacker.migration.protocol):
 
-    (lease renewed, then the clock starts) locked (final position read) -> caught_up [-> verified]
+    (lease renewed, then the clock starts) locked (final position read) -> caught_up
     -> target_ready -> fenced (journal: fenced) -> compare-and-set (journal:
     flipping; the point of no return) -> flipped (journal: flipped)
 """
@@ -14,7 +14,6 @@ journal state each one leaves (slacker.migration.protocol):
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerError
@@ -43,15 +42,6 @@ class Handover:
         # run at the durable speed the freeze's own catch-up will have.
         m.delta_rounds.run()
         m._phase("handover")
-        if m.opts.verify:
-            # Both sides run in parallel inside the freeze; allow for the slower one and the lock.
-            need = m.src.time_checksums_s() * 1.5
-            if need > m.opts.max_freeze_s * 0.8:
-                raise MigrationFailed("--verify does not fit in the freeze",
-                                      f"checksums take about {need * 1000:.0f}ms, --max-freeze is "
-                                      f"{m.opts.max_freeze_s * 1000:.0f}ms",
-                                      "raise --max-freeze or migrate without --verify; nothing was frozen",
-                                      phase="handover")
         for n in range(1, m.opts.handover_attempts + 1):
             if self.wait_until_quiet():
                 # The target kept applying while we waited; catch up what came meanwhile.
@@ -150,9 +140,6 @@ class Handover:
                 # delta rounds, retry), not a failed migration; a stopped applier still fails.
                 raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
             mark("caught_up")
-            if m.opts.verify:
-                self._verify(left("verify"))
-                mark("verified")
             # Nothing may have committed since the final position was read: the lock still holds.
             if m.src.frozen_position() != final:
                 raise MigrationFailed("source changed during the freeze", "its GTID position moved",
@@ -207,29 +194,3 @@ class Handover:
             m.src.unfreeze()
             if m.entry.state != "started":
                 m.journal.update(m.entry, state="started")
-
-    def _verify(self, budget_s: float) -> None:
-        # Both sides at once: the freeze lasts as long as the slower of the two, not their sum.
-        m = self.m
-        box: dict = {}
-
-        def target_side():
-            try:
-                box["dst"] = m.peer.step("checksums", {}, timeout_s=budget_s + 30)["checksums"]
-            except BaseException as exc:  # re-raised in the migration's thread
-                box["err"] = exc
-
-        t = threading.Thread(target=target_side, daemon=True)
-        t.start()
-        src = m.src.frozen_checksums()
-        t.join(budget_s + 30)
-        if "err" in box:
-            raise box["err"]
-        if "dst" not in box:
-            raise OverBudget("handover over budget", "target checksums did not finish in time", "", phase="handover")
-        dst = box["dst"]
-        if src != dst:
-            diff = sorted(k for k in set(src) | set(dst) if src.get(k) != dst.get(k))
-            raise MigrationFailed("verification failed", f"checksums differ for {', '.join(diff[:5])}",
-                                  "the source keeps serving; report this", phase=m.phase)
-        m.verified = True

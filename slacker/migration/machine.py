@@ -43,6 +43,7 @@ from .protocol import PHASE_MOVES, check
 from .rounds import DeltaRounds
 from .telemetry import Telemetry, utc
 from .source import SourceSide
+from ..verify.online import OnlineVerification
 
 log = logging.getLogger("slacker.migration")
 
@@ -83,6 +84,7 @@ class Migration:
         self.freeze_ms: float | None = None
         self.handover_steps_ms: dict[str, float] = {}
         self.verified: bool | None = None
+        self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
         self.result: str | None = None
         self.error: SlackerError | None = None
         self.epoch_before: int | None = recovered.epoch_before if recovered else None
@@ -134,6 +136,8 @@ class Migration:
         pipe = self.pipe
         if pipe is not None:
             pipe.abort()
+        if self.verification is not None:
+            self.verification.abort()
 
     def finish_now(self) -> None:
         """`slacker migrate --finish`: retry the forward steps at once instead of at the next backoff."""
@@ -143,11 +147,20 @@ class Migration:
         self.opts.rate_bytes_per_s = rate
         if self.pipe is not None and self.rate_policy is None:
             self.pipe.set_rate(rate)
+        if self.verification is not None and self.rate_policy is None:
+            self.verification.set_rate(rate)
+
+    def _verifying(self) -> OnlineVerification | None:
+        return self.verification if self.phase == "verify" else None
 
     def bytes_done(self) -> int:
+        if self._verifying():  # the phase's own progress: table bytes summed on both sides
+            return self.verification.bytes_done
         return self.pipe.bytes_sent if self.pipe is not None else 0
 
     def current_rate(self) -> float | None:
+        if self._verifying():
+            return self.verification.rate
         if self.pipe is not None:
             return self.pipe.rate
         return self.opts.rate_bytes_per_s
@@ -155,11 +168,12 @@ class Migration:
     def eta_s(self) -> float | None:
         # No estimate while paused or crawling: the decaying throughput average would give absurd figures;
         # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
-        if (self.phase not in ("snapshot", "copy") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+        total = self.verification.bytes_total if self._verifying() else self.bytes_total
+        if (self.phase not in ("snapshot", "copy", "verify") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
                 or (self.controller_state or {}).get("verdict")
-                or not self.bytes_total or self.current_rate() == 0):
+                or not total or self.current_rate() == 0):
             return None
-        return max(0.0, (self.bytes_total - self.bytes_done()) / self.telemetry.throughput)
+        return max(0.0, (total - self.bytes_done()) / self.telemetry.throughput)
 
     def to_dict(self) -> dict:
         err = self.error.to_dict() if self.error else None
@@ -176,7 +190,8 @@ class Migration:
             "throughput_bytes_per_s": round(self.telemetry.throughput, 1), "eta_s": self.eta_s(),
             "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms,
             "handover_steps_ms": self.handover_steps_ms, "handover_attempts": [asdict(a) for a in self.attempts],
-            "verified": self.verified, "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
+            "verified": self.verified, "verify": self.verification.to_dict() if self.verification else None,
+            "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
             "past_point_of_no_return": self.past_point_of_no_return, "finishing_reason": self.finishing_reason,
             "waiting_for": self.waiting_for, "handover_step": self.handover_step,
             "directory_outage_s": self.outage_s, "warnings": self.warnings, "recovered": self.recovered,
@@ -206,6 +221,12 @@ class Migration:
         self._snapshot()
         self._prepare()
         self.delta_rounds.run()
+        if self.opts.verify:
+            self._phase("verify")
+            self.verification = OnlineVerification(self)
+            self.verification.run()
+            if self.opts.verify_only:
+                return  # _drive rolls back: the source was never touched
         self.handover.run()
 
     def _drive(self, steps) -> None:
@@ -221,6 +242,10 @@ class Migration:
             else:
                 self._fail(exc)
                 return
+        if self.opts.verify_only and not self.past_point_of_no_return:
+            self._rollback()  # verified, nothing else was asked: the target goes, the source never stopped
+            self.result = "verified"
+            return
         self._phase("cleanup")
         self._go_forward("")
 

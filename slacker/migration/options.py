@@ -23,7 +23,8 @@ class MigrationOptions:
     # How long the handover waits, outside the freeze, for long transactions, long statements and DDL
     # on the source to end before it gives up (the source keeps serving).
     handover_wait_s: float = 60.0
-    verify: bool = False
+    verify: bool = False  # online verification before the handover (slacker.verify)
+    verify_only: bool = False  # run up to verification, then remove the target (the source untouched)
     max_rounds: int = 20
     max_stalled_rounds: int = 3  # rounds in a row that did not shrink before giving up
     pipe: str = DEFAULT_PIPE
@@ -53,6 +54,11 @@ class MigrationOptions:
         if not 0 <= self.handover_wait_s <= 24 * 3600:
             raise InvalidInput(f"--handover-wait {self.handover_wait_s}s is out of range", "use 0s to 24h",
                                "for example 60s")
+        if self.verify_only:
+            if self.mode != "live":
+                raise InvalidInput("--verify-only needs a live migration",
+                                   "stop-and-copy stops the source before anything can be compared", "")
+            self.verify = True
         if self.rate_bytes_per_s is not None and self.rate_bytes_per_s < 0:
             raise InvalidInput("negative rate", "a rate is zero (paused) or positive", "")
         if self.max_rounds < 1 or self.max_stalled_rounds < 1:

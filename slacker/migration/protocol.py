@@ -25,6 +25,7 @@ class Phase(StrEnum):
     SNAPSHOT = "snapshot"
     PREPARE = "prepare"
     DELTA = "delta"
+    VERIFY = "verify"
     HANDOVER = "handover"
     COPY = "copy"
     CLEANUP = "cleanup"
@@ -63,7 +64,9 @@ PHASE_MOVES: dict[Phase, dict[Phase, str]] = {
                   P.COPY: "stop-and-copy: the same checks"},
     P.SNAPSHOT: {P.PREPARE: "the hot backup streamed and acknowledged by the target"},
     P.PREPARE: {P.DELTA: "the target prepared the copy, started it fenced and replicates"},
-    P.DELTA: {P.HANDOVER: "the remaining delta fits half of --max-freeze"},
+    P.DELTA: {P.HANDOVER: "the remaining delta fits half of --max-freeze",
+              P.VERIFY: "--verify: the rounds caught up; both sides are compared at one position"},
+    P.VERIFY: {P.DELTA: "equal: rounds catch up what was written meanwhile (--verify-only ends here)"},
     P.HANDOVER: {P.DELTA: "an attempt over budget, or a wait for a long transaction: more rounds first",
                  P.CLEANUP: "the directory names the target (the point of no return passed)",
                  P.FINISHING: "past the flip, a forward step failed: retried until done"},

@@ -254,6 +254,10 @@ def attach(node, server) -> None:
     def inc_checksums(srv, body, q, mid):
         return {"checksums": inc.get(mid).checksums()}
 
+    @server.route("POST", f"/v1/incoming/{MID}/verify")
+    def inc_verify(srv, body, q, mid):
+        return inc.get(mid).verify(body)  # online verification (slacker.verify): hold, open, chunk, close
+
     @server.route("POST", f"/v1/incoming/{MID}/ready")
     def inc_ready(srv, body, q, mid):
         inc.get(mid).ready(body.get("final_gtid"))

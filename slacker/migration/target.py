@@ -23,7 +23,7 @@ from ..delta import make_applier  # serial|concurrent applier, catch-up mode
 from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops, replication
-from ..mariadb.checksums import table_checksums
+from ..mariadb.rowsums import table_sums
 from ..procs import kill_group
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
@@ -48,6 +48,7 @@ class IncomingMigration:
         self.position: dict | None = None
         self.state = entry.state
         self._prepare_proc = None
+        self._verifier = None  # online verification's snapshot (slacker.verify), while one runs
         self._lock = threading.RLock()
 
     # ---- creation -------------------------------------------------------------------
@@ -181,11 +182,33 @@ class IncomingMigration:
         return dict(out, durable=True, catchup=self.applier.relaxed)
 
     def checksums(self) -> dict:
+        """Whole-table sums (stop-and-copy's --verify: the copy is not replicating)."""
         conn = self.tenant.admin_connect(timeout_s=10)
         try:
-            return table_checksums(conn)
+            return {k: list(v) for k, v in table_sums(conn).items()}
         finally:
             conn.close()
+
+    def verify(self, body: dict) -> dict:
+        """One step of online verification (slacker.verify.target): hold, open, chunk or close."""
+        from ..verify.target import TargetVerifier
+
+        op = body.get("op")
+        with self._lock:
+            self._require("catching-up")
+            if self._verifier is None:
+                self._verifier = TargetVerifier(lambda: self.tenant.admin_connect(timeout_s=10), self.applier)
+            v = self._verifier
+        if op == "hold":
+            return v.hold()
+        if op == "open":
+            return v.open(str(body["gtid"]), float(body.get("timeout_s", 600)))
+        if op == "chunk":
+            return {"sum": v.chunk(str(body["table"]), body.get("lo"), body.get("hi"))}
+        if op == "close":
+            v.close()
+            return {"closed": True}
+        raise InvalidInput(f"unknown verification step {op!r}", "hold, open, chunk or close", "")
 
     def ready(self, final_gtid: str | None) -> None:
         """Stop applying at exactly the source's final position and make it durable; still fenced."""

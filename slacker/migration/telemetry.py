@@ -63,6 +63,13 @@ class Telemetry:
                                      f"({m.pipe.preread_bytes / 1e6:.1f} MB)") + (
                         f" ({state['note']})" if state.get("note") else "")
                 m.controller_state = state
+            elif m.phase == "verify" and m.verification is not None and m.verification.result is None:
+                # Verification reads every row on both servers: paced like the copy, same setpoint and guard.
+                v = m.verification
+                rate, state = m.rate_policy.step(now, v.bytes_done, bytes_total=v.bytes_total)
+                v.set_rate(rate)
+                state["note"] = "verifying" + (f" ({state['note']})" if state.get("note") else "")
+                m.controller_state = state
             elif m.result is None and m.phase not in ("pending", "preflight"):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
                 # what prepare, delta and the freeze cost the clients: keep recording it.
@@ -92,6 +99,9 @@ class Telemetry:
                       *MODEL_KEYS, "mark", "verdict"):
                 if k in m.controller_state:
                     sample[k] = m.controller_state[k]
+        if m.phase == "verify" and m.verification is not None:  # bytes_done above is the verification's
+            sample["bytes_total"] = m.verification.bytes_total
+            sample["verify_tables_done"] = m.verification.tables_done
         if m.phase == "delta" and m.delta_stats:  # the MPL and apply rate over time
             sample["delta_mpl"] = m.delta_stats.get("mpl")
             sample["apply_tps"] = m.delta_stats.get("apply_tps")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from slacker import mariadb
 from slacker.agent.client import cluster_clients
-from slacker.mariadb.checksums import table_checksums
+from slacker.mariadb.rowsums import table_sums
 from slacker.client import TenantClient, resolve
 
 
@@ -85,7 +85,7 @@ def tenant_checksums(cluster, tenant_id: str) -> dict:
     t = TenantManager(cfg.data_root, host=cfg.tenant_host, node=own.node).get(tenant_id)
     conn = t.admin_connect()
     try:
-        return table_checksums(conn)
+        return table_sums(conn)
     finally:
         conn.close()
 

@@ -116,9 +116,6 @@ class FakeSource:
     def frozen_checksums(self) -> dict:
         return {"db.t": self.w.gtid}
 
-    def time_checksums_s(self) -> float:
-        return 0.0
-
     def fence(self) -> None:
         self.fenced = True
         self.w.fenced_on_disk = True  # persisted first ...

@@ -23,13 +23,9 @@ class TablePlan:
     name: str                 # `schema`.`table`, quoted for SQL
     columns: tuple[str, ...]  # in ordinal order
     pk: tuple[str, ...]       # primary key columns in key order; () when it has none
-    data_bytes: int           # information_schema's estimate (data_length)
-    rows: int                 # information_schema's estimate (table_rows)
+    data_bytes: int           # its tablespace file's size (data_length where there is none)
+    rows: int                 # information_schema's estimate (table_rows; stale on a fresh table)
     shape: str = field(default="")  # column names and types, compared between the two servers
-
-    @property
-    def row_bytes(self) -> float:
-        return self.data_bytes / self.rows if self.rows > 0 else 100.0
 
 
 def _q(ident: str) -> str:
@@ -73,9 +69,12 @@ def table_plans(conn) -> list[TablePlan]:
     """Every user base table, with its columns, primary key and size estimate."""
     ph = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
     with conn.cursor() as cur:
-        cur.execute(f"SELECT table_schema, table_name, COALESCE(data_length, 0), COALESCE(table_rows, 0) "
-                    f"FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
-                    f"AND table_schema NOT IN ({ph}) ORDER BY table_schema, table_name", SYSTEM_SCHEMAS)
+        # The file's size, not data_length: InnoDB's statistics lag on a table that just grew.
+        cur.execute(f"SELECT t.table_schema, t.table_name, COALESCE(s.file_size, t.data_length, 0), "
+                    f"COALESCE(t.table_rows, 0) FROM information_schema.tables t "
+                    f"LEFT JOIN information_schema.innodb_sys_tablespaces s "
+                    f"ON s.name = CONCAT(t.table_schema, '/', t.table_name) WHERE t.table_type = 'BASE TABLE' "
+                    f"AND t.table_schema NOT IN ({ph}) ORDER BY t.table_schema, t.table_name", SYSTEM_SCHEMAS)
         tables = cur.fetchall()
         cur.execute(f"SELECT table_schema, table_name, column_name, column_type FROM information_schema.columns "
                     f"WHERE table_schema NOT IN ({ph}) ORDER BY table_schema, table_name, ordinal_position",
@@ -139,23 +138,24 @@ def next_boundary(conn, plan: TablePlan, lo: list | None, rows: int) -> list | N
     return list(row) if row else None
 
 
-def chunk_sum(conn, plan: TablePlan, lo: list | None, hi: list | None) -> tuple[int, int, int]:
-    """(rows, BIT_XOR of CRC32, SUM of CRC32) over the rows with lo < pk <= hi (bounds optional)."""
+def chunk_sum(conn, plan: TablePlan, lo: list | None, hi: list | None) -> tuple[int, int, int, int]:
+    """(rows, BIT_XOR of CRC32, SUM of CRC32, bytes of row text) over the rows with lo < pk <= hi
+    (bounds optional). The first three are the checksum; the bytes size the next chunk."""
     cols = [_q(c) for c in plan.columns]
     flags = "CONCAT(" + ", ".join(f"ISNULL({c})" for c in cols) + ")" if cols else "''"
     text = f"CONCAT_WS('#', {', '.join(cols + [flags])})"
     where, args = _range(plan, lo, hi) if plan.pk else ("", [])
     index = " FORCE INDEX (PRIMARY)" if plan.pk else ""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*), COALESCE(BIT_XOR(CRC32({text})), 0), COALESCE(SUM(CRC32({text})), 0) "
-                    f"FROM {plan.name}{index}{where}", args)
-        n, x, s = cur.fetchone()
-    return int(n), int(x), int(s)
+        cur.execute(f"SELECT COUNT(*), COALESCE(BIT_XOR(CRC32({text})), 0), COALESCE(SUM(CRC32({text})), 0), "
+                    f"COALESCE(SUM(LENGTH({text})), 0) FROM {plan.name}{index}{where}", args)
+        n, x, s, b = cur.fetchone()
+    return int(n), int(x), int(s), int(b)
 
 
 def table_sums(conn) -> dict[str, tuple[int, int, int]]:
     """Every user table summed whole: schema.table -> (rows, xor, sum) (a stopped or frozen server)."""
-    return {p.label: chunk_sum(conn, p, None, None) for p in table_plans(conn)}
+    return {p.label: chunk_sum(conn, p, None, None)[:3] for p in table_plans(conn)}
 
 
 # ---- primary key values between the two agents (JSON) ---------------------------------------------

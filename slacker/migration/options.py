@@ -25,6 +25,7 @@ class MigrationOptions:
     handover_wait_s: float = 60.0
     verify: bool = False  # online verification before the handover (slacker.verify)
     verify_only: bool = False  # run up to verification, then remove the target (the source untouched)
+    verify_chunk_bytes: int = 2 * 1024 * 1024  # table data per verified chunk (slacker.verify.online)
     max_rounds: int = 20
     max_stalled_rounds: int = 3  # rounds in a row that did not shrink before giving up
     pipe: str = DEFAULT_PIPE
@@ -59,6 +60,8 @@ class MigrationOptions:
                 raise InvalidInput("--verify-only needs a live migration",
                                    "stop-and-copy stops the source before anything can be compared", "")
             self.verify = True
+        if not 16 * 1024 <= self.verify_chunk_bytes <= 1024 ** 3:
+            raise InvalidInput(f"verify chunk of {self.verify_chunk_bytes} bytes is out of range", "use 16KiB to 1GiB", "")
         if self.rate_bytes_per_s is not None and self.rate_bytes_per_s < 0:
             raise InvalidInput("negative rate", "a rate is zero (paused) or positive", "")
         if self.max_rounds < 1 or self.max_stalled_rounds < 1:

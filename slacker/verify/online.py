@@ -22,27 +22,34 @@ from ..transfer.bucket import Aborted, TokenBucket
 
 log = logging.getLogger("slacker.verify")
 
-# A chunk is about this many bytes of table data: small enough that pacing, progress and an
-# abort react within a controller step, large enough that the per-chunk round trip is noise.
-CHUNK_BYTES = 2 * 1024 * 1024
-CHUNK_ROWS_BOUNDS = (100, 50_000)
+# Rows per chunk: the migration's verify_chunk_bytes (default 2 MiB: small enough that pacing,
+# progress and an abort react within a controller step, large enough that the per-chunk round
+# trip is noise) at the average row size measured so far in the table; the first chunk of a
+# table is small, since nothing is measured yet (InnoDB's statistics lag on fresh tables).
+FIRST_CHUNK_ROWS = 200
+CHUNK_ROWS_BOUNDS = (10, 100_000)
 
 
-def chunk_rows(plan: rowsums.TablePlan, chunk_bytes: int = CHUNK_BYTES) -> int:
+def chunk_rows(chunk_bytes: int, rows_seen: int, bytes_seen: int) -> int:
+    if rows_seen <= 0 or bytes_seen <= 0:
+        return FIRST_CHUNK_ROWS
     lo, hi = CHUNK_ROWS_BOUNDS
-    return int(min(hi, max(lo, chunk_bytes / max(1.0, plan.row_bytes))))
+    return int(min(hi, max(lo, chunk_bytes * rows_seen / bytes_seen)))
 
 
 def key_text(plan: rowsums.TablePlan, lo: list | None, hi: list | None) -> str:
-    """`id 5001..10000` (exclusive lower bound shown as the next value's range start)."""
+    """The chunk's primary-key range as a user reads it: `id > 800 and <= 1600`, `id <= 800`, `all rows`."""
     cols = ",".join(plan.pk)
+    if len(plan.pk) > 1:
+        cols = f"({cols})"
 
     def show(v):
         return "(" + ",".join(str(x) for x in v) + ")" if len(v) > 1 else str(v[0])
 
-    left = f"> {show(lo)}" if lo is not None else "from the start"
-    right = f"<= {show(hi)}" if hi is not None else "to the end"
-    return f"{cols} {left} {right}"
+    if lo is None and hi is None:
+        return "all rows"
+    parts = ([f"> {show(lo)}"] if lo is not None else []) + ([f"<= {show(hi)}"] if hi is not None else [])
+    return f"{cols} " + " and ".join(parts)
 
 
 class OnlineVerification:
@@ -147,36 +154,42 @@ class OnlineVerification:
 
     def _table(self, conn, pool, plan: rowsums.TablePlan) -> None:
         if not plan.pk:
-            self._chunk(conn, pool, plan, None, None, plan.data_bytes)
+            self._chunk(conn, pool, plan, None, None)
             return
-        rows = chunk_rows(plan)
-        lo = None
+        lo, rows_seen, bytes_seen = None, 0, 0
+        start = self.bytes_done
         while True:
             self.m._check_abort()
+            rows = chunk_rows(self.m.opts.verify_chunk_bytes, rows_seen, bytes_seen)
             hi = rowsums.next_boundary(conn, plan, lo, rows)
-            self._chunk(conn, pool, plan, lo, hi, int(rows * plan.row_bytes))
+            n, b = self._chunk(conn, pool, plan, lo, hi)
+            rows_seen, bytes_seen = rows_seen + n, bytes_seen + b
+            # Progress within a table is its row text read so far, never past the table's file size.
+            self.bytes_done = start + min(plan.data_bytes, bytes_seen)
             if hi is None:
                 return
             lo = hi
 
-    def _chunk(self, conn, pool, plan, lo, hi, est_bytes: int) -> None:
+    def _chunk(self, conn, pool, plan, lo, hi) -> tuple[int, int]:
+        """Sum one chunk on both sides at once, then pay for its row text at the current rate (the
+        bucket grants a burst at a time; 0 = paused); returns (rows, bytes of row text)."""
         m = self.m
-        left = max(1, est_bytes)
-        while left > 0:  # paced: the bucket grants at most a burst at a time (0 = paused)
-            m._check_abort()
-            left -= self.bucket.take(left)
+        m._check_abort()
         body = {"op": "chunk", "table": plan.label, "lo": rowsums.encode_key(lo), "hi": rowsums.encode_key(hi)}
         fut = pool.submit(m.peer.step, "verify", body, 600, m.phase)
         src = rowsums.chunk_sum(conn, plan, lo, hi)
         dst = tuple(fut.result(timeout=630)["sum"])
-        if src != dst:
-            where = key_text(plan, lo, hi) if plan.pk else "the whole table (no primary key)"
+        if src[:3] != dst[:3]:
+            where = key_text(plan, lo, hi) if plan.pk else "all rows (no primary key)"
             self._differ(f"{plan.label} rows {where}: source {src[0]} rows, target {dst[0]} rows, "
-                         f"checksums {'equal' if src[1:] == dst[1:] else 'differ'}")
+                         f"checksums {'equal' if src[1:3] == dst[1:3] else 'differ'}")
         self.rows_done += src[0]
         self.chunks_done += 1
-        # Progress in the table's own bytes: the estimate for a chunk is its rows at the average row size.
-        self.bytes_done = min(self.bytes_total, self.bytes_done + int(src[0] * plan.row_bytes))
+        left = src[3]
+        while left > 0:
+            m._check_abort()
+            left -= self.bucket.take(left)
+        return src[0], src[3]
 
     def _differ(self, why: str) -> None:
         self.result = "differ"

@@ -7,6 +7,7 @@ found and named, and the migration fails with the source serving; either agent k
 chunks are being summed rolls back like any fault before the flip.
 """
 
+import json
 import time
 
 import pytest
@@ -48,9 +49,10 @@ def target_copy(s):
     return TenantManager(cfg.data_root, host=cfg.tenant_host, node="node-2").get(s.tenant)
 
 
-def test_verified_migration_under_oltp_load_paused_and_resumed(scenario):
+def test_verified_migration_under_oltp_load_paced_paused_and_resumed(scenario):
     s = scenario
-    mid = migrate(s, hold_s={"verify": 2})
+    # Under the latency controller, as a copy is: same setpoint, same target guard, --set works.
+    mid = migrate(s, hold_s={"verify": 2}, controller={"setpoint_s": 2.0, "force": True})
     wait_phase(s.cluster, "node-1", mid, "verify", timeout_s=120)
     set_(s, mid, {"pause": True})  # --set pause: verification starts paused, like a paused copy
     time.sleep(3)
@@ -66,6 +68,11 @@ def test_verified_migration_under_oltp_load_paused_and_resumed(scenario):
     assert "verified" not in doc["handover_steps_ms"]
     names = [p["name"] for p in doc["phases"]]
     assert names[names.index("verify") + 1] == "delta", names  # the rounds catch up before the handover
+    agents, _ = cluster_clients(s.cluster)
+    series = [json.loads(x) for x in agents["node-1"].request("GET", f"/v1/migrations/{mid}/series")["lines"]]
+    steered = [x for x in series if x["phase"] == "verify" and x.get("setpoint_s") == 2.0 and "verify_tables_done" in x]
+    assert steered and any(x["rate_bytes_per_s"] == 0 for x in steered), "verification steps in the time series"
+    assert all("target_latency_s" in x for x in steered), "the target guard steers verification too"
     assert s.check(mid) == "node-2"  # every acknowledged write on the target, nothing left on node-1
     r = s.oltp_check()
     assert r.ok, r

@@ -59,7 +59,8 @@ class SourceSide:
             no_pk = ops.tables_without_primary_key(conn) if live else []
             if no_pk:
                 warnings.append(f"{len(no_pk)} table(s) without a primary key ({', '.join(no_pk[:5])}): "
-                                "their changes apply slowly on the target")
+                                "their changes apply slowly on the target, and --verify sums each of them whole, "
+                                "in one statement")
         finally:
             conn.close()
         return version, warnings

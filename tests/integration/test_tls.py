@@ -171,7 +171,7 @@ def test_tls_cluster_refuses_plain_text_and_migrates_without_loss(make_cluster):
     assert doc["result"] == "succeeded", doc.get("error")
     after = directory.lookup("mig")
     assert (after.node, after.epoch) == ("node-2", before.epoch + 1)
-    assert doc["verified"] is True  # checksums equal on both sides inside the freeze
+    assert doc["verified"] is True  # equal on both sides at one position, before the handover
     assert len(writer.acked) > 50
     assert acked_ids_present(cluster, "mig", writer.acked) == set(), "acknowledged writes lost"
     assert writer.client.endpoint.node == "node-2"

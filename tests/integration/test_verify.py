@@ -13,6 +13,7 @@ import time
 import pytest
 
 from slacker.agent.client import cluster_clients
+from slacker.client import resolve
 from slacker.config import load_agent_config
 from slacker.tenants import TenantManager
 
@@ -51,6 +52,11 @@ def target_copy(s):
 
 def test_verified_migration_under_oltp_load_paced_paused_and_resumed(scenario):
     s = scenario
+    conn = resolve(s.tenant, s.cluster).connect()  # a table without a primary key: summed whole
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE shop.notes (k INT, note TEXT)")
+        cur.execute("INSERT INTO shop.notes VALUES (1, 'a'), (1, 'a'), (2, NULL), (3, '')")
+    conn.close()
     # Under the latency controller, as a copy is: same setpoint, same target guard, --set works.
     mid = migrate(s, hold_s={"verify": 2}, controller={"setpoint_s": 2.0, "force": True})
     wait_phase(s.cluster, "node-1", mid, "verify", timeout_s=120)
@@ -66,6 +72,7 @@ def test_verified_migration_under_oltp_load_paced_paused_and_resumed(scenario):
     assert v["result"] == "equal" and doc["verified"] is True, v
     assert v["tables_done"] == v["tables_total"] >= 4 and v["rows"] > 2000, v  # shop.*, acks.*, the OLTP tables
     assert "verified" not in doc["handover_steps_ms"]
+    assert "shop.notes" in v["whole_tables"] and any("--verify sums each" in w for w in doc["warnings"]), doc
     names = [p["name"] for p in doc["phases"]]
     assert names[names.index("verify") + 1] == "delta", names  # the rounds catch up before the handover
     agents, _ = cluster_clients(s.cluster)

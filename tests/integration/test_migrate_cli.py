@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from .migration_helpers import create_loaded_tenant, start_migration, wait_phase
+from .migration_helpers import create_loaded_tenant, node_dir, start_migration, wait_phase
 from .test_cli import one_line_error, slacker
 
 
@@ -23,6 +23,18 @@ def test_migrate_json_and_summary(cluster):
     assert rc == 0, err
     assert "SUCCEEDED" in out and "freeze window" in out and "PHASE" in out and "copy" in out
     assert slacker("locate", "cli1")[1].strip().startswith(cluster.node("node-1").tenant_host)
+
+
+def test_verify_only_rehearses_the_move_and_leaves_the_source_alone(cluster):
+    create_loaded_tenant(cluster, "cli3", rows=800)
+    rc, out, err = slacker("migrate", "cli3", "--to", "node-2", "--verify-only")
+    assert rc == 0, err
+    assert "VERIFIED" in out and "checksums          equal at 0-" in out and "verify" in out, out
+    assert "freeze window      -" in out, "never frozen"
+    assert slacker("locate", "cli3", "--owner")[1].strip().startswith(cluster.node("node-1").tenant_host)
+    assert not (node_dir(cluster, "node-2") / "tenants" / "cli3").exists(), "the rehearsal's copy is removed"
+    one_line_error(*slacker("migrate", "cli3", "--to", "node-2", "--verify-only", "--mode", "stop-and-copy")[::2],
+                   "--verify-only needs a live migration")
 
 
 def test_migrate_bad_input(cluster):

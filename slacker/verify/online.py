@@ -95,12 +95,12 @@ class OnlineVerification:
         t0 = time.monotonic()
         conn = m.src.connect(timeout_s=10)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"verify-{m.id}")
-        opened = False
+        held = False
         try:
             th = time.monotonic()
             m._target("verify", {"op": "hold"}, timeout_s=60)
+            held = True  # from here on the target must be told to close (it releases a held applier)
             self.position = rowsums.open_snapshot(conn)
-            opened = True
             doc = m._target("verify", {"op": "open", "gtid": self.position, "timeout_s": m.opts.round_timeout_s},
                             timeout_s=m.opts.round_timeout_s + 30)
             self.held_s = round(time.monotonic() - th, 3)
@@ -128,7 +128,7 @@ class OnlineVerification:
             self.duration_s = round(time.monotonic() - t0, 3)
             pool.shutdown(wait=False, cancel_futures=True)
             ops.close_quietly(conn)
-            if opened:
+            if held:
                 try:
                     m.peer.step("verify", {"op": "close"}, timeout_s=30, phase=m.phase)
                 except Exception as exc:  # noqa: BLE001 - a failure already on its way matters more

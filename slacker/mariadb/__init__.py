@@ -18,7 +18,8 @@ code calls these functions with a connection. This is the seam another engine
   disposable, back on with the logs forced to disk and checked).
 - `perfschema`: what the latency sources read (performance_schema summary
   tables, the transaction instrument, Handler_commit).
-- `checksums`: the `--verify` checksums.
+- `rowsums`: `--verify`: a consistent snapshot at a known GTID position, primary-key chunks and
+  their row checksums.
 """
 
 from .server import (ADMIN_USER, APP_USER, BACKUP_PRIVILEGES, BACKUP_USER, PACKAGES, REPL_PRIVILEGES, REPL_USER,

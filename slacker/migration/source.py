@@ -8,7 +8,6 @@ the engine package (`slacker.mariadb.ops`).
 from __future__ import annotations
 
 import logging
-import time
 
 from ..errors import MigrationFailed
 from ..mariadb import freeze as freezing

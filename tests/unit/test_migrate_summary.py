@@ -1,4 +1,5 @@
-"""What `slacker migrate` prints about the delta phase: applier, MPL, and per-round write/apply rates."""
+"""What `slacker migrate` and `slacker status` print: the delta phase (applier, MPL, per-round write/apply
+rates) and the verification (progress, ETA, the verified position)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,28 @@ def test_summary_of_a_serial_migration(capsys):
     print_summary(_doc(applier="serial", mpl=0, mpl_mode="fixed", best_apply_tps=None))
     out = capsys.readouterr().out
     assert "delta applier" in out and "serial" in out and "MPL 0" not in out
+
+
+VERIFYING = {"id": "m1", "tenant": "t1", "source": "n1", "target": "n2", "phase": "verify", "bytes_done": 300_000_000,
+             "bytes_total": 1_000_000_000, "rate_bytes_per_s": 50_000_000, "throughput_bytes_per_s": 40_000_000,
+             "eta_s": 17.5, "rounds": [], "controller": {"setpoint_s": 0.02, "latency_s": 0.004,
+                                                         "rate_bytes_per_s": 50_000_000},
+             "verify": {"bytes_done": 300_000_000, "bytes_total": 900_000_000, "tables_done": 2, "tables_total": 5}}
+
+
+def test_progress_and_status_lines_while_verifying():
+    from slacker.cli.migrate_cmd import progress_line
+    from slacker.cli.tenant_cmd import _migration_line
+
+    line = progress_line(VERIFYING)
+    assert line.startswith("[   verify] 300.0MB/900.0MB  33.3%"), line  # the verification's bytes, not the copy's
+    assert "ETA 17.5s" in line and "table 2/5" in line and "latency 4ms/20ms" in line, line
+    status = _migration_line(VERIFYING)
+    assert "phase verify" in status and "verified 33% (table 2/5)" in status and "ETA 18s" in status, status
+
+
+def test_summary_names_the_verified_position(capsys):
+    doc = _doc(applier="serial", mpl=0)
+    doc.update(verified=True, verify={"position": "0-1-2345", "tables_total": 3, "rows": 8400, "duration_s": 0.31})
+    print_summary(doc)
+    assert "equal at 0-1-2345 (3 tables, 8,400 rows, 310ms)" in capsys.readouterr().out

@@ -127,6 +127,13 @@ def _range(plan: TablePlan, lo: list | None, hi: list | None) -> tuple[str, list
     return (" WHERE " + " AND ".join(where)) if where else "", args
 
 
+def _row_text(plan: TablePlan) -> str:
+    """A row as one string: its columns joined, then their NULL flags (CONCAT_WS skips NULLs)."""
+    cols = [_q(c) for c in plan.columns]
+    flags = "CONCAT(" + ", ".join(f"ISNULL({c})" for c in cols) + ")" if cols else "''"
+    return f"CONCAT_WS('#', {', '.join(cols + [flags])})"
+
+
 def next_boundary(conn, plan: TablePlan, lo: list | None, rows: int) -> list | None:
     """The primary key of the `rows`-th row after `lo` (None: fewer rows are left; the chunk ends the table)."""
     pk = ", ".join(_q(c) for c in plan.pk)
@@ -141,9 +148,7 @@ def next_boundary(conn, plan: TablePlan, lo: list | None, rows: int) -> list | N
 def chunk_sum(conn, plan: TablePlan, lo: list | None, hi: list | None) -> tuple[int, int, int, int]:
     """(rows, BIT_XOR of CRC32, SUM of CRC32, bytes of row text) over the rows with lo < pk <= hi
     (bounds optional). The first three are the checksum; the bytes size the next chunk."""
-    cols = [_q(c) for c in plan.columns]
-    flags = "CONCAT(" + ", ".join(f"ISNULL({c})" for c in cols) + ")" if cols else "''"
-    text = f"CONCAT_WS('#', {', '.join(cols + [flags])})"
+    text = _row_text(plan)
     where, args = _range(plan, lo, hi) if plan.pk else ("", [])
     index = " FORCE INDEX (PRIMARY)" if plan.pk else ""
     with conn.cursor() as cur:
@@ -151,6 +156,21 @@ def chunk_sum(conn, plan: TablePlan, lo: list | None, hi: list | None) -> tuple[
                     f"COALESCE(SUM(LENGTH({text})), 0) FROM {plan.name}{index}{where}", args)
         n, x, s, b = cur.fetchone()
     return int(n), int(x), int(s), int(b)
+
+
+def next_chunk_sum(conn, plan: TablePlan, lo: list | None, rows: int) -> tuple[tuple[int, int, int, int], list | None]:
+    """For a one-column primary key: the sums of the next `rows` rows after `lo` and the key of the last
+    of them, in one statement (None: fewer rows were left, the chunk ends the table). Reads each row
+    once where next_boundary + chunk_sum read it twice."""
+    (pk,) = plan.pk
+    text = _row_text(plan)
+    where, args = _range(plan, lo, None)
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*), COALESCE(BIT_XOR(c), 0), COALESCE(SUM(c), 0), COALESCE(SUM(l), 0), MAX(k) "
+                    f"FROM (SELECT {_q(pk)} k, CRC32({text}) c, LENGTH({text}) l FROM {plan.name} FORCE INDEX (PRIMARY)"
+                    f"{where} ORDER BY {_q(pk)} LIMIT {int(rows)}) x", args)
+        n, x, s, b, last = cur.fetchone()
+    return (int(n), int(x), int(s), int(b)), ([last] if n >= rows else None)
 
 
 def table_sums(conn) -> dict[str, tuple[int, int, int]]:

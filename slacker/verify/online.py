@@ -68,6 +68,7 @@ class OnlineVerification:
         self.held_s: float | None = None  # how long the target's applier was held to open its snapshot
         self.result: str | None = None    # "equal" or "differ"
         self.bucket = TokenBucket(self._initial_rate())
+        self._table_end = 0
 
     def _initial_rate(self) -> float | None:
         m = self.m
@@ -153,43 +154,56 @@ class OnlineVerification:
             self._differ("; ".join(why))
 
     def _table(self, conn, pool, plan: rowsums.TablePlan) -> None:
-        if not plan.pk:
-            self._chunk(conn, pool, plan, None, None)
-            return
-        lo, rows_seen, bytes_seen = None, 0, 0
-        start = self.bytes_done
-        while True:
-            self.m._check_abort()
-            rows = chunk_rows(self.m.opts.verify_chunk_bytes, rows_seen, bytes_seen)
-            hi = rowsums.next_boundary(conn, plan, lo, rows)
-            n, b = self._chunk(conn, pool, plan, lo, hi)
-            rows_seen, bytes_seen = rows_seen + n, bytes_seen + b
-            # Progress within a table is its row text read so far, never past the table's file size.
-            self.bytes_done = start + min(plan.data_bytes, bytes_seen)
-            if hi is None:
-                return
-            lo = hi
-
-    def _chunk(self, conn, pool, plan, lo, hi) -> tuple[int, int]:
-        """Sum one chunk on both sides at once, then pay for its row text at the current rate (the
-        bucket grants a burst at a time; 0 = paused); returns (rows, bytes of row text)."""
+        """The table's chunks, pipelined: the target sums chunk k (its key range known once the source
+        summed it) while the source sums chunk k+1; each is compared, then paid for, in order."""
         m = self.m
-        m._check_abort()
+        self._table_end = self.bytes_done + plan.data_bytes  # progress never runs past the table's file
+        if not plan.pk:
+            fut = self._ask_target(pool, plan, None, None)
+            self._settle(plan, None, None, rowsums.chunk_sum(conn, plan, None, None), fut)
+            return
+        lo, rows_seen, bytes_seen, pending = None, 0, 0, None
+        while True:
+            m._check_abort()
+            rows = chunk_rows(m.opts.verify_chunk_bytes, rows_seen, bytes_seen)
+            if len(plan.pk) == 1:  # one statement reads each row once and names the chunk's last key
+                src, hi = rowsums.next_chunk_sum(conn, plan, lo, rows)
+                fut = self._ask_target(pool, plan, lo, hi)
+            else:  # a composite key: its upper bound first, then both sides at once
+                hi = rowsums.next_boundary(conn, plan, lo, rows)
+                fut = self._ask_target(pool, plan, lo, hi)
+                src = rowsums.chunk_sum(conn, plan, lo, hi)
+            if pending is not None:
+                self._settle(*pending)
+            pending = (plan, lo, hi, src, fut)
+            rows_seen, bytes_seen = rows_seen + src[0], bytes_seen + src[3]
+            if hi is None:
+                break
+            lo = hi
+        self._settle(*pending)
+
+    def _ask_target(self, pool, plan, lo, hi):
+        m = self.m
         body = {"op": "chunk", "table": plan.label, "lo": rowsums.encode_key(lo), "hi": rowsums.encode_key(hi)}
-        fut = pool.submit(m.peer.step, "verify", body, 600, m.phase)
-        src = rowsums.chunk_sum(conn, plan, lo, hi)
+        return pool.submit(m.peer.step, "verify", body, 600, m.phase)
+
+    def _settle(self, plan, lo, hi, src: tuple, fut) -> None:
+        """Compare a chunk with the target's answer, then pay for its row text at the current rate (the
+        bucket grants a burst at a time; 0 = paused)."""
+        m = self.m
         dst = tuple(fut.result(timeout=630)["sum"])
         if src[:3] != dst[:3]:
             where = key_text(plan, lo, hi) if plan.pk else "all rows (no primary key)"
             self._differ(f"{plan.label} rows {where}: source {src[0]} rows, target {dst[0]} rows, "
                          f"checksums {'equal' if src[1:3] == dst[1:3] else 'differ'}")
-        self.rows_done += src[0]
-        self.chunks_done += 1
         left = src[3]
         while left > 0:
             m._check_abort()
             left -= self.bucket.take(left)
-        return src[0], src[3]
+        self.rows_done += src[0]
+        self.chunks_done += 1
+        # Progress within a table is its row text compared and paid for so far.
+        self.bytes_done = min(self._table_end, self.bytes_done + src[3])
 
     def _differ(self, why: str) -> None:
         self.result = "differ"

@@ -56,6 +56,9 @@ def test_verified_migration_under_oltp_load_paced_paused_and_resumed(scenario):
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE shop.notes (k INT, note TEXT)")
         cur.execute("INSERT INTO shop.notes VALUES (1, 'a'), (1, 'a'), (2, NULL), (3, '')")
+        # a composite key, in several chunks (the first holds 200 rows): ranges over (a, b)
+        cur.execute("CREATE TABLE shop.pairs (a INT, b VARCHAR(12), v INT, PRIMARY KEY (a, b))")
+        cur.execute("INSERT INTO shop.pairs VALUES " + ",".join(f"({i % 7}, 'k{i}', {i})" for i in range(1000)))
     conn.close()
     # Under the latency controller, as a copy is: same setpoint, same target guard, --set works.
     mid = migrate(s, hold_s={"verify": 2}, controller={"setpoint_s": 2.0, "force": True})
@@ -72,6 +75,7 @@ def test_verified_migration_under_oltp_load_paced_paused_and_resumed(scenario):
     assert v["result"] == "equal" and doc["verified"] is True, v
     assert v["tables_done"] == v["tables_total"] >= 4 and v["rows"] > 2000, v  # shop.*, acks.*, the OLTP tables
     assert "verified" not in doc["handover_steps_ms"]
+    assert v["chunks"] >= v["tables_total"] + 1, v  # shop.pairs and shop.items took more than one chunk
     assert "shop.notes" in v["whole_tables"] and any("--verify sums each" in w for w in doc["warnings"]), doc
     names = [p["name"] for p in doc["phases"]]
     assert names[names.index("verify") + 1] == "delta", names  # the rounds catch up before the handover
@@ -108,6 +112,42 @@ def test_a_row_changed_on_the_target_is_found_named_and_the_source_keeps_serving
     hi = int(e["why"].split("<= ")[1].split(":")[0]) if "<= " in e["why"] else 10 ** 9
     assert lo < 1500 <= hi and hi - lo < 1000, e["why"]  # the differing chunk, not the whole table
     assert doc["freeze_ms"] is None and doc["epoch_after"] is None  # never frozen, never flipped
+    assert s.check(mid) == "node-1"
+
+
+def test_a_difference_under_a_composite_key_is_named_by_its_key_range(scenario):
+    s = scenario
+    conn = resolve(s.tenant, s.cluster).connect()
+    with conn.cursor() as cur:  # sorts before shop.items: the first difference found is here
+        cur.execute("CREATE TABLE shop.a_pairs (a INT, b VARCHAR(12), pad TEXT, PRIMARY KEY (a, b))")
+        cur.execute("INSERT INTO shop.a_pairs VALUES "
+                    + ",".join(f"({i % 7}, 'k{i}', REPEAT('x', 200))" for i in range(3000)))
+    conn.close()
+    mid = migrate(s, hold_s={"verify": 4}, verify_chunk_bytes=64 * 1024)
+    wait_phase(s.cluster, "node-1", mid, "verify", timeout_s=120)
+    conn = target_copy(s).admin_connect(timeout_s=5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("DELETE FROM shop.a_pairs WHERE a = 2 AND b = 'k1500'")  # a row missing on the target
+            assert cur.rowcount == 1
+    finally:
+        conn.close()
+    doc = wait_migration(s.cluster, "node-1", mid, timeout_s=180)
+    e = doc["error"]
+    assert doc["result"] == "failed" and e["phase"] == "verify", doc
+    assert e["why"].startswith("shop.a_pairs rows (a,b) "), e
+    src_rows = int(e["why"].split("source ")[1].split()[0])
+    assert f"target {src_rows - 1} rows" in e["why"], e  # the missing row, counted
+
+    def key(text):
+        a, b = text.strip("()").split(",")
+        return int(a), b
+
+    why = e["why"].split(": source")[0]
+    lo = key(why.split("> ")[1].split(" and")[0]) if "> " in why else (-1, "")
+    hi = key(why.split("<= ")[1]) if "<= " in why else (99, "")
+    assert lo < (2, "k1500") <= hi, why
     assert s.check(mid) == "node-1"
 
 

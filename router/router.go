@@ -40,14 +40,16 @@ type controlMsg struct {
 	UpdatedAt float64 `json:"updated_at"`
 	OK        bool    `json:"ok"`
 	Error     string  `json:"error"`
+	Token     string  `json:"token"`
 }
 
 // tenantStats are counters kept per tenant across route changes, and its open connections.
 type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
 	moves, moveFailures, endedAtMove, rolledBackAtMove                            atomic.Int64
-	mu                                                                            sync.Mutex
-	conns                                                                         map[*tracker]struct{}
+	holdStats
+	mu    sync.Mutex
+	conns map[*tracker]struct{}
 }
 
 func (s *tenantStats) add(t *tracker) {
@@ -100,6 +102,7 @@ type Router struct {
 	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
 	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
 	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
+	token       atomic.Value // the cluster's bearer token (from the control side): /hold and /release need it
 }
 
 func newRouter(dialTimeout time.Duration) *Router {
@@ -136,6 +139,8 @@ func (rt *Router) apply(m controlMsg) error {
 		}
 	case "remove":
 		delete(rt.routes, m.Tenant)
+	case "token":
+		rt.token.Store(m.Token)
 	case "directory":
 		if m.OK != rt.dirOK {
 			rt.dirSince = time.Now()
@@ -178,6 +183,8 @@ const (
 	erAccessDenied = 1045
 	erHandshake    = 1043
 	erUnknownHost  = 2003 // "can't connect": the owner did not answer
+	// MariaDB's ER_CONNECTION_KILLED: the connection ends at a move because its session cannot move.
+	erConnectionKilled = 1927
 )
 
 func (rt *Router) serve(c net.Conn) {
@@ -443,11 +450,16 @@ func (cn *clientConn) forward() {
 				if body[0] == comQuit {
 					cn.ending.Store(true)
 				}
+				t.passing.Store(true)
+				cn.waitHold()
 				if !cn.beforeCommand(body[0]) {
 					break
 				}
 				st.statements.Add(1)
 				t.sess.checkCommand(body)
+				if body[0] == comStmtPrepare {
+					t.stmts.sentPrepare(body[1:])
+				}
 				if body[0] == comQuery {
 					q := body[1:]
 					if len(q) > 64 {
@@ -458,8 +470,13 @@ func (cn *clientConn) forward() {
 					cn.last.Store("")
 				}
 				t.sent(body[0])
+				if isStmtCommand(body[0]) {
+					body = cn.stmtCommand(body)
+					h[0], h[1], h[2] = byte(len(body)), byte(len(body)>>8), byte(len(body)>>16)
+				}
+				t.passing.Store(false)
 			}
-			pkt := make([]byte, 0, n+4)
+			pkt := make([]byte, 0, len(body)+4)
 			pkt = append(append(pkt, h[:]...), body...)
 			if _, err := cn.owner.Write(pkt); err != nil {
 				break
@@ -468,12 +485,46 @@ func (cn *clientConn) forward() {
 		} else {
 			if h[3] == 0 {
 				first, err := cr.Peek(1)
-				if err != nil || !cn.beforeCommand(first[0]) {
+				if err != nil {
+					break
+				}
+				t.passing.Store(true)
+				cn.waitHold()
+				if !cn.beforeCommand(first[0]) {
 					break
 				}
 				st.statements.Add(1)
-				t.sess.pin("a command over 16 KiB")
 				t.sent(first[0])
+				if isStmtCommand(first[0]) {
+					// A long execute: its statement id (and parameter types) are in the first bytes.
+					prefix, err := cr.Peek(stmtPrefixLen)
+					if err != nil {
+						break
+					}
+					out := cn.stmtCommand(prefix)
+					if n2 := n - len(prefix) + len(out); n2 != n {
+						if n2 >= maxPacketPayload {
+							break
+						}
+						n = n2
+						h[0], h[1], h[2] = byte(n), byte(n>>8), byte(n>>16)
+					}
+					t.passing.Store(false)
+					if _, err := cn.owner.Write(append(h[:], out...)); err != nil {
+						break
+					}
+					cr.Discard(len(prefix))
+					if _, err := io.CopyN(cn.owner, cr, int64(n-len(out))); err != nil {
+						break
+					}
+					st.bytesIn.Add(int64(n + 4))
+					continue
+				}
+				t.sess.pin("a command over 16 KiB")
+				if first[0] == comStmtPrepare {
+					t.stmts.sentPrepare(nil) // its answer is matched, never prepared again (pinned)
+				}
+				t.passing.Store(false)
 			}
 			if _, err := cn.owner.Write(h[:]); err != nil {
 				break
@@ -484,6 +535,7 @@ func (cn *clientConn) forward() {
 		}
 		st.bytesIn.Add(int64(n + 4))
 	}
+	t.passing.Store(false)
 	cn.ending.Store(true)
 	if cw, ok := cn.owner.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
@@ -502,11 +554,23 @@ func (cn *clientConn) beforeCommand(cmd byte) bool {
 	if cmd == comQuit {
 		return false
 	}
-	if !cn.t.idle() || cn.t.sess.pinned.Load() {
+	if cn.t.idle() && cn.t.sess.pinned.Load() {
+		// Between statements, but with state the new owner cannot be given: end it, saying why,
+		// rather than run its next command on the retired owner or on the new one without it.
+		reason, _ := cn.t.sess.pinReason.Load().(string)
+		writePacket(cn.c, 1, errPacket(erConnectionKilled, "70100", fmt.Sprintf(
+			"Tenant %s moved to a new owner and this connection's session cannot move (%s): reconnect",
+			cn.tenant, reason)))
+		cn.st.endedAtMove.Add(1)
+		cn.ending.Store(true)
+		log.Printf("tenant %s: a connection ended at a move: its session holds %s", cn.tenant, reason)
+		return false
+	}
+	if !cn.t.idle() {
 		if cn.gone.Load() {
 			return false // its owner is gone and it cannot move: end it (counted)
 		}
-		return true // stays with its owner (writes fail while it is fenced; it ends when retired)
+		return true // inside a transaction: stays with its owner until the transaction ends
 	}
 	if err := cn.move(r); err != nil {
 		log.Printf("tenant %s: moving a connection to %s:%d failed: %v", cn.tenant, r.Host, r.Port, err)
@@ -528,6 +592,10 @@ func (cn *clientConn) move(r *route) error {
 		return err
 	}
 	if err := cn.t.sess.restore(s, sr); err != nil {
+		s.Close()
+		return err
+	}
+	if err := cn.t.stmts.reprepare(s, sr, cn.t.deprecateEOF); err != nil {
 		s.Close()
 		return err
 	}

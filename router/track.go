@@ -62,10 +62,13 @@ type tracker struct {
 	inTrans   atomic.Bool // SERVER_STATUS_IN_TRANS of the last status seen (true after an ERR: unknown)
 	untracked atomic.Bool // a command the tracker does not follow: never treat as between statements
 	awaiting  atomic.Int32
+	passing   atomic.Bool // a command is between the hold check and the owner (hold.go)
+	longData  atomic.Bool // parameters sent with SEND_LONG_DATA wait for their execute on this owner
+	stmts     *stmtTable
 }
 
 func newTracker(deprecateEOF bool) *tracker {
-	return &tracker{deprecateEOF: deprecateEOF, pending: make(chan byte, 1024)}
+	return &tracker{deprecateEOF: deprecateEOF, pending: make(chan byte, 1024), stmts: newStmtTable()}
 }
 
 // sent is called for every command the client sends (a packet with sequence 0).
@@ -87,7 +90,7 @@ func (t *tracker) sent(cmd byte) {
 
 // idle: no response outstanding and outside a transaction: a statement boundary.
 func (t *tracker) idle() bool {
-	return t.awaiting.Load() == 0 && !t.inTrans.Load() && !t.untracked.Load()
+	return t.awaiting.Load() == 0 && !t.inTrans.Load() && !t.untracked.Load() && !t.longData.Load()
 }
 
 func (t *tracker) status(flags uint16) {
@@ -232,6 +235,9 @@ func (t *tracker) first(p []byte, n int) {
 		t.untracked.Store(true)
 		t.end(0, false)
 		return
+	}
+	if t.cmd == comStmtPrepare {
+		t.stmts.answered(p) // the client's statement id in place of the owner's (stmt.go)
 	}
 	switch {
 	case p[0] == 0xff:

@@ -18,6 +18,7 @@ import threading
 import time
 
 from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerError
+from ..router.freeze import RouterHold
 from .lease import LEASE_MARGIN_S
 from .options import HandoverAttempt, OverBudget
 
@@ -33,6 +34,8 @@ def one_line(exc: BaseException) -> str:
 class Handover:
     def __init__(self, m) -> None:
         self.m = m  # the migration: options, both sides, journal, lease, flip, and what it reports
+        self.routers: RouterHold | None = None  # the routers' hold of this attempt (slacker/router/freeze.py)
+        self.flipped_to = None  # the ownership the flip wrote: the routers' held commands go there once active
 
     def run(self) -> None:
         m = self.m
@@ -117,6 +120,9 @@ class Handover:
         # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip;
         # renewed before the clock starts, since nothing is frozen yet.
         m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
+        # Routers hold the tenant's new statements and let open transactions finish (bounded by the
+        # freeze budget) before the lock is asked for: no routed statement meets the freeze.
+        self.routers = RouterHold(m.node.directory, m.node.token, m.tenant_id).hold(drain_s=budget, freeze_s=budget)
         t0 = time.monotonic()
         deadline = t0 + budget
 
@@ -188,6 +194,7 @@ class Handover:
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
                                   "the source keeps serving", phase="handover")
         m.epoch_after = own.epoch
+        self.flipped_to = own
         m.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         mark("flipped")
         m.handover_steps_ms = steps
@@ -205,8 +212,15 @@ class Handover:
                 m.src.unfence()
         finally:
             m.src.unfreeze()
+            self.release_routers()  # held statements go on to the source
             if m.entry.state != "started":
                 m.journal.update(m.entry, state="started")
+
+    def release_routers(self, own=None) -> None:
+        """Let the routers' held statements go: to `own` once it is writable (after the flip), else to the source."""
+        if self.routers is not None:
+            self.routers.release(own)
+            self.routers = None
 
     def _verify(self, budget_s: float) -> None:
         # Both sides at once: the freeze lasts as long as the slower of the two, not their sum.

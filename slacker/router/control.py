@@ -108,9 +108,16 @@ class Router:
             raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
                                     "is the listen address free? see the log above") from None
 
+    def _send_token(self) -> None:
+        """The cluster token: a handover's hold and release (admin /hold, /release) must present it."""
+        token = self.cluster.token() if self.cluster is not None and hasattr(self.cluster, "token") else ""
+        if token:
+            self._send({"op": "token", "token": token})
+
     def start(self) -> "Router":
         self.proc, ready = self._spawn(self.options.listen, self.options.admin)
         self.listen, self.admin = ready["listen"], ready.get("admin", "")
+        self._send_token()
         self._sync_all()  # routes before anything else, so the first client finds its tenant
         for fn in (self._list_loop, self._register_loop):
             t = threading.Thread(target=fn, daemon=True, name=f"router-{fn.__name__}")
@@ -124,6 +131,7 @@ class Router:
         with self._send_lock:
             self.proc = proc
         self.restarts += 1
+        self._send_token()
         with self._route_lock:
             for msg in list(self._routes.values()):
                 self._send(msg)

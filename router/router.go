@@ -623,7 +623,9 @@ func (cn *clientConn) startRelay() {
 		}
 		// The owner ended the connection. Between statements, with the tenant moved (or moving:
 		// a retired owner goes right after the flip), the client may continue on the new owner.
-		if cn.ending.Load() || cn.t.sess.pinned.Load() || cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
+		// A pinned session between statements stays open to be told why it cannot go on (beforeCommand).
+		if cn.ending.Load() || (cn.t.sess.pinned.Load() && !cn.t.idle()) ||
+			cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
 			cn.countEnded(epoch)
 			cn.c.Close()
 			return

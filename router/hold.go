@@ -40,11 +40,21 @@ type holdStats struct {
 
 // waitHold waits, before a command, while the connection's tenant is held and the connection is
 // between statements outside a transaction. A connection inside a transaction drains: it goes on.
+// The caller has set t.passing: a hold that begins after this check sees the command as busy
+// until it is answered; while it waits here the connection counts as drained.
 func (cn *clientConn) waitHold() {
-	h := cn.st.hold.Load()
-	if h == nil || !cn.t.idle() {
-		return
+	for {
+		h := cn.st.hold.Load()
+		if h == nil || !cn.t.idle() {
+			return
+		}
+		cn.t.passing.Store(false)
+		cn.waitOne(h)
+		cn.t.passing.Store(true) // a hold that began meanwhile is seen on the next turn
 	}
+}
+
+func (cn *clientConn) waitOne(h *holdState) {
 	t0 := time.Now()
 	h.waiting.Add(1)
 	timer := time.NewTimer(time.Until(h.until))
@@ -146,6 +156,8 @@ func (rt *Router) serveHold(w http.ResponseWriter, r *http.Request) {
 		st.drainTimeouts.Add(1)
 		log.Printf("tenant %s: hold: %d of %d connections still inside a transaction or a statement after %v",
 			tenant, busy, total, drain)
+	} else {
+		log.Printf("tenant %s: hold: %d connections drained in %v", tenant, total, time.Since(t0).Round(time.Microsecond))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "held": true, "drained": busy == 0, "busy": busy,
 		"connections": total, "waited_ms": float64(time.Since(t0).Microseconds()) / 1000})
@@ -181,6 +193,7 @@ func (rt *Router) serveRelease(w http.ResponseWriter, r *http.Request) {
 	h := st.hold.Swap(nil)
 	doc := map[string]any{"tenant": tenant, "released": h != nil}
 	if h != nil {
+		log.Printf("tenant %s: hold released (epoch %s) with %d commands waiting", tenant, q.Get("epoch"), h.waiting.Load())
 		doc["waiting"] = h.waiting.Load()
 		close(h.released)
 		doc["held"] = h.held.Load()

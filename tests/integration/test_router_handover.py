@@ -125,7 +125,7 @@ def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
             time.sleep(2)  # load on the new owner before the next move
         assert load.poll() is None, "sysbench stopped during the moves:\n" + load.stdout.read()[-3000:]
         st = _tenant_status(admin, "h1")
-        assert st["node"] == "node-2" and st["epoch"] == 4 and st["holds_total"] == 3, st
+        assert st["node"] == "node-2" and st["epoch"] == 4 and st["holds_total"] >= 3, st
         assert st["move_failures_total"] == 0 and st["holds_expired_total"] == 0, _router_log(cluster)
     finally:
         load.terminate()
@@ -176,3 +176,74 @@ def test_rolled_back_handover_sends_held_statements_to_the_source(routed):
     st = _tenant_status(admin, "h2")
     assert st["node"] == "node-1" and not st["held"] and st["held_commands_total"] >= 1
     print(f"held {box['waited_s'] * 1000:.0f} ms, then ran on the source")
+
+
+def test_router_killed_and_restarted_mid_load(routed):
+    """Writers on the router's address while it is killed and started again between two live
+    migrations: they reconnect and go on; every acknowledged write is on the final owner, and the
+    migrations themselves cost them no error."""
+    import os
+    import signal
+
+    from slacker.procs import read_pid, wait_gone
+
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h3", "node-1")
+    with _connect(listen, "app@h3", ep.password) as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE w")
+        cur.execute("CREATE TABLE w.acked (id INT PRIMARY KEY)")
+    acked: list[int] = []
+    errors: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def writer(base: int):
+        n, conn = base, None
+        while not stop.is_set():
+            try:
+                if conn is None:
+                    conn = _connect(listen, "app@h3", ep.password, database="w")
+                n += 1  # a new id each time: an insert cut off with the router may have committed
+                with conn.cursor() as cur:
+                    cur.execute("INSERT INTO acked VALUES (%s)", (n,))
+                acked.append(n)
+            except pymysql.err.MySQLError as exc:
+                errors.append((time.monotonic(), str(exc.args[:1])))
+                conn = None
+                time.sleep(0.05)
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=writer, args=(b,), daemon=True) for b in (0, 1_000_000)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)
+        rc, out, err = slacker("migrate", "h3", "--to", "node-2", "--json")
+        assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+        assert not errors, errors  # the migration itself: no error
+        run_dir = cluster.path.parent
+        router_pid = read_pid(run_dir / "router" / "router.pid")
+        killed_at = time.monotonic()
+        os.killpg(os.getpgid(router_pid), signal.SIGKILL)
+        assert wait_gone(router_pid, 10)
+        time.sleep(0.5)
+        local_router.start(run_dir, cluster.path, listen, admin)
+        before = len(acked)
+        deadline = time.monotonic() + 20
+        while len(acked) < before + 20:
+            assert time.monotonic() < deadline, f"writers did not come back: {errors[-3:]}"
+            time.sleep(0.05)
+        settled = time.monotonic()
+        rc, out, err = slacker("migrate", "h3", "--to", "node-1", "--json")
+        assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+        time.sleep(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert errors and all(killed_at <= t < settled for t, _ in errors), errors  # only while the router was gone
+    with _connect(listen, "app@h3", ep.password, database="w") as conn, conn.cursor() as cur:
+        assert _datadir_node(conn) == "node-1"
+        cur.execute("SELECT id FROM acked")
+        present = {r[0] for r in cur.fetchall()}
+    assert set(acked) <= present, f"{len(set(acked) - present)} acknowledged writes lost"
+    print(f"{len(acked)} writes acknowledged, {len(errors)} errors, all while the router was down")

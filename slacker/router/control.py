@@ -42,6 +42,12 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def hold_token(cluster_token: str) -> str:
+    """The bearer a handover presents to a router's /hold and /release: derived from the cluster token,
+    so the data path and the admin address (plain HTTP) never carry the cluster token itself."""
+    return hashlib.sha256(b"slacker-router-hold\0" + cluster_token.encode()).hexdigest()
+
+
 def password_hash(password: str) -> str:
     """SHA1(SHA1(password)) in hex: what MariaDB stores for mysql_native_password, enough to check a login."""
     return hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest()
@@ -109,10 +115,10 @@ class Router:
                                     "is the listen address free? see the log above") from None
 
     def _send_token(self) -> None:
-        """The cluster token: a handover's hold and release (admin /hold, /release) must present it."""
+        """What a handover's hold and release (admin /hold, /release) must present: derived from the cluster token."""
         token = self.cluster.token() if self.cluster is not None and hasattr(self.cluster, "token") else ""
         if token:
-            self._send({"op": "token", "token": token})
+            self._send({"op": "token", "token": hold_token(token)})
 
     def start(self) -> "Router":
         self.proc, ready = self._spawn(self.options.listen, self.options.admin)

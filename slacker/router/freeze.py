@@ -1,8 +1,8 @@
 """The routers' part of a handover: hold a tenant's statements while its source is frozen.
 
 Before the freeze the handover asks every router announced in the directory (its admin
-address, `routers/...` state keys) to hold the tenant (POST /hold, the cluster token as
-bearer): each router stops passing new commands of the tenant's connections at statement
+address, `routers/...` state keys) to hold the tenant (POST /hold, a bearer derived from the
+cluster token): each router stops passing new commands of the tenant's connections at statement
 boundaries and answers once the connections inside a transaction or a statement have
 finished them on the source (the drain), or when the drain bound is up. After the flip the
 handover releases the hold with the new owner, and the held commands run there; if the
@@ -25,7 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from .control import parse_address, registered_routers
+from .control import hold_token, parse_address, registered_routers
 
 log = logging.getLogger("slacker.router.freeze")
 
@@ -37,7 +37,7 @@ class RouterHold:
     """The hold of one tenant on every router, for one handover attempt."""
 
     def __init__(self, directory, token: str, tenant: str) -> None:
-        self.directory, self.token, self.tenant = directory, token, tenant
+        self.directory, self.token, self.tenant = directory, hold_token(token), tenant
         self.held: list[str] = []  # admin addresses that hold the tenant
         self.busy = 0  # connections not drained when the hold answered, over all routers
         self.missing: list[str] = []  # routers that did not answer (not holding)

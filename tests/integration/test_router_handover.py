@@ -143,13 +143,18 @@ def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
 
 
 def test_rolled_back_handover_sends_held_statements_to_the_source(routed):
-    """A migration given up while frozen: the statement the router held runs on the source."""
+    """A migration given up while frozen: the statement the router held runs on the source (and a
+    router announced in the directory that does not answer does not stop the handover)."""
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "h2", "node-1")
     conn = _connect(listen, "app@h2", ep.password)
     with conn.cursor() as cur:
         cur.execute("CREATE DATABASE k")
         cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    # A second router announced in the directory that does not answer takes no part; the handover goes on.
+    from slacker.agent.client import cluster_clients
+    cluster_clients(cluster)[1].state_put("routers/gone-9", {"address": "127.0.0.1:9", "admin": "127.0.0.1:9",
+                                                             "updated_at": time.time()})
     doc = start_migration(cluster, "h2", target="node-2", hold_s={"frozen": 3}, max_freeze_s=10)
     _wait_held(admin, "h2")
     box: dict = {}

@@ -31,6 +31,7 @@ type tenantStatus struct {
 	HoldExpired  int64 `json:"holds_expired_total"`
 	DrainTimeout int64 `json:"drain_timeouts_total"`
 	HoldWaitMax  int64 `json:"hold_wait_max_us"`
+	MoveMax      int64 `json:"move_max_us"`
 }
 
 func (rt *Router) snapshot() map[string]any {
@@ -52,7 +53,7 @@ func (rt *Router) snapshot() map[string]any {
 		ts.RolledBack = s.rolledBackAtMove.Load()
 		ts.Held, ts.Holds, ts.HeldCommands = s.hold.Load() != nil, s.holds.Load(), s.heldCommands.Load()
 		ts.HoldExpired, ts.DrainTimeout = s.holdExpired.Load(), s.drainTimeouts.Load()
-		ts.HoldWaitMax = s.lastMaxWait.Load() / 1000
+		ts.HoldWaitMax, ts.MoveMax = s.lastMaxWait.Load()/1000, s.moveMax.Load()/1000
 		if r := rt.routes[t]; r != nil {
 			ts.route = *r
 		} else {
@@ -129,6 +130,10 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	metric("slacker_router_hold_wait_max_seconds", "gauge", "Longest wait of a command during the last hold")
 	for _, t := range tenants {
 		fmt.Fprintf(&b, "slacker_router_hold_wait_max_seconds{tenant=%q} %.6f\n", t.Tenant, float64(t.HoldWaitMax)/1e6)
+	}
+	metric("slacker_router_move_max_seconds", "gauge", "Longest move of a connection to a new owner since the last hold")
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "slacker_router_move_max_seconds{tenant=%q} %.6f\n", t.Tenant, float64(t.MoveMax)/1e6)
 	}
 	for _, c := range cols {
 		metric(c.name, c.typ, c.help)

@@ -36,6 +36,16 @@ type holdState struct {
 type holdStats struct {
 	hold                                                         atomic.Pointer[holdState]
 	holds, heldCommands, holdExpired, drainTimeouts, lastMaxWait atomic.Int64
+	moveMax                                                      atomic.Int64 // longest move (login, variables, statements) since the last hold, ns
+}
+
+func (s *holdStats) noteMove(d time.Duration) {
+	for {
+		m := s.moveMax.Load()
+		if int64(d) <= m || s.moveMax.CompareAndSwap(m, int64(d)) {
+			return
+		}
+	}
 }
 
 // waitHold waits, before a command, while the connection's tenant is held and the connection is
@@ -147,6 +157,7 @@ func (rt *Router) serveHold(w http.ResponseWriter, r *http.Request) {
 	}
 	st.holds.Add(1)
 	st.lastMaxWait.Store(0)
+	st.moveMax.Store(0)
 	busy, total := st.busy()
 	for busy > 0 && time.Since(t0) < drain {
 		time.Sleep(500 * time.Microsecond)

@@ -582,6 +582,8 @@ func (cn *clientConn) beforeCommand(cmd byte) bool {
 
 // move logs in to the new owner with the session's database and variables, then swaps.
 func (cn *clientConn) move(r *route) error {
+	t0 := time.Now()
+	defer func() { cn.st.noteMove(time.Since(t0)) }()
 	resp := *cn.resp
 	resp.db = cn.t.sess.db
 	if resp.db != "" {

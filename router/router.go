@@ -452,23 +452,21 @@ func (cn *clientConn) forward() {
 				}
 				t.passing.Store(true)
 				cn.waitHold()
-				if !cn.beforeCommand(body[0]) {
+				ok, answered := cn.beforeCommand(body)
+				if !ok {
 					break
+				}
+				if answered { // the router answered it itself (a transaction lost at a move)
+					t.passing.Store(false)
+					cr.Discard(n)
+					continue
 				}
 				st.statements.Add(1)
 				t.sess.checkCommand(body)
 				if body[0] == comStmtPrepare {
 					t.stmts.sentPrepare(body[1:])
 				}
-				if body[0] == comQuery {
-					q := body[1:]
-					if len(q) > 64 {
-						q = q[:64]
-					}
-					cn.last.Store(strings.ToUpper(strings.TrimSpace(string(q))))
-				} else {
-					cn.last.Store("")
-				}
+				cn.last.Store(commandText(body))
 				t.sent(body[0])
 				if isStmtCommand(body[0]) {
 					body = cn.stmtCommand(body)
@@ -490,8 +488,8 @@ func (cn *clientConn) forward() {
 				}
 				t.passing.Store(true)
 				cn.waitHold()
-				if !cn.beforeCommand(first[0]) {
-					break
+				if ok, answered := cn.beforeCommand(first); !ok || answered {
+					break // a command over 16 KiB the router would answer itself: ends the connection
 				}
 				st.statements.Add(1)
 				t.sent(first[0])
@@ -545,39 +543,78 @@ func (cn *clientConn) forward() {
 }
 
 // beforeCommand moves the connection to the tenant's new owner when the route changed and the
-// connection can move; false: the connection must end.
-func (cn *clientConn) beforeCommand(cmd byte) bool {
+// connection can move. ok false: the connection must end; answered: the router answered the
+// command itself and it must not be sent on.
+func (cn *clientConn) beforeCommand(body []byte) (ok, answered bool) {
+	cmd := body[0]
 	r, _ := cn.rt.lookup(cn.tenant)
 	if r == nil || r.Epoch <= cn.epoch {
-		return !cn.gone.Load()
+		return !cn.gone.Load(), false
 	}
 	if cmd == comQuit {
-		return false
+		return false, false
 	}
-	if cn.t.idle() && cn.t.sess.pinned.Load() {
+	t := cn.t
+	between := t.awaiting.Load() == 0 && !t.untracked.Load() && !t.longData.Load()
+	if between && t.sess.pinned.Load() {
 		// Between statements, but with state the new owner cannot be given: end it, saying why,
 		// rather than run its next command on the retired owner or on the new one without it.
-		reason, _ := cn.t.sess.pinReason.Load().(string)
+		reason, _ := t.sess.pinReason.Load().(string)
 		writePacket(cn.c, 1, errPacket(erConnectionKilled, "70100", fmt.Sprintf(
 			"Tenant %s moved to a new owner and this connection's session cannot move (%s): reconnect",
 			cn.tenant, reason)))
 		cn.st.endedAtMove.Add(1)
 		cn.ending.Store(true)
 		log.Printf("tenant %s: a connection ended at a move: its session holds %s", cn.tenant, reason)
-		return false
+		return false, false
 	}
-	if !cn.t.idle() {
+	if !between {
 		if cn.gone.Load() {
-			return false // its owner is gone and it cannot move: end it (counted)
+			return false, false // its owner is gone with a command in flight: end it (counted)
 		}
-		return true // inside a transaction: stays with its owner until the transaction ends
+		return true, false // a response outstanding: it stays with its owner until it is answered
 	}
+	inTrans := t.inTrans.Load()
 	if err := cn.move(r); err != nil {
 		log.Printf("tenant %s: moving a connection to %s:%d failed: %v", cn.tenant, r.Host, r.Port, err)
 		cn.st.moveFailures.Add(1)
-		return false
+		return false, false
 	}
-	return true
+	if !inTrans {
+		return true, false
+	}
+	// Its transaction began on the old owner, which the directory has replaced: it can never
+	// commit there (fenced, then retired). Closing the old connection (move) rolled it back; the
+	// command that would have continued it is answered as such, and its COMMIT was never sent.
+	t.inTrans.Store(false)
+	cn.st.rolledBackAtMove.Add(1)
+	return writePacket(cn.c, 1, cn.lostAnswer(commandText(body))) == nil, true
+}
+
+// commandText is the start of a COM_QUERY, upper case ("" for other commands).
+func commandText(body []byte) string {
+	if len(body) == 0 || body[0] != comQuery {
+		return ""
+	}
+	q := body[1:]
+	if len(q) > 64 {
+		q = q[:64]
+	}
+	return strings.ToUpper(strings.TrimSpace(string(q)))
+}
+
+// lostAnswer is the answer to a command of a transaction that was rolled back because its owner
+// went away: OK for a ROLLBACK, else 1213/40001 (restart it).
+func (cn *clientConn) lostAnswer(text string) []byte {
+	if strings.HasPrefix(text, "ROLLBACK") && !strings.Contains(text, " TO ") {
+		status := byte(0)
+		if cn.t.autocommit.Load() {
+			status = statusAutocommit
+		}
+		return []byte{0x00, 0, 0, status, 0, 0, 0}
+	}
+	return errPacket(1213, "40001", fmt.Sprintf("Tenant %s moved to a new owner while this transaction was open: "+
+		"it was rolled back; restart it", cn.tenant))
 }
 
 // move logs in to the new owner with the session's database and variables, then swaps.
@@ -624,15 +661,18 @@ func (cn *clientConn) startRelay() {
 			return // the router closed it to move: the client stays
 		}
 		// The owner ended the connection. Between statements, with the tenant moved (or moving:
-		// a retired owner goes right after the flip), the client may continue on the new owner.
-		// A pinned session between statements stays open to be told why it cannot go on (beforeCommand).
-		if cn.ending.Load() || (cn.t.sess.pinned.Load() && !cn.t.idle()) ||
+		// a retired owner goes right after the flip), the client may continue on the new owner;
+		// beforeCommand tells a pinned session why it cannot, and a transaction that it was lost.
+		// A statement of a transaction in flight is answered here (it cannot have committed).
+		t := cn.t
+		between := t.awaiting.Load() == 0 && !t.untracked.Load() && !t.longData.Load()
+		if cn.ending.Load() || (t.sess.pinned.Load() && !between) ||
 			cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
 			cn.countEnded(epoch)
 			cn.c.Close()
 			return
 		}
-		if !cn.t.idle() && !cn.answerLostTransaction() {
+		if !between && !cn.answerLostTransaction() {
 			cn.countEnded(epoch)
 			cn.c.Close()
 			return
@@ -663,13 +703,7 @@ func (cn *clientConn) answerLostTransaction() bool {
 	if last == "" || strings.Contains(last, "COMMIT") || strings.HasPrefix(last, "END") || strings.HasPrefix(last, "XA") {
 		return false
 	}
-	var pkt []byte
-	if strings.HasPrefix(last, "ROLLBACK") {
-		pkt = []byte{0x00, 0, 0, byte(statusAutocommit), 0, 0, 0}
-	} else {
-		pkt = errPacket(1213, "40001", fmt.Sprintf("Tenant %s moved to a new owner while this transaction was open: "+
-			"it was rolled back; restart it", cn.tenant))
-	}
+	pkt := cn.lostAnswer(last)
 	if writePacket(cn.c, 1, pkt) != nil {
 		return false
 	}

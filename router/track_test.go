@@ -110,6 +110,27 @@ func TestPrepareMultiResultsErrorsAndPipelining(t *testing.T) {
 	if !tr.idle() {
 		t.Fatal("the next OK must settle the state")
 	}
+	// With autocommit on, a failed statement outside a transaction is its own (rolled back) one.
+	tr.sent(comQuery)
+	feed(tr, ok(statusAutocommit))
+	tr.sent(comQuery)
+	feed(tr, []byte{0xff, 0x26, 0x04, '#', '2', '3', '0', '0', '0', 'x'})
+	if !tr.idle() {
+		t.Fatal("a failed autocommit statement left the connection inside a transaction")
+	}
+	// A deadlock inside a transaction rolls it all back; another error leaves it open.
+	tr.sent(comQuery)
+	feed(tr, ok(statusAutocommit|statusInTrans))
+	tr.sent(comQuery)
+	feed(tr, []byte{0xff, 0x26, 0x04, '#', '2', '3', '0', '0', '0', 'x'})
+	if !tr.inTrans.Load() {
+		t.Fatal("a failed statement ended its transaction")
+	}
+	tr.sent(comQuery)
+	feed(tr, []byte{0xff, 0xbd, 0x04, '#', '4', '0', '0', '0', '1', 'x'})
+	if !tr.idle() {
+		t.Fatal("a deadlock left the connection inside a transaction")
+	}
 	// COM_STMT_CLOSE gets no answer; COM_STATISTICS a bare string.
 	tr.sent(comStmtClose)
 	tr.sent(comStatistics)

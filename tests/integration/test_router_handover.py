@@ -252,3 +252,33 @@ def test_router_killed_and_restarted_mid_load(routed):
         present = {r[0] for r in cur.fetchall()}
     assert set(acked) <= present, f"{len(set(acked) - present)} acknowledged writes lost"
     print(f"{len(acked)} writes acknowledged, {len(errors)} errors, all while the router was down")
+
+
+def test_transaction_open_past_the_drain_gets_the_documented_error(routed):
+    """A transaction that stays open past the drain bound is not waited for: after the flip its next
+    statement (even its COMMIT) is answered 1213, rolled back, restart it — never run on the fenced
+    old owner, never half on the new one; the connection goes on on the new owner."""
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h4", "node-1")
+    with _connect(listen, "app@h4", ep.password) as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    txn = _connect(listen, "app@h4", ep.password, database="k")
+    with txn.cursor() as cur:
+        # Only a read so far: the handover waits for old write transactions itself (--handover-wait),
+        # the routers' drain for this one, bounded by --max-freeze.
+        cur.execute("BEGIN")
+        cur.execute("SELECT COUNT(*) FROM t")
+    rc, out, err = slacker("migrate", "h4", "--to", "node-2", "--max-freeze", "300ms", "--json")
+    assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+    st = _tenant_status(admin, "h4")
+    assert st["drain_timeouts_total"] >= 1, st
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        with txn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1)")
+    assert e.value.args[0] == 1213 and "rolled back" in e.value.args[1], e.value.args
+    with txn.cursor() as cur:  # the same connection, now on the new owner
+        cur.execute("SELECT COUNT(*) FROM t")
+        assert cur.fetchone() == (0,)
+    assert _datadir_node(txn) == "node-2"
+    assert _tenant_status(admin, "h4")["rolled_back_at_move_total"] == 1

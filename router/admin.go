@@ -11,27 +11,29 @@ import (
 
 type tenantStatus struct {
 	route
-	Active       int64 `json:"connections_active"`
-	InTrans      int64 `json:"connections_in_transaction"`
-	Idle         int64 `json:"connections_between_statements"`
-	Connections  int64 `json:"connections_total"`
-	Statements   int64 `json:"statements_total"`
-	AuthFailures int64 `json:"auth_failures_total"`
-	OwnerErrors  int64 `json:"owner_errors_total"`
-	BytesIn      int64 `json:"client_bytes_total"`
-	BytesOut     int64 `json:"owner_bytes_total"`
-	Moves        int64 `json:"moves_total"`
-	MoveFailures int64 `json:"move_failures_total"`
-	EndedAtMove  int64 `json:"ended_at_move_total"`
-	RolledBack   int64 `json:"rolled_back_at_move_total"`
-	Pinned       int64 `json:"connections_pinned"`
-	Held         bool  `json:"held"`
-	Holds        int64 `json:"holds_total"`
-	HeldCommands int64 `json:"held_commands_total"`
-	HoldExpired  int64 `json:"holds_expired_total"`
-	DrainTimeout int64 `json:"drain_timeouts_total"`
-	HoldWaitMax  int64 `json:"hold_wait_max_us"`
-	MoveMax      int64 `json:"move_max_us"`
+	Active       int64   `json:"connections_active"`
+	InTrans      int64   `json:"connections_in_transaction"`
+	Idle         int64   `json:"connections_between_statements"`
+	Connections  int64   `json:"connections_total"`
+	Statements   int64   `json:"statements_total"`
+	AuthFailures int64   `json:"auth_failures_total"`
+	OwnerErrors  int64   `json:"owner_errors_total"`
+	BytesIn      int64   `json:"client_bytes_total"`
+	BytesOut     int64   `json:"owner_bytes_total"`
+	Moves        int64   `json:"moves_total"`
+	MoveFailures int64   `json:"move_failures_total"`
+	EndedAtMove  int64   `json:"ended_at_move_total"`
+	RolledBack   int64   `json:"rolled_back_at_move_total"`
+	Pinned       int64   `json:"connections_pinned"`
+	Held         bool    `json:"held"`
+	Holds        int64   `json:"holds_total"`
+	HeldCommands int64   `json:"held_commands_total"`
+	HoldExpired  int64   `json:"holds_expired_total"`
+	DrainTimeout int64   `json:"drain_timeouts_total"`
+	HoldWaitMax  int64   `json:"hold_wait_max_us"`
+	MoveMax      int64   `json:"move_max_us"`
+	HoldStart    float64 `json:"hold_started_at"` // the last hold, Unix seconds (0: none; end 0: still held)
+	HoldEnd      float64 `json:"hold_ended_at"`
 }
 
 func (rt *Router) snapshot() map[string]any {
@@ -54,6 +56,7 @@ func (rt *Router) snapshot() map[string]any {
 		ts.Held, ts.Holds, ts.HeldCommands = s.hold.Load() != nil, s.holds.Load(), s.heldCommands.Load()
 		ts.HoldExpired, ts.DrainTimeout = s.holdExpired.Load(), s.drainTimeouts.Load()
 		ts.HoldWaitMax, ts.MoveMax = s.lastMaxWait.Load()/1000, s.moveMax.Load()/1000
+		ts.HoldStart, ts.HoldEnd = float64(s.holdStart.Load())/1e9, float64(s.holdEnd.Load())/1e9
 		if r := rt.routes[t]; r != nil {
 			ts.route = *r
 		} else {

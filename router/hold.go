@@ -37,6 +37,7 @@ type holdStats struct {
 	hold                                                         atomic.Pointer[holdState]
 	holds, heldCommands, holdExpired, drainTimeouts, lastMaxWait atomic.Int64
 	moveMax                                                      atomic.Int64 // longest move (login, variables, statements) since the last hold, ns
+	holdStart, holdEnd                                           atomic.Int64 // the last hold's start and end, Unix ns
 }
 
 func (s *holdStats) noteMove(d time.Duration) {
@@ -72,6 +73,7 @@ func (cn *clientConn) waitOne(h *holdState) {
 	case <-h.released:
 	case <-timer.C:
 		if cn.st.hold.CompareAndSwap(h, nil) {
+			cn.st.holdEnd.Store(time.Now().UnixNano())
 			cn.st.holdExpired.Add(1)
 			log.Printf("tenant %s: hold not released within its deadline: commands go on", cn.tenant)
 			close(h.released)
@@ -158,6 +160,8 @@ func (rt *Router) serveHold(w http.ResponseWriter, r *http.Request) {
 	st.holds.Add(1)
 	st.lastMaxWait.Store(0)
 	st.moveMax.Store(0)
+	st.holdStart.Store(t0.UnixNano())
+	st.holdEnd.Store(0)
 	busy, total := st.busy()
 	for busy > 0 && time.Since(t0) < drain {
 		time.Sleep(500 * time.Microsecond)
@@ -204,6 +208,7 @@ func (rt *Router) serveRelease(w http.ResponseWriter, r *http.Request) {
 	h := st.hold.Swap(nil)
 	doc := map[string]any{"tenant": tenant, "released": h != nil}
 	if h != nil {
+		st.holdEnd.Store(time.Now().UnixNano())
 		log.Printf("tenant %s: hold released (epoch %s) with %d commands waiting", tenant, q.Get("epoch"), h.waiting.Load())
 		doc["waiting"] = h.waiting.Load()
 		close(h.released)

@@ -14,6 +14,7 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -128,31 +129,59 @@ func (cn *clientConn) stmtCommand(body []byte) []byte {
 	return out
 }
 
-// reprepare prepares every open statement on a new owner connection and maps the ids to it.
+// reprepare prepares every open statement on a new owner connection and maps the ids to it. The
+// prepares are sent all at once and their answers read in order: one round trip, not one each.
 func (s *stmtTable) reprepare(c net.Conn, r *bufio.Reader, deprecateEOF bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, st := range s.byClient {
-		owner, err := prepareOn(c, r, st.sql, deprecateEOF)
+	if len(s.byClient) == 0 {
+		return nil
+	}
+	order := make([]*preparedStmt, 0, len(s.byClient))
+	w := bufio.NewWriterSize(c, 16<<10)
+	for _, st := range s.byClient {
+		order = append(order, st)
+		if err := writePacket(w, 0, append([]byte{comStmtPrepare}, st.sql...)); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var failed error
+	for _, st := range order {
+		owner, err := readPrepared(r, deprecateEOF)
 		if err != nil {
-			return fmt.Errorf("statement %d: %w", id, err)
+			if !errors.Is(err, errRefused) {
+				return err // the connection is unusable
+			}
+			if failed == nil {
+				failed = fmt.Errorf("%q: %w", truncate(st.sql, 60), err)
+			}
+			continue // read the other answers; the move fails below
 		}
 		st.owner, st.typesOnOwner = owner, false
 	}
-	return nil
+	return failed
 }
 
-// prepareOn sends one COM_STMT_PREPARE and reads its whole answer; the owner's statement id.
-func prepareOn(c net.Conn, r *bufio.Reader, sql []byte, deprecateEOF bool) (uint32, error) {
-	if err := writePacket(c, 0, append([]byte{comStmtPrepare}, sql...)); err != nil {
-		return 0, err
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
 	}
+	return string(b)
+}
+
+var errRefused = errors.New("owner refused to prepare it again")
+
+// readPrepared reads one prepare's whole answer; the owner's statement id.
+func readPrepared(r *bufio.Reader, deprecateEOF bool) (uint32, error) {
 	_, p, err := readPacket(r)
 	if err != nil {
 		return 0, err
 	}
 	if len(p) < 9 || p[0] != 0x00 {
-		return 0, fmt.Errorf("owner refused to prepare it again: %s", errText(p))
+		return 0, fmt.Errorf("%w: %s", errRefused, errText(p))
 	}
 	id := binary.LittleEndian.Uint32(p[1:])
 	cols, params := int(binary.LittleEndian.Uint16(p[5:])), int(binary.LittleEndian.Uint16(p[7:]))

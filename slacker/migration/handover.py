@@ -216,10 +216,11 @@ class Handover:
             if m.entry.state != "started":
                 m.journal.update(m.entry, state="started")
 
-    def release_routers(self, own=None) -> None:
-        """Let the routers' held statements go: to `own` once it is writable (after the flip), else to the source."""
+    def release_routers(self, after_flip: bool = False) -> None:
+        """Let the routers' held statements go: after the flip (the target takes writes) to the new owner,
+        else back to the source."""
         if self.routers is not None:
-            self.routers.release(own)
+            self.routers.release(after_flip=after_flip, own=self.flipped_to)
             self.routers = None
 
     def _verify(self, budget_s: float) -> None:

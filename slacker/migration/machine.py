@@ -308,7 +308,7 @@ class Migration:
             try:
                 self.peer.step("activate", {"epoch": self.epoch_after, "tenant": self.tenant_id}, timeout_s=120,
                                phase="cleanup")
-                self.handover.release_routers(self.handover.flipped_to)  # the target takes writes now
+                self.handover.release_routers(after_flip=True)  # the target takes writes now
                 self.src.retire()
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""

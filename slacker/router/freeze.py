@@ -25,6 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 
+from ..errors import SlackerError
 from .control import hold_token, parse_address, registered_routers
 
 log = logging.getLogger("slacker.router.freeze")
@@ -90,10 +91,16 @@ class RouterHold:
                      self.tenant, self.busy, self.waited_ms)
         return self
 
-    def release(self, own=None) -> None:
-        """Let the held commands go: to `own` (the new ownership after a flip), else to the source."""
+    def release(self, after_flip: bool = False, own=None) -> None:
+        """Let the held commands go: after the flip to the new owner (`own`, the ownership the flip wrote,
+        else the directory's: a flip whose answer was lost and found later), else to the source."""
         if not self.held:
             return
+        if after_flip and own is None:
+            try:
+                own = self.directory.lookup(self.tenant)
+            except SlackerError as exc:  # the routers' watches bring the owner; the hold just ends
+                log.warning("tenant %s: releasing the routers without the new owner: %s", self.tenant, exc.one_line())
         params: dict = {"tenant": self.tenant}
         if own is not None:
             params.update(epoch=own.epoch, node=own.node, host=own.host, port=own.port)

@@ -1,13 +1,15 @@
 """The router inside the handover (issue 34): no routed client sees a live migration.
 
 sysbench oltp_read_write (binary prepared statements, every error fatal) runs on the router's
-address across three back-and-forth live migrations and exits 0; sessions with session variables
-and prepared statements read their state back after each move; a transaction open when the hold
+address across three back-and-forth live migrations and exits 0; mariadb CLI, PyMySQL and mariadb
+connector sessions with session variables and prepared statements read their state back after
+each move; a transaction open when the hold
 begins drains and commits on the source; a session with a temporary table ends with the
 documented error; a migration given up sends the held statements back to the source."""
 
 import json
 import re
+import select
 import subprocess
 import threading
 import time
@@ -67,6 +69,23 @@ def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
         cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES', time_zone = '+02:00'")
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         cur.execute("SET autocommit = 0")
+    # The mariadb CLI, one session fed line by line, with its own variables.
+    cnf = tmp_path / "cli.cnf"
+    cnf.touch(mode=0o600)
+    cnf.write_text(f"[client]\nhost={host}\nport={port}\nuser={user}\npassword={ep.password}\n")
+    cli = subprocess.Popen(["mariadb", f"--defaults-extra-file={cnf}", "-D", "sb", "-N", "-B", "--unbuffered"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cli.stdin.write("SET NAMES latin1; SET SESSION sql_mode = 'NO_ZERO_DATE', time_zone = '-03:00';\n")
+    cli.stdin.flush()
+
+    def cli_state() -> str:
+        cli.stdin.write("SELECT @@character_set_client, @@sql_mode, @@time_zone, DATABASE();\n")
+        cli.stdin.flush()
+        ready, _, _ = select.select([cli.stdout], [], [], 30)
+        assert ready, "the mariadb CLI did not answer"
+        return cli.stdout.readline().strip()
+
+    assert cli_state() == "latin1\tNO_ZERO_DATE\t-03:00\tsb"
     # Binary-protocol prepared statements (the mariadb connector), prepared before any move.
     ps = mariadb.connect(host=host, port=port, user=user, password=ep.password, database="sb", autocommit=True)
     read = ps.cursor(prepared=True)
@@ -117,6 +136,7 @@ def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
                 assert cur.fetchone() == ("ANSI_QUOTES", "+02:00", 0, "READ-COMMITTED", "latin1", "sb", "grüße")
                 cur.execute("ROLLBACK")
             assert _datadir_node(sess) == target
+            assert cli_state() == "latin1\tNO_ZERO_DATE\t-03:00\tsb"
             # The prepared statements run on the new owner under the ids the client knows.
             nid += 1
             write.execute("INSERT INTO notes VALUES (?, ?)", (nid, f"moved {n}"))
@@ -130,6 +150,8 @@ def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
     finally:
         load.terminate()
         out = load.communicate(timeout=30)[0]
+        cli.stdin.close()
+        cli.wait(10)
     assert "FATAL" not in out and "error" not in out.lower().replace("err/s: 0.00", ""), out[-3000:]
     errors = sum(float(m.group(1)) for m in re.finditer(r"err/s: ([0-9.]+)", out))
     reconn = sum(float(m.group(1)) for m in re.finditer(r"reconn/s: ([0-9.]+)", out))

@@ -87,7 +87,7 @@ def test_hold_and_release_on_the_data_path(tmp_path):
         class Own:
             epoch, node, host, port = 4, "node-2", "127.0.0.2", 9
 
-        hold.release(Own())
+        hold.release(after_flip=True, own=Own())
         st = next(t for t in fetch_status(admin)["tenants"] if t["tenant"] == "t1")
         assert st["held"] is False and st["holds_total"] == 1 and (st["node"], st["epoch"]) == ("node-2", 4)
     finally:

@@ -203,6 +203,13 @@ class Handover:
         m.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
         m._hold("flipped")
 
+    def release_routers(self, after_flip: bool = False) -> None:
+        """Let the routers' held statements go: after the flip (the target takes writes) to the new owner,
+        else back to the source."""
+        if self.routers is not None:
+            self.routers.release(after_flip=after_flip, own=self.flipped_to)
+            self.routers = None
+
     def undo(self) -> None:
         """Before the flip: unfence, unfreeze. The target keeps its copy for the next attempt."""
         m = self.m
@@ -215,13 +222,6 @@ class Handover:
             self.release_routers()  # held statements go on to the source
             if m.entry.state != "started":
                 m.journal.update(m.entry, state="started")
-
-    def release_routers(self, after_flip: bool = False) -> None:
-        """Let the routers' held statements go: after the flip (the target takes writes) to the new owner,
-        else back to the source."""
-        if self.routers is not None:
-            self.routers.release(after_flip=after_flip, own=self.flipped_to)
-            self.routers = None
 
     def _verify(self, budget_s: float) -> None:
         # Both sides at once: the freeze lasts as long as the slower of the two, not their sum.

@@ -69,6 +69,15 @@ class RouterHold:
             t.join(timeout_s + 1)
         return out
 
+    @classmethod
+    def everywhere(cls, directory, token: str, tenant: str) -> "RouterHold":
+        """Every announced router, as if it held the tenant: what an agent restarted mid-handover
+        releases (it cannot know which routers heard its predecessor's hold; a release without a
+        hold is a no-op on a router)."""
+        h = cls(directory, token, tenant)
+        h.held = [r["admin"] for r in registered_routers(directory) if r.get("admin")]
+        return h
+
     def hold(self, drain_s: float, freeze_s: float) -> "RouterHold":
         """Hold the tenant on every announced router; returns when all drained (or the bound is up)."""
         t0 = time.monotonic()

@@ -304,3 +304,61 @@ def test_transaction_open_past_the_drain_gets_the_documented_error(routed):
         assert cur.fetchone() == (0,)
     assert _datadir_node(txn) == "node-2"
     assert _tenant_status(admin, "h4")["rolled_back_at_move_total"] == 1
+
+
+def test_source_agent_killed_while_held(routed):
+    """The source's agent killed while fenced, its routers holding the tenant: the restarted agent
+    rolls the migration back and releases the routers, so the held INSERT runs on the source —
+    long before the hold's own deadline, with no error, and it is there."""
+    import os
+    import signal
+
+    from slacker import local_cluster
+    from slacker.agent.client import AgentClient, cluster_clients
+    from slacker.procs import read_pid, wait_gone
+
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h5", "node-1")
+    conn = _connect(listen, "app@h5", ep.password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    agents, _ = cluster_clients(cluster)
+    # The hold's deadline is drain + freeze + 5 s = 85 s: far beyond the recovery.
+    mid = start_migration(cluster, "h5", target="node-2", hold_s={"fenced": 30}, max_freeze_s=40)["id"]
+    deadline = time.monotonic() + 90
+    while agents["node-1"].request("GET", f"/v1/migrations/{mid}")["handover_step"] != "fenced":
+        assert time.monotonic() < deadline, "never fenced"
+        time.sleep(0.05)
+    box: dict = {}
+
+    def held_insert():
+        t0 = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO k.t VALUES (1)")
+            box["waited_s"] = time.monotonic() - t0
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            box["error"] = exc
+
+    writer = threading.Thread(target=held_insert, daemon=True)
+    writer.start()
+    time.sleep(0.5)
+    assert not box, f"the statement was not held: {box}"
+    node1 = cluster.path.parent / "node-1"
+    pid = read_pid(node1 / "agent.pid")
+    os.kill(pid, signal.SIGKILL)  # the directory's agent too, in a two-node cluster
+    assert wait_gone(pid, 10)
+    local_cluster._spawn_agent(node1)
+    spec = cluster.node("node-1")
+    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), node1)
+    writer.join(60)
+    assert box.get("waited_s") is not None, (box, _router_log(cluster))
+    assert box["waited_s"] < 40, f"released only at the hold's deadline ({box['waited_s']:.1f}s)"
+    end = wait_migration(cluster, "node-1", mid)
+    assert end["result"] == "failed" and end["recovered"]
+    assert _datadir_node(conn) == "node-1"
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM k.t")
+        assert cur.fetchone() == (1,)
+    print(f"held {box['waited_s']:.1f}s across the agent's restart, then ran on the source")

@@ -11,20 +11,29 @@ import (
 
 type tenantStatus struct {
 	route
-	Active       int64 `json:"connections_active"`
-	InTrans      int64 `json:"connections_in_transaction"`
-	Idle         int64 `json:"connections_between_statements"`
-	Connections  int64 `json:"connections_total"`
-	Statements   int64 `json:"statements_total"`
-	AuthFailures int64 `json:"auth_failures_total"`
-	OwnerErrors  int64 `json:"owner_errors_total"`
-	BytesIn      int64 `json:"client_bytes_total"`
-	BytesOut     int64 `json:"owner_bytes_total"`
-	Moves        int64 `json:"moves_total"`
-	MoveFailures int64 `json:"move_failures_total"`
-	EndedAtMove  int64 `json:"ended_at_move_total"`
-	RolledBack   int64 `json:"rolled_back_at_move_total"`
-	Pinned       int64 `json:"connections_pinned"`
+	Active       int64   `json:"connections_active"`
+	InTrans      int64   `json:"connections_in_transaction"`
+	Idle         int64   `json:"connections_between_statements"`
+	Connections  int64   `json:"connections_total"`
+	Statements   int64   `json:"statements_total"`
+	AuthFailures int64   `json:"auth_failures_total"`
+	OwnerErrors  int64   `json:"owner_errors_total"`
+	BytesIn      int64   `json:"client_bytes_total"`
+	BytesOut     int64   `json:"owner_bytes_total"`
+	Moves        int64   `json:"moves_total"`
+	MoveFailures int64   `json:"move_failures_total"`
+	EndedAtMove  int64   `json:"ended_at_move_total"`
+	RolledBack   int64   `json:"rolled_back_at_move_total"`
+	Pinned       int64   `json:"connections_pinned"`
+	Held         bool    `json:"held"`
+	Holds        int64   `json:"holds_total"`
+	HeldCommands int64   `json:"held_commands_total"`
+	HoldExpired  int64   `json:"holds_expired_total"`
+	DrainTimeout int64   `json:"drain_timeouts_total"`
+	HoldWaitMax  int64   `json:"hold_wait_max_us"`
+	MoveMax      int64   `json:"move_max_us"`
+	HoldStart    float64 `json:"hold_started_at"` // the last hold, Unix seconds (0: none; end 0: still held)
+	HoldEnd      float64 `json:"hold_ended_at"`
 }
 
 func (rt *Router) snapshot() map[string]any {
@@ -44,6 +53,10 @@ func (rt *Router) snapshot() map[string]any {
 		ts.InTrans, ts.Idle, ts.Pinned = s.states()
 		ts.Moves, ts.MoveFailures, ts.EndedAtMove = s.moves.Load(), s.moveFailures.Load(), s.endedAtMove.Load()
 		ts.RolledBack = s.rolledBackAtMove.Load()
+		ts.Held, ts.Holds, ts.HeldCommands = s.hold.Load() != nil, s.holds.Load(), s.heldCommands.Load()
+		ts.HoldExpired, ts.DrainTimeout = s.holdExpired.Load(), s.drainTimeouts.Load()
+		ts.HoldWaitMax, ts.MoveMax = s.lastMaxWait.Load()/1000, s.moveMax.Load()/1000
+		ts.HoldStart, ts.HoldEnd = float64(s.holdStart.Load())/1e9, float64(s.holdEnd.Load())/1e9
 		if r := rt.routes[t]; r != nil {
 			ts.route = *r
 		} else {
@@ -93,11 +106,15 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		{"slacker_router_connections", "gauge", "Client connections open now", func(t tenantStatus) int64 { return t.Active }},
 		{"slacker_router_connections_in_transaction", "gauge", "Open connections inside a transaction (or after an error, until the next status)", func(t tenantStatus) int64 { return t.InTrans }},
 		{"slacker_router_connections_between_statements", "gauge", "Open connections with no response outstanding, outside a transaction", func(t tenantStatus) int64 { return t.Idle }},
-		{"slacker_router_connections_pinned", "gauge", "Open connections whose session cannot move to a new owner (user variables, temporary tables, prepared statements, locks)", func(t tenantStatus) int64 { return t.Pinned }},
+		{"slacker_router_connections_pinned", "gauge", "Open connections whose session cannot move to a new owner (user variables, temporary tables, locks, cursors): they end at a move", func(t tenantStatus) int64 { return t.Pinned }},
 		{"slacker_router_moves_total", "counter", "Connections moved to a new owner between statements", func(t tenantStatus) int64 { return t.Moves }},
 		{"slacker_router_move_failures_total", "counter", "Moves that failed (the client's connection ended)", func(t tenantStatus) int64 { return t.MoveFailures }},
-		{"slacker_router_ended_at_move_total", "counter", "Connections ended because their owner went away while they could not move (in a transaction, or pinned)", func(t tenantStatus) int64 { return t.EndedAtMove }},
+		{"slacker_router_ended_at_move_total", "counter", "Connections ended at a move: pinned (answered 1927 with the reason), or their owner went away with a COMMIT in flight", func(t tenantStatus) int64 { return t.EndedAtMove }},
 		{"slacker_router_rolled_back_at_move_total", "counter", "Transactions whose owner went away before their COMMIT: the client was told to restart them (1213, SQLSTATE 40001) and moved", func(t tenantStatus) int64 { return t.RolledBack }},
+		{"slacker_router_holds_total", "counter", "Handovers the router took part in (holds asked for)", func(t tenantStatus) int64 { return t.Holds }},
+		{"slacker_router_held_commands_total", "counter", "Commands that waited for a handover to finish", func(t tenantStatus) int64 { return t.HeldCommands }},
+		{"slacker_router_holds_expired_total", "counter", "Holds that reached their deadline without a release (the handover did not answer)", func(t tenantStatus) int64 { return t.HoldExpired }},
+		{"slacker_router_drain_timeouts_total", "counter", "Holds that answered with connections still inside a transaction or a statement", func(t tenantStatus) int64 { return t.DrainTimeout }},
 		{"slacker_router_connections_total", "counter", "Client connections logged in", func(t tenantStatus) int64 { return t.Connections }},
 		{"slacker_router_statements_total", "counter", "Commands clients sent", func(t tenantStatus) int64 { return t.Statements }},
 		{"slacker_router_auth_failures_total", "counter", "Logins refused: wrong user or password", func(t tenantStatus) int64 { return t.AuthFailures }},
@@ -112,6 +129,14 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 		if t.ChangedAt > 0 {
 			fmt.Fprintf(&b, "slacker_router_route_lag_seconds{tenant=%q} %.6f\n", t.Tenant, t.LearnedAt-t.ChangedAt)
 		}
+	}
+	metric("slacker_router_hold_wait_max_seconds", "gauge", "Longest wait of a command during the last hold")
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "slacker_router_hold_wait_max_seconds{tenant=%q} %.6f\n", t.Tenant, float64(t.HoldWaitMax)/1e6)
+	}
+	metric("slacker_router_move_max_seconds", "gauge", "Longest move of a connection to a new owner since the last hold")
+	for _, t := range tenants {
+		fmt.Fprintf(&b, "slacker_router_move_max_seconds{tenant=%q} %.6f\n", t.Tenant, float64(t.MoveMax)/1e6)
 	}
 	for _, c := range cols {
 		metric(c.name, c.typ, c.help)

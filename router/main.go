@@ -84,6 +84,8 @@ func main() {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", rt.serveMetrics)
 		mux.HandleFunc("/status", rt.serveStatus)
+		mux.HandleFunc("/hold", rt.serveHold)
+		mux.HandleFunc("/release", rt.serveRelease)
 		go func() { log.Fatal(http.Serve(aln, mux)) }()
 	}
 	// The control side reads this line to learn the bound addresses (ports may be 0 = any).

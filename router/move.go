@@ -163,11 +163,9 @@ func (s *sessionState) checkCommand(body []byte) {
 		return
 	}
 	switch body[0] {
-	case comStmtPrepare:
-		s.pin("binary prepared statements (not yet re-prepared on a new owner)")
 	case comChangeUser:
 		s.pin("COM_CHANGE_USER")
-	case comQuery:
+	case comQuery, comStmtPrepare:
 		q := body[1:]
 		if len(q) > 4096 {
 			q = q[:4096]

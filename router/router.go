@@ -40,14 +40,16 @@ type controlMsg struct {
 	UpdatedAt float64 `json:"updated_at"`
 	OK        bool    `json:"ok"`
 	Error     string  `json:"error"`
+	Token     string  `json:"token"`
 }
 
 // tenantStats are counters kept per tenant across route changes, and its open connections.
 type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
 	moves, moveFailures, endedAtMove, rolledBackAtMove                            atomic.Int64
-	mu                                                                            sync.Mutex
-	conns                                                                         map[*tracker]struct{}
+	holdStats
+	mu    sync.Mutex
+	conns map[*tracker]struct{}
 }
 
 func (s *tenantStats) add(t *tracker) {
@@ -100,6 +102,7 @@ type Router struct {
 	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
 	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
 	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
+	token       atomic.Value // the cluster's bearer token (from the control side): /hold and /release need it
 }
 
 func newRouter(dialTimeout time.Duration) *Router {
@@ -136,6 +139,8 @@ func (rt *Router) apply(m controlMsg) error {
 		}
 	case "remove":
 		delete(rt.routes, m.Tenant)
+	case "token":
+		rt.token.Store(m.Token)
 	case "directory":
 		if m.OK != rt.dirOK {
 			rt.dirSince = time.Now()
@@ -178,6 +183,8 @@ const (
 	erAccessDenied = 1045
 	erHandshake    = 1043
 	erUnknownHost  = 2003 // "can't connect": the owner did not answer
+	// MariaDB's ER_CONNECTION_KILLED: the connection ends at a move because its session cannot move.
+	erConnectionKilled = 1927
 )
 
 func (rt *Router) serve(c net.Conn) {
@@ -443,23 +450,31 @@ func (cn *clientConn) forward() {
 				if body[0] == comQuit {
 					cn.ending.Store(true)
 				}
-				if !cn.beforeCommand(body[0]) {
+				t.passing.Store(true)
+				cn.waitHold()
+				ok, answered := cn.beforeCommand(body)
+				if !ok {
 					break
+				}
+				if answered { // the router answered it itself (a transaction lost at a move)
+					t.passing.Store(false)
+					cr.Discard(n)
+					continue
 				}
 				st.statements.Add(1)
 				t.sess.checkCommand(body)
-				if body[0] == comQuery {
-					q := body[1:]
-					if len(q) > 64 {
-						q = q[:64]
-					}
-					cn.last.Store(strings.ToUpper(strings.TrimSpace(string(q))))
-				} else {
-					cn.last.Store("")
+				if body[0] == comStmtPrepare {
+					t.stmts.sentPrepare(body[1:])
 				}
+				cn.last.Store(commandText(body))
 				t.sent(body[0])
+				if isStmtCommand(body[0]) {
+					body = cn.stmtCommand(body)
+					h[0], h[1], h[2] = byte(len(body)), byte(len(body)>>8), byte(len(body)>>16)
+				}
+				t.passing.Store(false)
 			}
-			pkt := make([]byte, 0, n+4)
+			pkt := make([]byte, 0, len(body)+4)
 			pkt = append(append(pkt, h[:]...), body...)
 			if _, err := cn.owner.Write(pkt); err != nil {
 				break
@@ -468,12 +483,46 @@ func (cn *clientConn) forward() {
 		} else {
 			if h[3] == 0 {
 				first, err := cr.Peek(1)
-				if err != nil || !cn.beforeCommand(first[0]) {
+				if err != nil {
 					break
 				}
+				t.passing.Store(true)
+				cn.waitHold()
+				if ok, answered := cn.beforeCommand(first); !ok || answered {
+					break // a command over 16 KiB the router would answer itself: ends the connection
+				}
 				st.statements.Add(1)
-				t.sess.pin("a command over 16 KiB")
 				t.sent(first[0])
+				if isStmtCommand(first[0]) {
+					// A long execute: its statement id (and parameter types) are in the first bytes.
+					prefix, err := cr.Peek(stmtPrefixLen)
+					if err != nil {
+						break
+					}
+					out := cn.stmtCommand(prefix)
+					if n2 := n - len(prefix) + len(out); n2 != n {
+						if n2 >= maxPacketPayload {
+							break
+						}
+						n = n2
+						h[0], h[1], h[2] = byte(n), byte(n>>8), byte(n>>16)
+					}
+					t.passing.Store(false)
+					if _, err := cn.owner.Write(append(h[:], out...)); err != nil {
+						break
+					}
+					cr.Discard(len(prefix))
+					if _, err := io.CopyN(cn.owner, cr, int64(n-len(out))); err != nil {
+						break
+					}
+					st.bytesIn.Add(int64(n + 4))
+					continue
+				}
+				t.sess.pin("a command over 16 KiB")
+				if first[0] == comStmtPrepare {
+					t.stmts.sentPrepare(nil) // its answer is matched, never prepared again (pinned)
+				}
+				t.passing.Store(false)
 			}
 			if _, err := cn.owner.Write(h[:]); err != nil {
 				break
@@ -484,6 +533,7 @@ func (cn *clientConn) forward() {
 		}
 		st.bytesIn.Add(int64(n + 4))
 	}
+	t.passing.Store(false)
 	cn.ending.Store(true)
 	if cw, ok := cn.owner.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
@@ -493,31 +543,84 @@ func (cn *clientConn) forward() {
 }
 
 // beforeCommand moves the connection to the tenant's new owner when the route changed and the
-// connection can move; false: the connection must end.
-func (cn *clientConn) beforeCommand(cmd byte) bool {
+// connection can move. ok false: the connection must end; answered: the router answered the
+// command itself and it must not be sent on.
+func (cn *clientConn) beforeCommand(body []byte) (ok, answered bool) {
+	cmd := body[0]
 	r, _ := cn.rt.lookup(cn.tenant)
 	if r == nil || r.Epoch <= cn.epoch {
-		return !cn.gone.Load()
+		return !cn.gone.Load(), false
 	}
 	if cmd == comQuit {
-		return false
+		return false, false
 	}
-	if !cn.t.idle() || cn.t.sess.pinned.Load() {
+	t := cn.t
+	between := t.awaiting.Load() == 0 && !t.untracked.Load() && !t.longData.Load()
+	if between && t.sess.pinned.Load() {
+		// Between statements, but with state the new owner cannot be given: end it, saying why,
+		// rather than run its next command on the retired owner or on the new one without it.
+		reason, _ := t.sess.pinReason.Load().(string)
+		writePacket(cn.c, 1, errPacket(erConnectionKilled, "70100", fmt.Sprintf(
+			"Tenant %s moved to a new owner and this connection's session cannot move (%s): reconnect",
+			cn.tenant, reason)))
+		cn.st.endedAtMove.Add(1)
+		cn.ending.Store(true)
+		log.Printf("tenant %s: a connection ended at a move: its session holds %s", cn.tenant, reason)
+		return false, false
+	}
+	if !between {
 		if cn.gone.Load() {
-			return false // its owner is gone and it cannot move: end it (counted)
+			return false, false // its owner is gone with a command in flight: end it (counted)
 		}
-		return true // stays with its owner (writes fail while it is fenced; it ends when retired)
+		return true, false // a response outstanding: it stays with its owner until it is answered
 	}
+	inTrans := t.inTrans.Load()
 	if err := cn.move(r); err != nil {
 		log.Printf("tenant %s: moving a connection to %s:%d failed: %v", cn.tenant, r.Host, r.Port, err)
 		cn.st.moveFailures.Add(1)
-		return false
+		return false, false
 	}
-	return true
+	if !inTrans {
+		return true, false
+	}
+	// Its transaction began on the old owner, which the directory has replaced: it can never
+	// commit there (fenced, then retired). Closing the old connection (move) rolled it back; the
+	// command that would have continued it is answered as such, and its COMMIT was never sent.
+	t.inTrans.Store(false)
+	cn.st.rolledBackAtMove.Add(1)
+	return writePacket(cn.c, 1, cn.lostAnswer(commandText(body))) == nil, true
+}
+
+// commandText is the start of a COM_QUERY, upper case ("" for other commands).
+func commandText(body []byte) string {
+	if len(body) == 0 || body[0] != comQuery {
+		return ""
+	}
+	q := body[1:]
+	if len(q) > 64 {
+		q = q[:64]
+	}
+	return strings.ToUpper(strings.TrimSpace(string(q)))
+}
+
+// lostAnswer is the answer to a command of a transaction that was rolled back because its owner
+// went away: OK for a ROLLBACK, else 1213/40001 (restart it).
+func (cn *clientConn) lostAnswer(text string) []byte {
+	if strings.HasPrefix(text, "ROLLBACK") && !strings.Contains(text, " TO ") {
+		status := byte(0)
+		if cn.t.autocommit.Load() {
+			status = statusAutocommit
+		}
+		return []byte{0x00, 0, 0, status, 0, 0, 0}
+	}
+	return errPacket(1213, "40001", fmt.Sprintf("Tenant %s moved to a new owner while this transaction was open: "+
+		"it was rolled back; restart it", cn.tenant))
 }
 
 // move logs in to the new owner with the session's database and variables, then swaps.
 func (cn *clientConn) move(r *route) error {
+	t0 := time.Now()
+	defer func() { cn.st.noteMove(time.Since(t0)) }()
 	resp := *cn.resp
 	resp.db = cn.t.sess.db
 	if resp.db != "" {
@@ -528,6 +631,10 @@ func (cn *clientConn) move(r *route) error {
 		return err
 	}
 	if err := cn.t.sess.restore(s, sr); err != nil {
+		s.Close()
+		return err
+	}
+	if err := cn.t.stmts.reprepare(s, sr, cn.t.deprecateEOF); err != nil {
 		s.Close()
 		return err
 	}
@@ -554,13 +661,18 @@ func (cn *clientConn) startRelay() {
 			return // the router closed it to move: the client stays
 		}
 		// The owner ended the connection. Between statements, with the tenant moved (or moving:
-		// a retired owner goes right after the flip), the client may continue on the new owner.
-		if cn.ending.Load() || cn.t.sess.pinned.Load() || cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
+		// a retired owner goes right after the flip), the client may continue on the new owner;
+		// beforeCommand tells a pinned session why it cannot, and a transaction that it was lost.
+		// A statement of a transaction in flight is answered here (it cannot have committed).
+		t := cn.t
+		between := t.awaiting.Load() == 0 && !t.untracked.Load() && !t.longData.Load()
+		if cn.ending.Load() || (t.sess.pinned.Load() && !between) ||
+			cn.rt.waitNewerRoute(cn.tenant, epoch, 2*time.Second) == nil {
 			cn.countEnded(epoch)
 			cn.c.Close()
 			return
 		}
-		if !cn.t.idle() && !cn.answerLostTransaction() {
+		if !between && !cn.answerLostTransaction() {
 			cn.countEnded(epoch)
 			cn.c.Close()
 			return
@@ -591,13 +703,7 @@ func (cn *clientConn) answerLostTransaction() bool {
 	if last == "" || strings.Contains(last, "COMMIT") || strings.HasPrefix(last, "END") || strings.HasPrefix(last, "XA") {
 		return false
 	}
-	var pkt []byte
-	if strings.HasPrefix(last, "ROLLBACK") {
-		pkt = []byte{0x00, 0, 0, byte(statusAutocommit), 0, 0, 0}
-	} else {
-		pkt = errPacket(1213, "40001", fmt.Sprintf("Tenant %s moved to a new owner while this transaction was open: "+
-			"it was rolled back; restart it", cn.tenant))
-	}
+	pkt := cn.lostAnswer(last)
 	if writePacket(cn.c, 1, pkt) != nil {
 		return false
 	}

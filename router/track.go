@@ -57,15 +57,21 @@ type tracker struct {
 	prepCols     int
 	continuing   bool // the previous packet was 16 MiB - 1: this one continues it
 
-	sess      sessionState
-	okPkt     bool        // the last packet fed was an OK packet (it carries status and the session tracker)
-	inTrans   atomic.Bool // SERVER_STATUS_IN_TRANS of the last status seen (true after an ERR: unknown)
-	untracked atomic.Bool // a command the tracker does not follow: never treat as between statements
-	awaiting  atomic.Int32
+	sess       sessionState
+	okPkt      bool        // the last packet fed was an OK packet (it carries status and the session tracker)
+	inTrans    atomic.Bool // SERVER_STATUS_IN_TRANS of the last status seen (see failed for errors)
+	autocommit atomic.Bool // SERVER_STATUS_AUTOCOMMIT of the last status seen
+	untracked  atomic.Bool // a command the tracker does not follow: never treat as between statements
+	awaiting   atomic.Int32
+	passing    atomic.Bool // a command is between the hold check and the owner (hold.go)
+	longData   atomic.Bool // parameters sent with SEND_LONG_DATA wait for their execute on this owner
+	stmts      *stmtTable
 }
 
 func newTracker(deprecateEOF bool) *tracker {
-	return &tracker{deprecateEOF: deprecateEOF, pending: make(chan byte, 1024)}
+	t := &tracker{deprecateEOF: deprecateEOF, pending: make(chan byte, 1024), stmts: newStmtTable()}
+	t.autocommit.Store(true) // the server's default; the login's OK says for sure
+	return t
 }
 
 // sent is called for every command the client sends (a packet with sequence 0).
@@ -87,11 +93,25 @@ func (t *tracker) sent(cmd byte) {
 
 // idle: no response outstanding and outside a transaction: a statement boundary.
 func (t *tracker) idle() bool {
-	return t.awaiting.Load() == 0 && !t.inTrans.Load() && !t.untracked.Load()
+	return t.awaiting.Load() == 0 && !t.inTrans.Load() && !t.untracked.Load() && !t.longData.Load()
 }
 
 func (t *tracker) status(flags uint16) {
 	t.inTrans.Store(flags&statusInTrans != 0)
+	t.autocommit.Store(flags&statusAutocommit != 0)
+}
+
+// failed is fed an ERR packet, which carries no status flags. A statement that fails rolls back
+// itself only, so the transaction state stays what it was — except a deadlock (1213), which rolls
+// the whole transaction back, and a failure with autocommit off outside a transaction, which may
+// have begun one: unknown until the next status, counted as inside one.
+func (t *tracker) failed(p []byte) {
+	switch {
+	case len(p) >= 3 && binary.LittleEndian.Uint16(p[1:]) == 1213:
+		t.inTrans.Store(false)
+	case !t.autocommit.Load():
+		t.inTrans.Store(true)
+	}
 }
 
 // okStatus reads the status flags of an OK packet (0x00 or, as a terminator, 0xfe).
@@ -211,7 +231,7 @@ func (t *tracker) packet(p []byte, n int) {
 
 func (t *tracker) row(p []byte, n int) {
 	if len(p) > 0 && p[0] == 0xff {
-		t.inTrans.Store(true) // an error mid-result: state unknown until the next status
+		t.failed(p) // an error mid-result
 		t.end(0, false)
 	} else if t.isTerminator(p, n) {
 		t.okPkt = t.deprecateEOF
@@ -233,11 +253,12 @@ func (t *tracker) first(p []byte, n int) {
 		t.end(0, false)
 		return
 	}
+	if t.cmd == comStmtPrepare {
+		t.stmts.answered(p) // the client's statement id in place of the owner's (stmt.go)
+	}
 	switch {
 	case p[0] == 0xff:
-		// An error: a deadlock or timeout may have rolled the transaction back, and the packet
-		// does not say. Unknown until the next status: count it as inside a transaction.
-		t.inTrans.Store(true)
+		t.failed(p)
 		t.end(0, false)
 	case t.cmd == comStatistics:
 		t.end(0, false) // one string packet

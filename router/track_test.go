@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 )
@@ -109,6 +110,27 @@ func TestPrepareMultiResultsErrorsAndPipelining(t *testing.T) {
 	if !tr.idle() {
 		t.Fatal("the next OK must settle the state")
 	}
+	// With autocommit on, a failed statement outside a transaction is its own (rolled back) one.
+	tr.sent(comQuery)
+	feed(tr, ok(statusAutocommit))
+	tr.sent(comQuery)
+	feed(tr, []byte{0xff, 0x26, 0x04, '#', '2', '3', '0', '0', '0', 'x'})
+	if !tr.idle() {
+		t.Fatal("a failed autocommit statement left the connection inside a transaction")
+	}
+	// A deadlock inside a transaction rolls it all back; another error leaves it open.
+	tr.sent(comQuery)
+	feed(tr, ok(statusAutocommit|statusInTrans))
+	tr.sent(comQuery)
+	feed(tr, []byte{0xff, 0x26, 0x04, '#', '2', '3', '0', '0', '0', 'x'})
+	if !tr.inTrans.Load() {
+		t.Fatal("a failed statement ended its transaction")
+	}
+	tr.sent(comQuery)
+	feed(tr, []byte{0xff, 0xbd, 0x04, '#', '4', '0', '0', '0', '1', 'x'})
+	if !tr.idle() {
+		t.Fatal("a deadlock left the connection inside a transaction")
+	}
 	// COM_STMT_CLOSE gets no answer; COM_STATISTICS a bare string.
 	tr.sent(comStmtClose)
 	tr.sent(comStatistics)
@@ -206,8 +228,56 @@ func TestCommandsThatPin(t *testing.T) {
 		}
 	}
 	s := &sessionState{}
-	s.checkCommand([]byte{comStmtPrepare, 's'})
+	s.checkCommand(append([]byte{comStmtPrepare}, "SELECT c FROM t WHERE id = ?"...))
+	if s.pinned.Load() {
+		t.Error("a binary prepared statement pinned (they are prepared again on a new owner)")
+	}
+	s.checkCommand(append([]byte{comStmtPrepare}, "SELECT GET_LOCK(?, 1)"...))
 	if !s.pinned.Load() {
-		t.Error("a binary prepared statement did not pin")
+		t.Error("a prepared GET_LOCK did not pin")
+	}
+}
+
+// prepareOK is the first packet of a prepare's answer: owner id, columns, parameters.
+func prepareOK(id uint32, cols, params uint16) []byte {
+	p := []byte{0x00, 0, 0, 0, 0, byte(cols), byte(cols >> 8), byte(params), byte(params >> 8), 0, 0, 0}
+	binary.LittleEndian.PutUint32(p[1:], id)
+	return p
+}
+
+func TestStatementIdsMappedAndTypesResent(t *testing.T) {
+	cn := &clientConn{t: newTracker(true)}
+	s := cn.t.stmts
+	s.sentPrepare([]byte("SELECT ?"))
+	s.sentPrepare([]byte("bad"))
+	s.sentPrepare([]byte("UPDATE t SET a = ? WHERE id = ?"))
+	first := prepareOK(7, 1, 1)
+	s.answered(first)
+	s.answered([]byte{0xff, 0x28, 0x04})
+	second := prepareOK(9, 0, 2)
+	s.answered(second)
+	if binary.LittleEndian.Uint32(first[1:]) != 1 || binary.LittleEndian.Uint32(second[1:]) != 2 {
+		t.Fatalf("client ids %v %v", first[1:5], second[1:5])
+	}
+	// execute 2 with types: owner id 9, the types remembered.
+	exec := []byte{comStmtExecute, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0x00, 1, 3, 0, 8, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}
+	out := cn.stmtCommand(exec)
+	if binary.LittleEndian.Uint32(out[1:]) != 9 || !bytes.Equal(out[5:], exec[5:]) {
+		t.Fatalf("execute as sent %v", out)
+	}
+	// After a move (owner id 4, types not sent there), an execute without types gets them.
+	s.byClient[2].owner, s.byClient[2].typesOnOwner = 4, false
+	noTypes := []byte{comStmtExecute, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0x00, 0, 5, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0}
+	out = cn.stmtCommand(noTypes)
+	want := []byte{comStmtExecute, 4, 0, 0, 0, 0, 1, 0, 0, 0, 0x00, 1, 3, 0, 8, 0, 5, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0}
+	if !bytes.Equal(out, want) {
+		t.Fatalf("execute after a move\n got %v\nwant %v", out, want)
+	}
+	if again := cn.stmtCommand(noTypes); again[11] != 0 {
+		t.Fatal("types sent twice to the same owner")
+	}
+	cn.stmtCommand([]byte{comStmtClose, 1, 0, 0, 0})
+	if _, ok := s.byClient[1]; ok || len(s.byClient) != 1 {
+		t.Fatal("a closed statement is still mapped")
 	}
 }

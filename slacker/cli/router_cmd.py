@@ -93,7 +93,10 @@ def router_status(cli: CliContext, admin: str | None, as_json: bool) -> None:
         state = "reachable" if dr["reachable"] else f"UNREACHABLE for {dr['since_s']:.0f}s ({dr['error']}): " \
                                                      "routing on the last owners known"
         click.echo(f"router {d['listen']} (admin {d['admin']}), up {d['uptime_s']:.0f}s, directory {state}")
-        print_table(["tenant", "owner", "address", "epoch", "conns", "conns total", "statements", "auth fail"],
-                    [[t["tenant"], t["node"], f"{t['host']}:{t['port']}" if t["host"] else "-", t["epoch"],
+        print_table(["tenant", "owner", "address", "epoch", "conns", "conns total", "statements", "auth fail",
+                     "handovers", "ended at move"],
+                    [[t["tenant"], t["node"] + (" (HELD)" if t.get("held") else ""),
+                      f"{t['host']}:{t['port']}" if t["host"] else "-", t["epoch"],
                       t["connections_active"], t["connections_total"], t["statements_total"],
-                      t["auth_failures_total"]] for t in d["tenants"]])
+                      t["auth_failures_total"], t.get("holds_total", 0), t.get("ended_at_move_total", 0)]
+                     for t in d["tenants"]])

@@ -17,6 +17,7 @@ import logging
 import time
 
 from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerError
+from ..router.freeze import RouterHold
 from .lease import LEASE_MARGIN_S
 from .options import HandoverAttempt, OverBudget
 
@@ -32,6 +33,8 @@ def one_line(exc: BaseException) -> str:
 class Handover:
     def __init__(self, m) -> None:
         self.m = m  # the migration: options, both sides, journal, lease, flip, and what it reports
+        self.routers: RouterHold | None = None  # the routers' hold of this attempt (slacker/router/freeze.py)
+        self.flipped_to = None  # the ownership the flip wrote: the routers' held commands go there once active
 
     def run(self) -> None:
         m = self.m
@@ -107,6 +110,9 @@ class Handover:
         # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip;
         # renewed before the clock starts, since nothing is frozen yet.
         m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
+        # Routers hold the tenant's new statements and let open transactions finish (bounded by the
+        # freeze budget) before the lock is asked for: no routed statement meets the freeze.
+        self.routers = RouterHold(m.node.directory, m.node.token, m.tenant_id).hold(drain_s=budget, freeze_s=budget)
         t0 = time.monotonic()
         deadline = t0 + budget
 
@@ -175,6 +181,7 @@ class Handover:
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
                                   "the source keeps serving", phase="handover")
         m.epoch_after = own.epoch
+        self.flipped_to = own
         m.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         mark("flipped")
         m.handover_steps_ms = steps
@@ -182,6 +189,13 @@ class Handover:
         m.journal.update(m.entry, state="flipped", epoch_after=own.epoch)
         m.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
         m._hold("flipped")
+
+    def release_routers(self, after_flip: bool = False) -> None:
+        """Let the routers' held statements go: after the flip (the target takes writes) to the new owner,
+        else back to the source."""
+        if self.routers is not None:
+            self.routers.release(after_flip=after_flip, own=self.flipped_to)
+            self.routers = None
 
     def undo(self) -> None:
         """Before the flip: unfence, unfreeze. The target keeps its copy for the next attempt."""
@@ -192,5 +206,6 @@ class Handover:
                 m.src.unfence()
         finally:
             m.src.unfreeze()
+            self.release_routers()  # held statements go on to the source
             if m.entry.state != "started":
                 m.journal.update(m.entry, state="started")

@@ -34,6 +34,7 @@ from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, 
 from ..transfer import TLS_PIPES, blame, make_pipe
 from ..transfer.protocol import new_token
 from .flip import Flip
+from ..router.freeze import RouterHold
 from .handover import Handover, one_line
 from .journal import Entry
 from .lease import Lease
@@ -253,6 +254,8 @@ class Migration:
         """After an agent restart: ask the directory whether the flip happened, then forward or back."""
         self._phase("recovering")
         self.telemetry.start()
+        # Routers may hold the tenant for the handover that was cut short: let them go when decided.
+        self.handover.routers = RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id)
         try:
             if self.entry.state == "started":
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
@@ -322,6 +325,7 @@ class Migration:
         except SlackerError as exc:
             log.error("could not bring source tenant %s back: %s (the supervisor retries)", self.tenant_id,
                       exc.one_line())
+        self.handover.release_routers()  # unfenced: held statements go on to the source
         self.journal.remove(self.entry)
 
     def _go_forward(self, reason: str) -> None:
@@ -333,6 +337,7 @@ class Migration:
             try:
                 self.peer.step("activate", {"epoch": self.epoch_after, "tenant": self.tenant_id}, timeout_s=120,
                                phase="cleanup")
+                self.handover.release_routers(after_flip=True)  # the target takes writes now
                 self.src.retire()
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""

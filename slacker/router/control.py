@@ -42,6 +42,12 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def hold_token(cluster_token: str) -> str:
+    """The bearer a handover presents to a router's /hold and /release: derived from the cluster token,
+    so the data path and the admin address (plain HTTP) never carry the cluster token itself."""
+    return hashlib.sha256(b"slacker-router-hold\0" + cluster_token.encode()).hexdigest()
+
+
 def password_hash(password: str) -> str:
     """SHA1(SHA1(password)) in hex: what MariaDB stores for mysql_native_password, enough to check a login."""
     return hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest()
@@ -108,9 +114,16 @@ class Router:
             raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
                                     "is the listen address free? see the log above") from None
 
+    def _send_token(self) -> None:
+        """What a handover's hold and release (admin /hold, /release) must present: derived from the cluster token."""
+        token = self.cluster.token() if self.cluster is not None and hasattr(self.cluster, "token") else ""
+        if token:
+            self._send({"op": "token", "token": hold_token(token)})
+
     def start(self) -> "Router":
         self.proc, ready = self._spawn(self.options.listen, self.options.admin)
         self.listen, self.admin = ready["listen"], ready.get("admin", "")
+        self._send_token()
         self._sync_all()  # routes before anything else, so the first client finds its tenant
         for fn in (self._list_loop, self._register_loop):
             t = threading.Thread(target=fn, daemon=True, name=f"router-{fn.__name__}")
@@ -124,6 +137,7 @@ class Router:
         with self._send_lock:
             self.proc = proc
         self.restarts += 1
+        self._send_token()
         with self._route_lock:
             for msg in list(self._routes.values()):
                 self._send(msg)

@@ -292,7 +292,7 @@ def test_router_killed_and_restarted(routed):
 def test_connections_move_between_statements(routed):
     """After a move, a connection between statements whose session the router knows (database,
     session variables) continues on the new owner with them; one holding state the router cannot
-    carry (a user variable) never runs on the new owner without it."""
+    carry (a user variable) ends with error 1927 saying why, never runs on the new owner without it."""
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "r7", "node-1")
     setup = _connect(listen, "app@r7", ep.password)
@@ -327,53 +327,10 @@ def test_connections_move_between_statements(routed):
         cur.execute("SELECT COUNT(*) FROM items")
         assert cur.fetchone() == (2,)
     mover.close()
-    # The pinned session either still runs on its old owner with its variable, or has ended:
-    # never on the new owner without it.
-    try:
+    # The pinned session is told why it cannot go on: never run on the new owner without its variable.
+    with pytest.raises(pymysql.err.OperationalError) as e:
         with pinned.cursor() as cur:
-            cur.execute("SELECT @mine, @@datadir")
-            mine, datadir = cur.fetchone()
-            assert mine == 7 and "/node-1/" in datadir
-    except pymysql.err.OperationalError:
-        pass
+            cur.execute("SELECT @mine")
+    assert e.value.args[0] == 1927 and "a user variable" in e.value.args[1], e.value.args
     st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r7")
-    assert st["moves_total"] >= 1
-
-
-def test_sysbench_on_the_router_survives_moves(routed, tmp_path):
-    """The issue's first complaint: sysbench started on an address died at the first move. On the
-    router's address it runs on across three live migrations, its connections moved between
-    transactions. The writes that meet the old owner's fence during a freeze fail with 1290
-    (ignored here: holding them until the flip is the router's next step in the handover)."""
-    cluster, listen, admin = routed
-    ep = _tenant(cluster, admin, "r5", "node-1")
-    conn = _connect(listen, "app@r5", ep.password)
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE sb")
-    conn.close()
-    sb = _sysbench(tmp_path, listen, "app@r5", ep.password, "sb", "--tables=2", "--table-size=1000",
-                   "--db-ps-mode=disable")
-    # --db-ps-mode=disable: binary prepared statements pin a connection to its owner (not mapped yet).
-    load = subprocess.Popen(sb + ["--threads=2", "--time=300", "--rate=50", "--report-interval=1",
-                                  "--mysql-ignore-errors=1290,1213,1205", "run"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        time.sleep(2)
-        for target in ("node-2", "node-1", "node-2"):
-            rc, out, err = slacker("migrate", "r5", "--to", target, "--json")
-            assert rc == 0 and json.loads(out)["result"] == "succeeded", err
-            time.sleep(2)  # load on the new owner before the next move
-        assert load.poll() is None, ("sysbench stopped during the moves:\n" + load.stdout.read()[-3000:]
-                                     + (cluster.path.parent / "router" / "router.log").read_text()[-2000:])
-        st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r5")
-        assert st["node"] == "node-2" and st["epoch"] == 4 and st["moves_total"] >= 2
-        assert st["ended_at_move_total"] == 0 and st["move_failures_total"] == 0
-    finally:
-        load.terminate()
-        out = load.communicate(timeout=30)[0]
-    assert "FATAL" not in out, out[-3000:]
-    tps = [float(m.group(1)) for m in re.finditer(r"\] thds: \d+ tps: ([0-9.]+)", out)]
-    assert tps and tps[-1] > 0, out[-3000:]  # still committing on the last owner
-    errors = sum(float(m.group(1)) for m in re.finditer(r"err/s: ([0-9.]+)", out))
-    print(f"sysbench across 3 moves: {len(tps)} s, {errors:.0f} ignored errors; router: {st['moves_total']} moves, "
-          f"{st['rolled_back_at_move_total']} transactions rolled back at a move")
+    assert st["moves_total"] >= 1 and st["ended_at_move_total"] == 1

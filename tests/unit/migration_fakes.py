@@ -223,10 +223,14 @@ class FakeDirectory:
             raise AgentUnavailable("the directory's reply was lost", "injected", "")
         return self._own()
 
+    def state_list(self, prefix: str) -> dict:
+        return {}  # no router announced: the handover holds none (slacker/router/freeze.py)
+
 
 class FakeNode:
     def __init__(self, world: World, root: Path) -> None:
         self.name = "node-1"
+        self.token = "fake-token"
         self.config = SimpleNamespace(data_root=str(root), fault_injection=False, tls=None)
         self.journal = Journal(root / "journal")
         self.directory = FakeDirectory(world)

@@ -49,3 +49,47 @@ def test_data_path_go_tests():
     env.setdefault("GOCACHE", str(SOURCE.parent / ".venv" / "go-cache"))
     r = subprocess.run(["go", "test", "./..."], cwd=SOURCE, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_hold_and_release_on_the_data_path(tmp_path):
+    """The handover's hold reaches the real data path through its admin address: refused without the
+    derived bearer, held and drained with it (no connection is busy), released; an announced router
+    that does not answer takes no part."""
+    import json
+    import time
+
+    from slacker.router.binary import RouterUnavailable, router_binary
+    from slacker.router.control import fetch_status, hold_token
+    from slacker.router.freeze import RouterHold
+
+    try:
+        binary = router_binary()
+    except RouterUnavailable:
+        pytest.skip("the data path is not built")
+    p = subprocess.Popen([binary, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        admin = json.loads(p.stdout.readline())["admin"]
+        for msg in ({"op": "token", "token": hold_token("cluster-secret")},
+                    {"op": "route", "tenant": "t1", "node": "node-1", "host": "127.0.0.1", "port": 9, "epoch": 3,
+                     "user": "app", "hash": password_hash("pw")}):
+            p.stdin.write(json.dumps(msg) + "\n")
+        p.stdin.flush()
+        time.sleep(0.2)
+        d = _Dir({"routers/r-1": {"admin": admin, "updated_at": time.time()},
+                  "routers/gone-9": {"admin": "127.0.0.1:9", "updated_at": time.time()}})
+        wrong = RouterHold(d, "another-secret", "t1").hold(drain_s=0.1, freeze_s=0.1)
+        assert wrong.held == [] and sorted(wrong.missing) == sorted([admin, "127.0.0.1:9"])
+        hold = RouterHold(d, "cluster-secret", "t1").hold(drain_s=0.5, freeze_s=0.5)
+        assert hold.held == [admin] and hold.missing == ["127.0.0.1:9"] and hold.busy == 0
+        assert next(t for t in fetch_status(admin)["tenants"] if t["tenant"] == "t1")["held"] is True
+
+        class Own:
+            epoch, node, host, port = 4, "node-2", "127.0.0.2", 9
+
+        hold.release(after_flip=True, own=Own())
+        st = next(t for t in fetch_status(admin)["tenants"] if t["tenant"] == "t1")
+        assert st["held"] is False and st["holds_total"] == 1 and (st["node"], st["epoch"]) == ("node-2", 4)
+    finally:
+        p.stdin.close()
+        p.wait(5)

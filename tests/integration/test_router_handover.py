@@ -1,0 +1,364 @@
+"""The router inside the handover (issue 34): no routed client sees a live migration.
+
+sysbench oltp_read_write (binary prepared statements, every error fatal) runs on the router's
+address across three back-and-forth live migrations and exits 0; mariadb CLI, PyMySQL and mariadb
+connector sessions with session variables and prepared statements read their state back after
+each move; a transaction open when the hold
+begins drains and commits on the source; a session with a temporary table ends with the
+documented error; a migration given up sends the held statements back to the source."""
+
+import json
+import re
+import select
+import subprocess
+import threading
+import time
+
+import mariadb
+import pymysql
+import pytest
+
+from slacker.router import local as local_router
+
+from .migration_helpers import start_migration, wait_migration
+from .test_cli import slacker
+from .test_router import _connect, _datadir_node, _status, _sysbench, _tenant
+
+
+@pytest.fixture
+def routed(make_cluster):
+    cluster = make_cluster(nodes=2)
+    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
+    yield cluster, local_router.listening(cluster.path.parent), admin
+    local_router.stop(cluster.path.parent)
+
+
+def _tenant_status(admin: str, tenant: str) -> dict:
+    return next(t for t in _status(admin)["tenants"] if t["tenant"] == tenant)
+
+
+def _wait_held(admin: str, tenant: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not _tenant_status(admin, tenant)["held"]:
+        assert time.monotonic() < deadline, "the router was never asked to hold"
+        time.sleep(0.002)
+
+
+def _router_log(cluster) -> str:
+    return (cluster.path.parent / "router" / "router.log").read_text()[-3000:]
+
+
+def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h1", "node-1")
+    user, host, port = "app@h1", listen.rsplit(":")[0], int(listen.rsplit(":")[1])
+    setup = _connect(listen, user, ep.password)
+    with setup.cursor() as cur:
+        cur.execute("CREATE DATABASE sb")
+        cur.execute("CREATE TABLE sb.notes (id INT PRIMARY KEY, body VARCHAR(40)) CHARACTER SET utf8mb4")
+        cur.execute("INSERT INTO sb.notes VALUES (1, 'grüße')")
+    setup.close()
+    sb = _sysbench(tmp_path, listen, user, ep.password, "sb", "--tables=2", "--table-size=10000")
+    load = subprocess.Popen(sb + ["--threads=2", "--time=600", "--rate=40", "--report-interval=1",
+                                  "--mysql-ignore-errors=none", "run"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    # A text-protocol session with its own character set, variables, autocommit and isolation level.
+    sess = _connect(listen, user, ep.password, database="sb", charset="latin1")
+    with sess.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES', time_zone = '+02:00'")
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        cur.execute("SET autocommit = 0")
+    # The mariadb CLI, one session fed line by line, with its own variables.
+    cnf = tmp_path / "cli.cnf"
+    cnf.touch(mode=0o600)
+    cnf.write_text(f"[client]\nhost={host}\nport={port}\nuser={user}\npassword={ep.password}\n")
+    cli = subprocess.Popen(["mariadb", f"--defaults-extra-file={cnf}", "-D", "sb", "-N", "-B", "--unbuffered"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cli.stdin.write("SET NAMES latin1; SET SESSION sql_mode = 'NO_ZERO_DATE', time_zone = '-03:00';\n")
+    cli.stdin.flush()
+
+    def cli_state() -> str:
+        cli.stdin.write("SELECT @@character_set_client, @@sql_mode, @@time_zone, DATABASE();\n")
+        cli.stdin.flush()
+        ready, _, _ = select.select([cli.stdout], [], [], 30)
+        assert ready, "the mariadb CLI did not answer"
+        return cli.stdout.readline().strip()
+
+    assert cli_state() == "latin1\tNO_ZERO_DATE\t-03:00\tsb"
+    # Binary-protocol prepared statements (the mariadb connector), prepared before any move.
+    ps = mariadb.connect(host=host, port=port, user=user, password=ep.password, database="sb", autocommit=True)
+    read = ps.cursor(prepared=True)
+    read.execute("SELECT body FROM notes WHERE id = ?", (1,))
+    assert read.fetchall() == [("grüße",)]
+    write = ps.cursor(prepared=True)
+    # A session with a temporary table cannot move: it must end with the documented error.
+    tmp = _connect(listen, user, ep.password, database="sb")
+    with tmp.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE scratch (i INT)")
+    # A transaction open (a read so far) when the handover asks for the hold: it drains.
+    txn = _connect(listen, user, ep.password, database="sb")
+    with txn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT COUNT(*) FROM notes")
+    outcome: dict = {}
+
+    def finish_txn():
+        try:
+            _wait_held(admin, "h1")
+            with txn.cursor() as cur:
+                cur.execute("INSERT INTO notes VALUES (2, 'drained')")
+                cur.execute("COMMIT")
+            outcome["committed"] = True
+        except Exception as exc:  # noqa: BLE001 - the test below says which outcome is allowed
+            outcome["error"] = exc
+
+    finisher = threading.Thread(target=finish_txn, daemon=True)
+    finisher.start()
+    try:
+        time.sleep(2)
+        nid = 10
+        for n, target in enumerate(("node-2", "node-1", "node-2")):
+            rc, out, err = slacker("migrate", "h1", "--to", target, "--json")
+            assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+            if n == 0:
+                finisher.join(30)
+                # Committed on the source inside the drain, so it is on the new owner: never an error too.
+                assert outcome == {"committed": True}, outcome
+                with pytest.raises(pymysql.err.OperationalError) as e:
+                    with tmp.cursor() as cur:
+                        cur.execute("SELECT COUNT(*) FROM scratch")
+                assert e.value.args[0] == 1927 and "cannot move" in e.value.args[1], e.value.args
+            # The text session reads back every piece of its state, on the new owner.
+            with sess.cursor() as cur:
+                cur.execute("SELECT @@sql_mode, @@time_zone, @@autocommit, @@tx_isolation, "
+                            "@@character_set_client, DATABASE(), body FROM notes WHERE id = 1")
+                assert cur.fetchone() == ("ANSI_QUOTES", "+02:00", 0, "READ-COMMITTED", "latin1", "sb", "grüße")
+                cur.execute("ROLLBACK")
+            assert _datadir_node(sess) == target
+            assert cli_state() == "latin1\tNO_ZERO_DATE\t-03:00\tsb"
+            # The prepared statements run on the new owner under the ids the client knows.
+            nid += 1
+            write.execute("INSERT INTO notes VALUES (?, ?)", (nid, f"moved {n}"))
+            read.execute("SELECT body FROM notes WHERE id = ?", (nid,))
+            assert read.fetchall() == [(f"moved {n}",)]
+            time.sleep(2)  # load on the new owner before the next move
+        assert load.poll() is None, "sysbench stopped during the moves:\n" + load.stdout.read()[-3000:]
+        st = _tenant_status(admin, "h1")
+        assert st["node"] == "node-2" and st["epoch"] == 4 and st["holds_total"] >= 3, st
+        assert st["move_failures_total"] == 0 and st["holds_expired_total"] == 0, _router_log(cluster)
+    finally:
+        load.terminate()
+        out = load.communicate(timeout=30)[0]
+        cli.stdin.close()
+        cli.wait(10)
+    assert "FATAL" not in out and "error" not in out.lower().replace("err/s: 0.00", ""), out[-3000:]
+    errors = sum(float(m.group(1)) for m in re.finditer(r"err/s: ([0-9.]+)", out))
+    reconn = sum(float(m.group(1)) for m in re.finditer(r"reconn/s: ([0-9.]+)", out))
+    assert errors == 0 and reconn == 0, out[-3000:]
+    check = _connect(listen, user, ep.password, database="sb")
+    with check.cursor() as cur:
+        cur.execute("SELECT id, body FROM notes ORDER BY id")
+        assert cur.fetchall() == ((1, "grüße"), (2, "drained"), (11, "moved 0"), (12, "moved 1"), (13, "moved 2"))
+    print(f"sysbench across 3 moves: 0 errors; router: {st['moves_total']} moves, "
+          f"{st['held_commands_total']} commands held, longest hold {st['hold_wait_max_us'] / 1000:.1f} ms")
+
+
+def test_rolled_back_handover_sends_held_statements_to_the_source(routed):
+    """A migration given up while frozen: the statement the router held runs on the source (and a
+    router announced in the directory that does not answer does not stop the handover)."""
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h2", "node-1")
+    conn = _connect(listen, "app@h2", ep.password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    # A second router announced in the directory that does not answer takes no part; the handover goes on.
+    from slacker.agent.client import cluster_clients
+    cluster_clients(cluster)[1].state_put("routers/gone-9", {"address": "127.0.0.1:9", "admin": "127.0.0.1:9",
+                                                             "updated_at": time.time()})
+    doc = start_migration(cluster, "h2", target="node-2", hold_s={"frozen": 3}, max_freeze_s=10)
+    _wait_held(admin, "h2")
+    box: dict = {}
+
+    def held_insert():
+        t0 = time.monotonic()
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO k.t VALUES (1)")
+        box["waited_s"] = time.monotonic() - t0
+
+    writer = threading.Thread(target=held_insert, daemon=True)
+    writer.start()
+    time.sleep(1)
+    assert "waited_s" not in box, "the statement was not held"
+    rc, _, err = slacker("migrate", "--abort", "h2")
+    assert rc == 0, err
+    end = wait_migration(cluster, "node-1", doc["id"])
+    writer.join(30)
+    assert end["result"] == "aborted" and "waited_s" in box, (end, _router_log(cluster))
+    assert _datadir_node(conn) == "node-1"
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM k.t")
+        assert cur.fetchone() == (1,)
+    st = _tenant_status(admin, "h2")
+    assert st["node"] == "node-1" and not st["held"] and st["held_commands_total"] >= 1
+    print(f"held {box['waited_s'] * 1000:.0f} ms, then ran on the source")
+
+
+def test_router_killed_and_restarted_mid_load(routed):
+    """Writers on the router's address while it is killed and started again between two live
+    migrations: they reconnect and go on; every acknowledged write is on the final owner, and the
+    migrations themselves cost them no error."""
+    import os
+    import signal
+
+    from slacker.procs import read_pid, wait_gone
+
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h3", "node-1")
+    with _connect(listen, "app@h3", ep.password) as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE w")
+        cur.execute("CREATE TABLE w.acked (id INT PRIMARY KEY)")
+    acked: list[int] = []
+    errors: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def writer(base: int):
+        n, conn = base, None
+        while not stop.is_set():
+            try:
+                if conn is None:
+                    conn = _connect(listen, "app@h3", ep.password, database="w")
+                n += 1  # a new id each time: an insert cut off with the router may have committed
+                with conn.cursor() as cur:
+                    cur.execute("INSERT INTO acked VALUES (%s)", (n,))
+                acked.append(n)
+            except pymysql.err.MySQLError as exc:
+                errors.append((time.monotonic(), str(exc.args[:1])))
+                conn = None
+                time.sleep(0.05)
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=writer, args=(b,), daemon=True) for b in (0, 1_000_000)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)
+        rc, out, err = slacker("migrate", "h3", "--to", "node-2", "--json")
+        assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+        assert not errors, errors  # the migration itself: no error
+        run_dir = cluster.path.parent
+        router_pid = read_pid(run_dir / "router" / "router.pid")
+        killed_at = time.monotonic()
+        os.killpg(os.getpgid(router_pid), signal.SIGKILL)
+        assert wait_gone(router_pid, 10)
+        time.sleep(0.5)
+        local_router.start(run_dir, cluster.path, listen, admin)
+        before = len(acked)
+        deadline = time.monotonic() + 20
+        while len(acked) < before + 20:
+            assert time.monotonic() < deadline, f"writers did not come back: {errors[-3:]}"
+            time.sleep(0.05)
+        settled = time.monotonic()
+        rc, out, err = slacker("migrate", "h3", "--to", "node-1", "--json")
+        assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+        time.sleep(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert errors and all(killed_at <= t < settled for t, _ in errors), errors  # only while the router was gone
+    with _connect(listen, "app@h3", ep.password, database="w") as conn, conn.cursor() as cur:
+        assert _datadir_node(conn) == "node-1"
+        cur.execute("SELECT id FROM acked")
+        present = {r[0] for r in cur.fetchall()}
+    assert set(acked) <= present, f"{len(set(acked) - present)} acknowledged writes lost"
+    print(f"{len(acked)} writes acknowledged, {len(errors)} errors, all while the router was down")
+
+
+def test_transaction_open_past_the_drain_gets_the_documented_error(routed):
+    """A transaction that stays open past the drain bound is not waited for: after the flip its next
+    statement (even its COMMIT) is answered 1213, rolled back, restart it — never run on the fenced
+    old owner, never half on the new one; the connection goes on on the new owner."""
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h4", "node-1")
+    with _connect(listen, "app@h4", ep.password) as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    txn = _connect(listen, "app@h4", ep.password, database="k")
+    with txn.cursor() as cur:
+        # Only a read so far: the handover waits for old write transactions itself (--handover-wait),
+        # the routers' drain for this one, bounded by --max-freeze.
+        cur.execute("BEGIN")
+        cur.execute("SELECT COUNT(*) FROM t")
+    rc, out, err = slacker("migrate", "h4", "--to", "node-2", "--max-freeze", "300ms", "--json")
+    assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+    st = _tenant_status(admin, "h4")
+    assert st["drain_timeouts_total"] >= 1, st
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        with txn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1)")
+    assert e.value.args[0] == 1213 and "rolled back" in e.value.args[1], e.value.args
+    with txn.cursor() as cur:  # the same connection, now on the new owner
+        cur.execute("SELECT COUNT(*) FROM t")
+        assert cur.fetchone() == (0,)
+    assert _datadir_node(txn) == "node-2"
+    assert _tenant_status(admin, "h4")["rolled_back_at_move_total"] == 1
+
+
+def test_source_agent_killed_while_held(routed):
+    """The source's agent killed while fenced, its routers holding the tenant: the restarted agent
+    rolls the migration back and releases the routers, so the held INSERT runs on the source —
+    long before the hold's own deadline, with no error, and it is there."""
+    import os
+    import signal
+
+    from slacker import local_cluster
+    from slacker.agent.client import AgentClient, cluster_clients
+    from slacker.procs import read_pid, wait_gone
+
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h5", "node-1")
+    conn = _connect(listen, "app@h5", ep.password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    agents, _ = cluster_clients(cluster)
+    # The hold's deadline is drain + freeze + 5 s = 85 s: far beyond the recovery.
+    mid = start_migration(cluster, "h5", target="node-2", hold_s={"fenced": 30}, max_freeze_s=40)["id"]
+    deadline = time.monotonic() + 90
+    while agents["node-1"].request("GET", f"/v1/migrations/{mid}")["handover_step"] != "fenced":
+        assert time.monotonic() < deadline, "never fenced"
+        time.sleep(0.05)
+    box: dict = {}
+
+    def held_insert():
+        t0 = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO k.t VALUES (1)")
+            box["waited_s"] = time.monotonic() - t0
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            box["error"] = exc
+
+    writer = threading.Thread(target=held_insert, daemon=True)
+    writer.start()
+    time.sleep(0.5)
+    assert not box, f"the statement was not held: {box}"
+    node1 = cluster.path.parent / "node-1"
+    pid = read_pid(node1 / "agent.pid")
+    os.kill(pid, signal.SIGKILL)  # the directory's agent too, in a two-node cluster
+    assert wait_gone(pid, 10)
+    local_cluster._spawn_agent(node1)
+    spec = cluster.node("node-1")
+    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), node1)
+    writer.join(60)
+    assert box.get("waited_s") is not None, (box, _router_log(cluster))
+    assert box["waited_s"] < 40, f"released only at the hold's deadline ({box['waited_s']:.1f}s)"
+    end = wait_migration(cluster, "node-1", mid)
+    assert end["result"] == "failed" and end["recovered"]
+    assert _datadir_node(conn) == "node-1"
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM k.t")
+        assert cur.fetchone() == (1,)
+    print(f"held {box['waited_s']:.1f}s across the agent's restart, then ran on the source")

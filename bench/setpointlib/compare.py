@@ -50,8 +50,9 @@ def run(bench: Bench, binding: list[float]) -> dict:
         c["runs"].append({"rep": rep, "kind": kind, "setpoint_s": sp, "name": name})
         bench.save()
 
-    kinds = a.controllers
+    once = set(getattr(a, "once", None) or ())
     for rep in range(1, a.repeats + 1):
+        kinds = [k for k in a.controllers if rep == 1 or k not in once]
         one(rep, "unthrottled", None)
         if c["nonbinding"] is None:
             u = bench.results["runs"][c["runs"][-1]["name"]]["copy"]["mean_s"] or 0.1

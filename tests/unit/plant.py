@@ -274,7 +274,7 @@ class FluidPlant:
         if self.preread_done < sc.preread_bytes:
             moved = min(speed, sc.preread_bytes - self.preread_done)
             self.preread_done += moved
-            mark = "read-in"
+            mark = "read-in" if moved > 0 else None  # held at rate 0 it reads nothing (slacker.controller.marks)
         else:
             if self._started_at is None:
                 self._started_at = t

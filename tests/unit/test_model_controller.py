@@ -151,7 +151,7 @@ def test_the_lag_is_measured():
 
 
 @pytest.mark.parametrize("kw", [{"margin": -1}, {"rise": 0.5}, {"horizon_s": 0}, {"max_lag": 0},
-                                {"load_change": math.nan}, {"smooth_s": 0}])
+                                {"catch_up": math.nan}, {"catch_up": 1}])
 def test_parameters_are_checked(kw):
     with pytest.raises(InvalidInput):
         ModelController(0.1, MAX, **kw)

@@ -65,8 +65,10 @@ class _Fit:
         mz = self.mean_z = sum(p[1] for p in self.pts) / n
         sxx = sum((p[0] - mx) ** 2 for p in self.pts)
         sxz = sum((p[0] - mx) * (p[1] - mz) for p in self.pts)
-        if sxx <= 1e-12 * max(1.0, mx * mx) or n < 3:
-            self.a, self.b, self.sd_b = mz, 0.0, math.inf
+        if sxx <= 1e-6 * max(1e-6, mx * mx) * n or n < 3:
+            # No spread of rates in the horizon: the slope is what it was (no evidence moved it), the
+            # intercept follows the load.
+            self.a = mz + self.b * mx
             self.sd_z = math.sqrt(sum((p[1] - mz) ** 2 for p in self.pts) / max(1, n - 1))
             return
         b = max(0.0, -sxz / sxx)  # the copy never makes the tenants faster

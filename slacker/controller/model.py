@@ -7,29 +7,29 @@ falls with the copy rate x and reaches 0 at the knee (M/M/1: 1/y = (1 - x/K) / L
 
     z ≈ a − b·x        a = 1 / (the load's own latency L0),   knee K = a / b
 
-Past the knee a queue builds, and it keeps latency high after the copy slows, until it drains: the
-latency of a second is the consequence of the fastest rate since the queue was last empty (latency
-last under the setpoint), not of this second's rate.
+Past the knee nothing serves the excess: a queue builds, and it keeps latency high after the copy
+slows until it drains (the real disk-bound host: ~0.7 s of latency a second, both ways). Those
+seconds are the backlog's, not the curve's.
 
-Each step (docs/controller.md, "The control law"):
+Each step (docs/controller.md, "The model controller"):
 
 1. fit — pair the newest second's latency with the fastest rate the copy really moved (bytes the
-   pipe sent, not its limit) over the last `lag` + 1 seconds, or since latency was last under the
-   setpoint if that is longer (the queue), and update (a, b) by a Kalman filter with random-walk
-   parameters (recursive least squares with per-parameter forgetting): `a` may move `load_change` a
-   second, `b` forgets over `horizon_s`; innovations clipped at 3 sd; five that agree in sign beyond
-   their noise open `a` (the load stepped). Seconds the migration marks as not the copy's doing
-   (slacker.controller.marks) are not fitted. The lag is measured: the delay at which latency's
-   changes follow the rate's most;
-2. act — a Newton step on the line towards the setpoint, spread over the loop's delay:
-   Δx = (z_window − z_setpoint) / (b' · (lag + 2)), b' the slope `margin` standard deviations steeper
-   for a rise (the uncertain model moves up carefully) and the estimate for a cut; a rise is at most
-   `rise` times the fastest rate the copy moved over the lag (no knee in sight: doubling, the
-   pipe's speed in seconds); a window over twice the setpoint is a queue: at once to half the rate
-   or the model's rate for the setpoint, whichever is lower.
+   pipe sent, not its limit) over the last `lag` + 1 seconds; least squares over the last
+   `horizon_s` such pairs (no spread of rates: the slope kept, the intercept follows the load).
+   A second in a queue (it or the window over OVER x the setpoint) is not fitted, except at the rate
+   that built the queue (censored at OVER x the setpoint), and that rate bounds later rises (for
+   `horizon_s`). Seconds the migration marks as not the copy's doing (slacker.controller.marks) are
+   not fitted unless the copy built a queue in them. The lag is measured: the delay at which
+   latency's changes follow the rate's most;
+2. act — a Newton step on the line towards the aim, spread over the loop's delay:
+   Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
+   rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
+   ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
+   rate the copy moved over the lag (no knee in sight: doubling); a window over OVER x the setpoint
+   is a queue: half the rate, or the model's rate for the aim if lower.
 
-Its state — the load's own latency, the knee, the rate the setpoint allows, the lag, the noise and
-a confidence — is in `state()` (status, `--json`, the time series, the plot).
+Its state — the load's own latency, the knee, the rate the aim allows, the lag, the noise, a
+confidence and the queue's rate bound — is in `state()` (status, `--json`, the time series).
 """
 
 from __future__ import annotations

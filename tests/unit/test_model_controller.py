@@ -246,3 +246,35 @@ def test_the_migration_marks_the_read_in_the_backups_start_the_lock_and_a_pause(
     pipe.commit_locked = True
     assert copy_mark(mig, 31.0) == "commit lock"
     assert copy_mark(SimpleNamespace(pipe=None, rate_policy=None), 0.0) is None
+
+
+def test_max_duration_aborts_with_the_verdicts_figures():
+    """`slacker migrate --max-duration`: past it, the migration is aborted and the failure says why in the
+    copy's terms (the cannot-finish verdict, when there is one)."""
+    from slacker.cli.migrate_cmd import MaxDuration
+
+    class Source:
+        def __init__(self):
+            self.posted = []
+
+        def request(self, method, path, body=None):
+            self.posted.append((method, path, body))
+            return {}
+
+    now = [0.0]
+    src = Source()
+    limit = MaxDuration(src, "m1", 60.0, clock=lambda: now[0])
+    verdict = {"what": "cannot finish: the load alone is over the setpoint", "why": "latency 52ms with the copy "
+               "stopped for 30s, against a setpoint of 40ms", "hint": "raise the setpoint above 68ms"}
+    doc = {"active": True, "phase": "snapshot", "bytes_done": 10 << 20, "bytes_total": 100 << 20,
+           "controller": {"verdict": verdict}}
+    now[0] = 59.0
+    limit.poll(doc)
+    assert src.posted == [] and limit.reason is None
+    now[0] = 61.0
+    limit.poll(doc)
+    limit.poll(doc)  # once
+    assert len(src.posted) == 1 and src.posted[0][:2] == ("POST", "/v1/migrations/m1/abort")
+    assert "--max-duration" in src.posted[0][2]["reason"]
+    assert "the load alone is over the setpoint" in limit.reason and "latency 52ms" in limit.reason
+    assert limit.hint == "raise the setpoint above 68ms"

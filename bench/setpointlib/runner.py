@@ -465,7 +465,7 @@ class Bench:
     def run_one(self, name: str, tenants: list[str], rates: list[float], records: int, *, migrate_tenant: str,
                 kind: str, setpoint_s: float | None, rate: float | None = None, steps: list[str] = (),
                 tenant_label: str | None = "same", warmup_s: float | None = None, gains: str | None = None,
-                side_load: tuple[list[str], list[float]] | None = None) -> dict:
+                side_load: tuple[list[str], list[float]] | None = None, abort_after_s: float | None = None) -> dict:
         """One harness run around one migration; returns the run's record (also saved in results)."""
         warmup_s = self.args.warmup if warmup_s is None else warmup_s
         self.ensure_home(migrate_tenant)
@@ -485,7 +485,8 @@ class Bench:
                 mig = self.migrate(migrate_tenant, rate=None, name=name)
             else:
                 ctl = self.controller(kind, setpoint_s, h, rate=rate, tenant_label=label, gains=gains)
-                mig = self.migrate(migrate_tenant, rate=rate if kind == "fixed" else None, controller=ctl, name=name)
+                mig = self.migrate(migrate_tenant, rate=rate if kind == "fixed" else None, controller=ctl, name=name,
+                                   abort_after_s=abort_after_s)
             time.sleep(self.args.post)
         finally:
             h.stop()
@@ -529,11 +530,13 @@ class Bench:
         return run
 
     def run_tenant(self, name: str, kind: str, setpoint_s: float | None, *, rate: float | None = None,
-                   steps: list[str] = (), gains: str | None = None, tps: float | None = None) -> dict:
+                   steps: list[str] = (), gains: str | None = None, tps: float | None = None,
+                   abort_after_s: float | None = None) -> dict:
         """run_one on the single tenant (--tenant, --records rows, offered --tps or `tps`), migrating it."""
         a = self.args
         return self.run_one(name, [a.tenant], [a.tps if tps is None else tps], a.records, migrate_tenant=a.tenant,
-                            kind=kind, setpoint_s=setpoint_s, rate=rate, steps=steps, gains=gains)
+                            kind=kind, setpoint_s=setpoint_s, rate=rate, steps=steps, gains=gains,
+                            abort_after_s=abort_after_s)
 
     def save(self) -> None:
         (self.out_dir / "results.json").write_text(json.dumps(self.results, indent=1, default=str))

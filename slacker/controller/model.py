@@ -86,6 +86,7 @@ class ModelController(ThrottleController):
     """An integral law in 1/latency whose gain is the fitted slope; the safety rules (failed or stale
     samples, empty windows, pause) are the PID's."""
 
+    FREE = 0.5  # latency under this share of the aim: no knee in sight
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
@@ -255,7 +256,12 @@ class ModelController(ThrottleController):
                 slope = a
             new = max(0.0, u + dz / (slope * steps))
             note = f"towards the setpoint along the model's slope ({(new - u) * mb:+.1f} MB/s)"
-            cap = self.rise * recent  # a rise: at most `rise` x the rate the copy moved over the lag
+            # A rise: at most `rise` x the rate the copy moved over the lag -- or x its limit while latency
+            # is under half the aim (no knee in sight: a copy running under its limit, the pipe being the
+            # bottleneck, goes unthrottled in a few steps).
+            cap = self.rise * (max(recent, u) if latency_s < aim * self.FREE else recent)
+            if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
+                self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:
                 cap = min(cap, max(u, self._queue_x * (1 - 1 / steps)))
             if new > cap:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from . import log
-from .analysis import key, mbs, ms, oracle_rates
+from .analysis import key, mbs, migration_series, ms, oracle_rates
 from .runner import Bench
 
 
@@ -50,8 +50,9 @@ def run(bench: Bench, binding: list[float]) -> dict:
         c["runs"].append({"rep": rep, "kind": kind, "setpoint_s": sp, "name": name})
         bench.save()
 
-    kinds = a.controllers
+    once = set(getattr(a, "once", None) or ())
     for rep in range(1, a.repeats + 1):
+        kinds = [k for k in a.controllers if rep == 1 or k not in once]
         one(rep, "unthrottled", None)
         if c["nonbinding"] is None:
             u = bench.results["runs"][c["runs"][-1]["name"]]["copy"]["mean_s"] or 0.1
@@ -65,4 +66,16 @@ def run(bench: Bench, binding: list[float]) -> dict:
         for kind in ("model", "slack", "pid"):
             if kind in kinds:
                 one(rep, kind, c["nonbinding"])
+    if a.cannot_setpoint:
+        # A setpoint under what the load alone costs: when does the migration say it cannot finish?
+        sp = a.cannot_setpoint
+        name = f"cmp-cannot-model-{key(sp)}"
+        run = bench.run_tenant(name, "model", sp, abort_after_s=a.cannot_abort)
+        snap = [x for x in migration_series(bench.results["runs"][name]["migration"]) if x.get("phase") == "snapshot"]
+        said = next((x for x in snap if x.get("verdict")), None)
+        c["cannot"] = {"setpoint_s": sp, "name": name, "verdict_after_s": said["t"] if said else None,
+                       "verdict": said["verdict"] if said else None, "pre_mean_s": run["pre"]["mean_s"]}
+        log(f"compare: setpoint {ms(sp)} ms under the load's own latency ({ms(run['pre']['mean_s'])} ms before the "
+            f"copy): " + (f"the verdict after {said['t']:.0f}s: {said['verdict']['what']}" if said else "no verdict"))
+        bench.save()
     return c

@@ -10,7 +10,7 @@ import time
 
 from . import log
 from .analysis import MB, latency_stats, mbs
-from .runner import Bench, Harness
+from .runner import Bench, load_class
 
 
 def run(bench: Bench) -> dict:
@@ -21,7 +21,7 @@ def run(bench: Bench) -> dict:
     bench.ensure_home(a.tenant)
     est_bytes = bench.data_bytes(a.tenant)
     log(f"fig5: the snapshot will copy about {est_bytes / MB:.0f} MB; levels end before the copy would")
-    h = Harness(bench, name, [a.tenant], [a.tps], a.records)
+    h = load_class(a)(bench, name, [a.tenant], [a.tps], a.records)
     levels = []
     try:
         h.wait_ready()

@@ -228,6 +228,14 @@ class Harness:
 
 
 
+def load_class(args):
+    """The load a run drives: the project's harness, or sysbench (--load sysbench)."""
+    if getattr(args, "load", "ycsb") == "sysbench":
+        from .sysbench import SysbenchLoad
+        return SysbenchLoad
+    return Harness
+
+
 # ----------------------------------------------------------------------------------------------
 # the bench
 
@@ -319,6 +327,9 @@ class Bench:
         t0 = time.monotonic()
         self.agents[node].request("POST", "/v1/tenants", {"id": tenant, "buffer_pool_bytes": parse_server_size(buffer_pool)},
                                       timeout_s=180)
+        if getattr(self.args, "load", "ycsb") == "sysbench":
+            from .sysbench import prepare
+            return prepare(self, tenant)
         out = self.slacker("ycsb", "load", tenant, "-P", WORKLOAD, "-p", f"recordcount={records}", "--json")
         doc = json.loads(out)
         info = {"tenant": tenant, "records": records, "buffer_pool": buffer_pool, "load_s": round(doc["elapsed_s"], 1),
@@ -443,9 +454,10 @@ class Bench:
 
     def controller(self, kind: str, setpoint_s: float, harness: Harness, rate: float | None = None,
                    tenant_label: str | None = None, gains: str | None = None) -> dict:
-        src = f"prometheus,url={harness.url()}" + (f",tenant={tenant_label}" if tenant_label else "")
         c = {"kind": kind, "setpoint_s": setpoint_s, "max_rate_bytes_per_s": self.args.max_rate,
-             "latency_sources": [src], "gains": gains or self.args.gains, "force": True}
+             "gains": gains or self.args.gains, "force": True}
+        if harness.url():  # the harness's histogram; with sysbench the default source (performance_schema)
+            c["latency_sources"] = [f"prometheus,url={harness.url()}" + (f",tenant={tenant_label}" if tenant_label else "")]
         if kind == "fixed":
             c["rate_bytes_per_s"] = rate
         return c
@@ -453,7 +465,7 @@ class Bench:
     def run_one(self, name: str, tenants: list[str], rates: list[float], records: int, *, migrate_tenant: str,
                 kind: str, setpoint_s: float | None, rate: float | None = None, steps: list[str] = (),
                 tenant_label: str | None = "same", warmup_s: float | None = None, gains: str | None = None,
-                side_load: tuple[list[str], list[float]] | None = None) -> dict:
+                side_load: tuple[list[str], list[float]] | None = None, abort_after_s: float | None = None) -> dict:
         """One harness run around one migration; returns the run's record (also saved in results)."""
         warmup_s = self.args.warmup if warmup_s is None else warmup_s
         self.ensure_home(migrate_tenant)
@@ -461,7 +473,7 @@ class Bench:
             drop_page_cache()  # the copy must read the disk, as the tenant's page reads do
         log(f"{name}: harness {','.join(tenants)} at {'+'.join(f'{r:g}' for r in rates)} tps"
             + (f", rate steps {' '.join(steps)}" if steps else "") + f"; warm-up {warmup_s:g}s")
-        h = Harness(self, name, tenants, rates, records, steps)
+        h = load_class(self.args)(self, name, tenants, rates, records, steps)
         side_h = Harness(self, name + "-target", side_load[0], side_load[1], records) if side_load else None
         try:
             h.wait_ready()
@@ -473,7 +485,8 @@ class Bench:
                 mig = self.migrate(migrate_tenant, rate=None, name=name)
             else:
                 ctl = self.controller(kind, setpoint_s, h, rate=rate, tenant_label=label, gains=gains)
-                mig = self.migrate(migrate_tenant, rate=rate if kind == "fixed" else None, controller=ctl, name=name)
+                mig = self.migrate(migrate_tenant, rate=rate if kind == "fixed" else None, controller=ctl, name=name,
+                                   abort_after_s=abort_after_s)
             time.sleep(self.args.post)
         finally:
             h.stop()
@@ -517,11 +530,13 @@ class Bench:
         return run
 
     def run_tenant(self, name: str, kind: str, setpoint_s: float | None, *, rate: float | None = None,
-                   steps: list[str] = (), gains: str | None = None, tps: float | None = None) -> dict:
+                   steps: list[str] = (), gains: str | None = None, tps: float | None = None,
+                   abort_after_s: float | None = None) -> dict:
         """run_one on the single tenant (--tenant, --records rows, offered --tps or `tps`), migrating it."""
         a = self.args
         return self.run_one(name, [a.tenant], [a.tps if tps is None else tps], a.records, migrate_tenant=a.tenant,
-                            kind=kind, setpoint_s=setpoint_s, rate=rate, steps=steps, gains=gains)
+                            kind=kind, setpoint_s=setpoint_s, rate=rate, steps=steps, gains=gains,
+                            abort_after_s=abort_after_s)
 
     def save(self) -> None:
         (self.out_dir / "results.json").write_text(json.dumps(self.results, indent=1, default=str))

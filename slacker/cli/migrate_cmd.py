@@ -84,6 +84,10 @@ POLL_S = 0.5
                    "fails with the source serving.")
 @click.option("--set", "settings", multiple=True,
               help="Change a running migration: setpoint=900ms, max-rate=50MB/s, rate=10MB/s, pause, resume.")
+@click.option("--max-duration", type=DURATION, default=None,
+              help="Abort the migration (the source keeps serving) if it has not finished this long after it "
+                   "started, and fail with the copy's figures (e.g. the cannot-finish verdict's). Enforced by this "
+                   "command while it follows the migration (not with --detach).")
 @click.option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
 @pass_cli
@@ -94,7 +98,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
-            handover_wait: float, settings: tuple[str, ...],
+            handover_wait: float, settings: tuple[str, ...], max_duration: float | None,
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
@@ -163,8 +167,12 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     doc = start_migration(source, body)
     mid = doc["id"]
     if detach:
+        if max_duration is not None:
+            raise InvalidInput("--max-duration needs the command to follow the migration", "it was given --detach",
+                               "drop --detach, or abort later with `slacker migrate --abort TENANT`")
         click.echo(f"migration {mid} started; follow it with `slacker status`")
         return
+    limit = MaxDuration(source, mid, max_duration) if max_duration is not None else None
     show_progress = not as_json and sys.stderr.isatty()
     if not as_json:
         click.echo(f"migrating {tenant_id}: {own.node} -> {target} ({mode}), migration {mid}", err=True)
@@ -172,6 +180,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     def on_poll(d: dict) -> None:
         if show_progress:
             click.echo("\r" + progress_line(d).ljust(100), nl=False, err=True)
+        if limit is not None:
+            limit.poll(d)
 
     try:
         doc = follow(source, doc, on_poll, POLL_S)
@@ -193,7 +203,11 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         print_json(doc)
     else:
         print_summary(doc)
-    if doc["result"] not in ("succeeded", "verified"):  # verified: --verify-only, the copy was equal
+    ok = ("succeeded", "verified")  # verified: --verify-only, the copy was equal
+    if doc["result"] not in ok and limit is not None and limit.reason:
+        raise MigrationFailed(f"migration {mid} aborted after --max-duration {format_duration(max_duration)}",
+                              limit.reason, limit.hint)
+    if doc["result"] not in ok:
         e = doc.get("error") or {}
         if cli.debug and e.get("detail"):  # a tool's output behind the message (the agent log has it too)
             click.echo(f"the output behind the error (from {doc['source']}'s agent):\n{e['detail']}", err=True)
@@ -202,6 +216,38 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             hint = "; ".join(x for x in (hint, "the source keeps serving") if x)
         raise MigrationFailed(f"migration {mid} {doc['result']} in phase {e.get('phase') or doc['phase']}",
                               f"{e.get('what', '')}" + (f": {e['why']}" if e.get("why") else ""), hint)
+
+
+class MaxDuration:
+    """--max-duration: abort the migration once it has run this long, keeping what the copy looked like
+    (the cannot-finish verdict's figures when there is one) for the failure's message."""
+
+    def __init__(self, source, mid: str, max_duration_s: float, clock=time.monotonic) -> None:
+        self.source, self.mid, self.max_s, self.clock = source, mid, max_duration_s, clock
+        self.deadline = clock() + max_duration_s
+        self.reason: str | None = None
+        self.hint = ""
+
+    def poll(self, doc: dict) -> None:
+        if self.reason is not None or not doc.get("active") or self.clock() < self.deadline:
+            return
+        ctl = doc.get("controller") or {}
+        verdict = ctl.get("verdict")
+        done, total = doc.get("bytes_done"), doc.get("bytes_total")
+        where = f"in phase {doc.get('phase')}" + (
+            f", {format_size(done)} of {format_size(total)} copied" if done is not None and total else "")
+        if verdict:
+            self.reason = f"{where}; {verdict['what']}: {verdict['why']}"
+            self.hint = verdict.get("hint", "")
+        else:
+            self.reason = f"not finished after {format_duration(self.max_s)} ({where})"
+            self.hint = "raise --max-duration, or the setpoint (--setpoint)"
+        try:
+            self.source.request("POST", f"/v1/migrations/{self.mid}/abort",
+                                {"reason": f"--max-duration {format_duration(self.max_s)} passed"})
+        except Conflict:  # past its ownership flip: it finishes, and the failure is not ours to say
+            self.reason = None
+            self.deadline = float("inf")
 
 
 def _migration_agent(agents: dict, tenant_id: str):

@@ -61,9 +61,10 @@ def test_idle_workers_add_no_queue_time():
     res = run_benchmark(_config(server, rate=100.0, duration=0.5, mpl=10, arrival="constant"))
     t = res.tenants[0]
     assert t.completed == t.arrivals == 50
-    # Typical latency is the 2 ms service time; a busy test machine may delay a few threads.
+    # Typical latency is the 2 ms service time; a busy test machine may delay a few threads (a 30 ms
+    # stall of every thread queues three arrivals), but ten idle workers never let a queue build.
     assert t.latency.p50_s < 0.01
-    assert t.sustained and t.queue_max <= 3
+    assert t.sustained and t.queue_max <= 5
 
 
 def test_latency_is_measured_from_the_scheduled_arrival():
@@ -129,8 +130,9 @@ def test_rate_steps_change_the_offered_rate():
     res = run_benchmark(_config(server, rate=200.0, duration=0.5, arrival="constant", interval_s=0.25,
                                 rate_steps=[parse_rate_step("250ms:+40%")]))
     runs = [r for r in res.intervals if r.phase == "run"]
-    # The reporter ticks a little after the boundary, so an arrival due exactly then may land either side.
-    assert runs[0].arrivals == pytest.approx(50, abs=1) and runs[1].arrivals == pytest.approx(70, abs=1)
+    # The reporter ticks a little after the boundary (on a busy machine up to ~10 ms), so the arrivals due
+    # just after it may land in the first interval; the two rates stay far apart.
+    assert runs[0].arrivals == pytest.approx(50, abs=3) and runs[1].arrivals == pytest.approx(70, abs=3)
     assert res.tenants[0].arrivals == 120
     assert runs[1].target_tps == pytest.approx(280)
 

@@ -19,6 +19,7 @@ from slacker.client import Endpoint
 from slacker.config import load_cluster
 from slacker.errors import Conflict
 from slacker.procs import kill_group
+from slacker.router import local as local_router
 from slacker.tenants import TenantManager
 
 from .migration_helpers import processes_mentioning
@@ -152,3 +153,12 @@ netns_available = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is 
 def cluster(make_cluster):
     """A local two-node cluster; SLACKER_CLUSTER points at its cluster file."""
     return make_cluster()
+
+
+@pytest.fixture
+def routed(make_cluster):
+    """A two-node cluster with a router on 127.0.0.1 (started as `cluster up` does)."""
+    cluster = make_cluster(nodes=2)
+    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
+    yield cluster, local_router.listening(cluster.path.parent), admin
+    local_router.stop(cluster.path.parent)

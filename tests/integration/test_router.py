@@ -20,15 +20,6 @@ from slacker.router import local as local_router
 from .test_cli import slacker
 
 
-@pytest.fixture
-def routed(make_cluster):
-    """A two-node cluster with a router on 127.0.0.1 (started as `cluster up` does)."""
-    cluster = make_cluster(nodes=2)
-    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
-    yield cluster, local_router.listening(cluster.path.parent), admin
-    local_router.stop(cluster.path.parent)
-
-
 def _status(admin: str) -> dict:
     with urllib.request.urlopen(f"http://{admin}/status", timeout=5) as r:
         return json.loads(r.read())

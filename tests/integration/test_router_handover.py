@@ -25,14 +25,6 @@ from .test_cli import slacker
 from .test_router import _connect, _datadir_node, _status, _sysbench, _tenant
 
 
-@pytest.fixture
-def routed(make_cluster):
-    cluster = make_cluster(nodes=2)
-    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
-    yield cluster, local_router.listening(cluster.path.parent), admin
-    local_router.stop(cluster.path.parent)
-
-
 def _tenant_status(admin: str, tenant: str) -> dict:
     return next(t for t in _status(admin)["tenants"] if t["tenant"] == tenant)
 

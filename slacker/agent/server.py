@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -98,6 +99,12 @@ class ApiServer(ThreadingHTTPServer):
             request.settimeout(1.0)
             request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                             b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            # Read what the client sent before closing: closing with its request unread makes the kernel
+            # answer with a reset, which can reach the client before the 503 and discard it.
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(0.2)
+            while request.recv(65536):
+                pass
         except OSError:
             pass
         self.shutdown_request(request)

@@ -354,3 +354,61 @@ def test_source_agent_killed_while_held(routed):
         cur.execute("SELECT COUNT(*) FROM k.t")
         assert cur.fetchone() == (1,)
     print(f"held {box['waited_s']:.1f}s across the agent's restart, then ran on the source")
+
+
+def test_target_agent_killed_after_flip_while_held(routed):
+    """The target's agent killed past the point of no return, its routers holding the tenant: the
+    source finishes forward once the agent is back and releases the routers to the new owner, so
+    the held INSERT runs there with no error — never on the retired source."""
+    import os
+    import signal
+
+    from slacker import local_cluster
+    from slacker.agent.client import AgentClient, cluster_clients
+    from slacker.procs import read_pid, wait_gone
+
+    cluster, listen, admin = routed
+    ep = _tenant(cluster, admin, "h6", "node-1")
+    conn = _connect(listen, "app@h6", ep.password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    agents, _ = cluster_clients(cluster)
+    mid = start_migration(cluster, "h6", target="node-2", hold_s={"flipped": 3}, max_freeze_s=40)["id"]
+    deadline = time.monotonic() + 90
+    while not agents["node-1"].request("GET", f"/v1/migrations/{mid}")["past_point_of_no_return"]:
+        assert time.monotonic() < deadline, "never flipped"
+        time.sleep(0.05)
+    box: dict = {}
+
+    def held_insert():
+        t0 = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO k.t VALUES (1)")
+            box["waited_s"] = time.monotonic() - t0
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            box["error"] = exc
+
+    writer = threading.Thread(target=held_insert, daemon=True)
+    writer.start()
+    time.sleep(0.3)
+    assert not box, f"the statement was not held: {box}"
+    node2 = cluster.path.parent / "node-2"
+    pid = read_pid(node2 / "agent.pid")
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pid, 10)
+    time.sleep(3)  # the source's activation of the target fails meanwhile: it keeps finishing forward
+    assert not box, f"the statement ran while the new owner's agent was down: {box}"
+    local_cluster._spawn_agent(node2)
+    spec = cluster.node("node-2")
+    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), node2)
+    end = wait_migration(cluster, "node-1", mid, timeout_s=90)
+    assert end["result"] == "succeeded", end
+    writer.join(60)
+    assert box.get("waited_s") is not None, (box, _router_log(cluster))
+    assert _datadir_node(conn) == "node-2"
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM k.t")
+        assert cur.fetchone() == (1,)
+    print(f"held {box['waited_s']:.1f}s across the target agent's restart, then ran on the new owner")

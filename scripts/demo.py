@@ -3,7 +3,7 @@
 
 1. a local two-node cluster on loopback (`slacker cluster up`)
 2. a tenant on node-1, a row written and read back through `slacker locate`
-3. the tenant loaded and driven by the open-loop harness (`slacker ycsb`)
+3. the tenant loaded and driven by the open-loop harness (`slacker ycsb`) through the router
 4. a live migration to node-2 under a latency setpoint, with its summary
 5. the run's plot (`slacker plot`), the harness's report, and the cluster down
 """
@@ -84,6 +84,11 @@ def main() -> int:
         cmd = SLACKER + ["ycsb", "run", "demo", "-P", "workloads/slacker", "-p", f"recordcount={args.records}",
                          "--rate", str(args.tps), "--duration", "30m", "--metrics-port", "9464",
                          "--out", str(series)]
+        if loc.get("routers"):  # as an application would: the router's one address, never the node's
+            rhost, rport = loc["routers"][0]["address"].rsplit(":", 1)
+            cmd += ["--host", rhost, "--port", rport, "--user", "app@demo",
+                    "--password-file", loc["app_password_file"]]
+            print(f"   the harness connects to the router at {rhost}:{rport} as app@demo, as a stock client would")
         print("$ " + " ".join(shlex.quote(c) for c in cmd[2:]).replace("-m slacker", "slacker") + " &")
         harness = subprocess.Popen(cmd, cwd=REPO, stdout=open(OUT / "ycsb-report.txt", "w"),
                                    stderr=subprocess.STDOUT, start_new_session=True)

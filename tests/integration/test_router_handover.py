@@ -42,6 +42,54 @@ def _router_log(cluster) -> str:
     return (cluster.path.parent / "router" / "router.log").read_text()[-3000:]
 
 
+def _kv_table(listen: str, tenant: str, password: str):
+    """A routed connection to `tenant` with an empty table k.t."""
+    conn = _connect(listen, f"app@{tenant}", password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    return conn
+
+
+def _held_insert(conn) -> tuple[threading.Thread, dict]:
+    """INSERT INTO k.t VALUES (1) on a thread; the box gets `waited_s` or `error`."""
+    box: dict = {}
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO k.t VALUES (1)")
+            box["waited_s"] = time.monotonic() - t0
+        except Exception as exc:  # noqa: BLE001 - asserted by the caller
+            box["error"] = exc
+
+    writer = threading.Thread(target=run, daemon=True)
+    writer.start()
+    return writer, box
+
+
+def _kill_agent(cluster, node: str) -> None:
+    import os
+    import signal
+
+    from slacker.procs import read_pid, wait_gone
+
+    pid = read_pid(cluster.path.parent / node / "agent.pid")
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pid, 10)
+
+
+def _start_agent(cluster, node: str) -> None:
+    from slacker import local_cluster
+    from slacker.agent.client import AgentClient
+
+    d = cluster.path.parent / node
+    local_cluster._spawn_agent(d)
+    spec = cluster.node(node)
+    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), d)
+
+
 def test_sysbench_and_sessions_across_three_moves(routed, tmp_path):
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "h1", "node-1")
@@ -304,19 +352,11 @@ def test_source_agent_killed_while_held(routed):
     """The source's agent killed while fenced, its routers holding the tenant: the restarted agent
     rolls the migration back and releases the routers, so the held INSERT runs on the source —
     long before the hold's own deadline, with no error, and it is there."""
-    import os
-    import signal
-
-    from slacker import local_cluster
-    from slacker.agent.client import AgentClient, cluster_clients
-    from slacker.procs import read_pid, wait_gone
+    from slacker.agent.client import cluster_clients
 
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "h5", "node-1")
-    conn = _connect(listen, "app@h5", ep.password)
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE k")
-        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    conn = _kv_table(listen, "h5", ep.password)
     agents, _ = cluster_clients(cluster)
     # The hold's deadline is drain + freeze + 5 s = 85 s: far beyond the recovery.
     mid = start_migration(cluster, "h5", target="node-2", hold_s={"fenced": 30}, max_freeze_s=40)["id"]
@@ -324,28 +364,11 @@ def test_source_agent_killed_while_held(routed):
     while agents["node-1"].request("GET", f"/v1/migrations/{mid}")["handover_step"] != "fenced":
         assert time.monotonic() < deadline, "never fenced"
         time.sleep(0.05)
-    box: dict = {}
-
-    def held_insert():
-        t0 = time.monotonic()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("INSERT INTO k.t VALUES (1)")
-            box["waited_s"] = time.monotonic() - t0
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            box["error"] = exc
-
-    writer = threading.Thread(target=held_insert, daemon=True)
-    writer.start()
+    writer, box = _held_insert(conn)
     time.sleep(0.5)
     assert not box, f"the statement was not held: {box}"
-    node1 = cluster.path.parent / "node-1"
-    pid = read_pid(node1 / "agent.pid")
-    os.kill(pid, signal.SIGKILL)  # the directory's agent too, in a two-node cluster
-    assert wait_gone(pid, 10)
-    local_cluster._spawn_agent(node1)
-    spec = cluster.node("node-1")
-    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), node1)
+    _kill_agent(cluster, "node-1")  # the directory's agent too, in a two-node cluster
+    _start_agent(cluster, "node-1")
     writer.join(60)
     assert box.get("waited_s") is not None, (box, _router_log(cluster))
     assert box["waited_s"] < 40, f"released only at the hold's deadline ({box['waited_s']:.1f}s)"
@@ -362,49 +385,24 @@ def test_target_agent_killed_after_flip_while_held(routed):
     """The target's agent killed past the point of no return, its routers holding the tenant: the
     source finishes forward once the agent is back and releases the routers to the new owner, so
     the held INSERT runs there with no error — never on the retired source."""
-    import os
-    import signal
-
-    from slacker import local_cluster
-    from slacker.agent.client import AgentClient, cluster_clients
-    from slacker.procs import read_pid, wait_gone
+    from slacker.agent.client import cluster_clients
 
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "h6", "node-1")
-    conn = _connect(listen, "app@h6", ep.password)
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE k")
-        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    conn = _kv_table(listen, "h6", ep.password)
     agents, _ = cluster_clients(cluster)
     mid = start_migration(cluster, "h6", target="node-2", hold_s={"flipped": 3}, max_freeze_s=40)["id"]
     deadline = time.monotonic() + 90
     while not agents["node-1"].request("GET", f"/v1/migrations/{mid}")["past_point_of_no_return"]:
         assert time.monotonic() < deadline, "never flipped"
         time.sleep(0.05)
-    box: dict = {}
-
-    def held_insert():
-        t0 = time.monotonic()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("INSERT INTO k.t VALUES (1)")
-            box["waited_s"] = time.monotonic() - t0
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            box["error"] = exc
-
-    writer = threading.Thread(target=held_insert, daemon=True)
-    writer.start()
+    writer, box = _held_insert(conn)
     time.sleep(0.3)
     assert not box, f"the statement was not held: {box}"
-    node2 = cluster.path.parent / "node-2"
-    pid = read_pid(node2 / "agent.pid")
-    os.kill(pid, signal.SIGKILL)
-    assert wait_gone(pid, 10)
+    _kill_agent(cluster, "node-2")
     time.sleep(3)  # the source's activation of the target fails meanwhile: it keeps finishing forward
     assert not box, f"the statement ran while the new owner's agent was down: {box}"
-    local_cluster._spawn_agent(node2)
-    spec = cluster.node("node-2")
-    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), node2)
+    _start_agent(cluster, "node-2")
     end = wait_migration(cluster, "node-1", mid, timeout_s=90)
     assert end["result"] == "succeeded", end
     writer.join(60)

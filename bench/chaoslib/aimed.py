@@ -1,0 +1,533 @@
+"""The phase-aimed chaos mode's runs: a local cluster driven with the `slacker` command as an operator
+would, one fault per move aimed at a phase of the migration, the restart, and what each run cost.
+
+One seed = one fresh three-node cluster (node-3 serves the directory, node-1 and node-2 take turns as
+source and target) with a router on 127.0.0.1, one small tenant, two acknowledged writers (one at
+the owner's address, re-located through the directory after a move; one through the router as a
+stock MySQL client) and a prober that tries a write on every node's copy every 100 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pymysql
+
+from slacker import mariadb
+from slacker.ackwriter import AckedWriter, WriteProber
+from slacker.agent.client import cluster_clients
+from slacker.client import TenantClient, resolve
+from slacker.config import load_cluster
+from slacker.procs import alive, read_pid, wait_gone
+from tests.integration.migration_helpers import create_loaded_tenant, processes_mentioning
+
+from . import phases
+
+ROOT = Path(__file__).resolve().parents[2]
+HELD_MIGRATE = Path(__file__).resolve().parent / "held_migrate.py"
+WRITABLE_WAIT_S = 120.0  # a writer with no write in after this long: "never" in the table
+END_WAIT_S = 240.0       # the migration's own end, after the restart
+
+
+class RouterClient:
+    """The tenant through the router's one address, as a stock MySQL client reaches it (user app@TENANT);
+    the interface AckedWriter expects of a TenantClient."""
+
+    CONNECTION_ERRORS = TenantClient.CONNECTION_ERRORS
+
+    def __init__(self, address: str, tenant: str, password: str) -> None:
+        self.host, port = address.rsplit(":", 1)
+        self.port = int(port)
+        self.user = f"{mariadb.APP_USER}@{tenant}"
+        self.password = password
+        self.conn = None
+
+    def connection(self):
+        if self.conn is None:
+            self.conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                        autocommit=True, connect_timeout=3, read_timeout=30, write_timeout=30,
+                                        ssl_disabled=True)
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.conn = None
+
+    def run(self, fn):
+        try:
+            return fn(self.connection())
+        except self.CONNECTION_ERRORS:
+            self.close()
+            return fn(self.connection())
+
+
+class Operator:
+    """The `slacker` command as an operator types it, against one run directory."""
+
+    def __init__(self, run_dir: Path, create_options: list[str]) -> None:
+        self.run_dir = run_dir
+        self.create_options = create_options
+        self.cluster_file = run_dir / "cluster.toml"
+
+    def slacker(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "slacker", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout_s)
+
+    def create(self) -> None:
+        r = self.slacker("cluster", "up", "--dir", str(self.run_dir), *self.create_options)
+        if r.returncode:
+            raise RuntimeError(f"cluster up failed: {r.stdout}{r.stderr}")
+
+    def bring_back(self) -> str | None:
+        """`slacker cluster up --dir RUN`, nothing else. If that is refused, the options are typed again
+        (a hand step); returns the hand step's description, or None."""
+        r = self.slacker("cluster", "up", "--dir", str(self.run_dir))
+        if r.returncode == 0:
+            return None
+        first = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+        again = self.slacker("cluster", "up", "--dir", str(self.run_dir), *self.create_options)
+        if again.returncode:
+            raise RuntimeError(f"cluster up with its options failed too: {again.stdout}{again.stderr}")
+        return f"`cluster up --dir` refused ({first[0][:200]}); options re-typed"
+
+    def down(self) -> None:
+        self.slacker("cluster", "down", "--dir", str(self.run_dir), "--purge", timeout_s=180)
+
+
+class Bench:
+    def __init__(self, seed: int, run_dir: Path, *, rows: int, rate: float, hold_s: float, copy_rate: float,
+                 address: str, api_port: int, port_range: str, router: str, log=print) -> None:
+        self.seed = seed
+        self.rows = rows
+        self.rate = rate
+        self.hold_s = hold_s
+        self.copy_rate = copy_rate
+        self.router_address = router
+        self.log = log
+        self.tenant = "chaosph"
+        self.op = Operator(run_dir, ["--nodes", "3", "--address", address, "--api-port", str(api_port),
+                                     "--port-range", port_range, "--directory-node", "node-3", "--fault-injection",
+                                     "--router", router])
+        self.rng = random.Random(seed)
+        self.runs: list[dict] = []
+
+    # ---- setup -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.op.create()
+        self.cluster = load_cluster(str(self.op.cluster_file))
+        create_loaded_tenant(self.cluster, self.tenant, rows=self.rows)
+        own = cluster_clients(self.cluster)[1].lookup(self.tenant)
+        self.password = (self.node_dir("node-1") / "tenants" / self.tenant / "secrets" / "app.password") \
+            .read_text().strip()
+        self.direct = AckedWriter(TenantClient.for_cluster(self.tenant, self.cluster, reconnect_timeout_s=5),
+                                  writer_id=1, rate_per_s=self.rate).start()
+        self.routed = AckedWriter(RouterClient(self.router_address, self.tenant, self.password), writer_id=2,
+                                  rate_per_s=self.rate).start()
+        self.servers = {n.name: (n.tenant_host, own.port) for n in self.cluster.nodes.values()}
+        self.prober = WriteProber(self.servers, mariadb.APP_USER, self.password).start()
+
+    def stop(self) -> None:
+        for part in ("direct", "routed", "prober"):
+            if hasattr(self, part):
+                getattr(self, part).stop()
+
+    def node_dir(self, node: str) -> Path:
+        return self.op.run_dir / node
+
+    def agents(self):
+        return cluster_clients(self.cluster)[0]
+
+    def owner(self) -> str:
+        return cluster_clients(self.cluster)[1].lookup(self.tenant).node
+
+    def doc(self, node: str, key: str) -> dict | None:
+        try:
+            return self.agents()[node].request("GET", f"/v1/migrations/{key}", timeout_s=3)
+        except Exception:
+            return None
+
+    def migration_ids(self, node: str) -> set[str]:
+        try:
+            return {m["id"] for m in self.agents()[node].request("GET", "/v1/migrations", timeout_s=3)["migrations"]}
+        except Exception:
+            return set()
+
+    def target_fenced(self, node: str) -> bool | None:
+        try:
+            meta = json.loads((self.node_dir(node) / "tenants" / self.tenant / "tenant.json").read_text())
+            return bool(meta.get("fenced"))
+        except (OSError, ValueError):
+            return None
+
+    # ---- faults ------------------------------------------------------------------------------
+    def pid_of(self, kind: str, source: str, target: str, cli) -> tuple[int | None, str]:
+        """The process a fault kind kills, and what it is."""
+        if kind in ("kill-source-agent", "kill-target-agent", "kill-directory-agent", "stop-directory"):
+            node = {"kill-source-agent": source, "kill-target-agent": target}.get(kind, "node-3")
+            return read_pid(self.node_dir(node) / "agent.pid"), f"agent {node}"
+        if kind in ("kill-source-server", "kill-target-server"):
+            node = source if kind == "kill-source-server" else target
+            return read_pid(self.node_dir(node) / "tenants" / self.tenant / "run" / "mariadbd.pid"), \
+                f"{self.tenant}'s server on {node}"
+        if kind == "kill-router":
+            return read_pid(self.op.run_dir / "router" / "router.pid"), "router"
+        if kind == "kill-cli":
+            return cli.pid if cli.poll() is None else None, "slacker migrate"
+        return None, ""
+
+    def strike(self, kind: str, source: str, target: str, cli) -> dict:
+        """Do the fault and bring back what it took, as an operator would, at once; returns when
+        (monotonic) the last thing it took was running again, and what happened."""
+        out: dict = {"kind": kind}
+        t_kill = time.monotonic()
+        out["t_kill"] = t_kill
+        if kind == "abort":
+            r = self.op.slacker("--cluster", str(self.op.cluster_file), "migrate", "--abort", self.tenant,
+                                timeout_s=60)
+            out["note"] = (r.stdout or r.stderr).strip().splitlines()[-1][:200] if (r.stdout or r.stderr) else ""
+            out["t_back"] = time.monotonic()
+            return out
+        pid, what = self.pid_of(kind, source, target, cli)
+        if pid is None or not alive(pid):
+            out["note"] = f"nothing to kill: no {what} running"
+            out["t_back"] = t_kill
+            return out
+        if kind == "stop-directory":
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(self.rng.uniform(1, 3))
+            os.kill(pid, signal.SIGCONT)
+            out["t_back"] = time.monotonic()
+            out["note"] = f"{what} stopped {out['t_back'] - t_kill:.1f}s"
+            return out
+        if kind == "kill-router":
+            os.killpg(pid, signal.SIGKILL)  # the whole router: its control side and its data path
+        else:
+            os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, 10)
+        out["note"] = f"SIGKILL {what}"
+        if kind == "kill-cli":
+            out["t_back"] = t_kill  # nothing to bring back: the agents run the migration
+            return out
+        out["hand_step"] = self.op.bring_back()
+        if kind in ("kill-source-server", "kill-target-server"):
+            out["t_back"] = self._server_back(source if kind == "kill-source-server" else target, pid, t_kill)
+        else:
+            out["t_back"] = time.monotonic()  # cluster up returns once every agent and the router answer
+        return out
+
+    def _server_back(self, node: str, old_pid: int, t_kill: float, timeout_s: float = 60) -> float:
+        """When the supervisor had the tenant's server running again on `node` (the kill's moment if it was
+        not restarted there: retired, or a copy the migration removed)."""
+        deadline = time.monotonic() + timeout_s
+        pid_file = self.node_dir(node) / "tenants" / self.tenant / "run" / "mariadbd.pid"
+        while time.monotonic() < deadline:
+            pid = read_pid(pid_file)
+            if pid and pid != old_pid and alive(pid):
+                return time.monotonic()
+            if not (self.node_dir(node) / "tenants" / self.tenant).exists():
+                return t_kill
+            time.sleep(0.05)
+        return t_kill
+
+    # ---- checks ----------------------------------------------------------------------------------
+    def writable(self) -> list[str]:
+        out = []
+        for name, (host, port) in self.servers.items():
+            try:
+                conn = mariadb.connect(user=mariadb.APP_USER, password=self.password, host=host, port=port,
+                                       timeout_s=1)
+            except Exception:
+                continue
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SET SESSION lock_wait_timeout = 1")
+                    cur.execute("INSERT INTO acks.probe VALUES (%s, -2, %s)", (name, time.time()))
+                out.append(name)
+            except Exception:
+                pass
+            finally:
+                conn.close()
+        return out
+
+    def leftovers(self, owner: str) -> list[str]:
+        found = []
+        for n in self.cluster.nodes:
+            d = self.node_dir(n)
+            found += [str(p) for p in (d / "journal").glob("*.json")]
+            found += [str(p) for p in (d / "migrations").glob("*") if p.is_dir()]
+            if n != owner and (d / "tenants" / self.tenant).exists():
+                found.append(str(d / "tenants" / self.tenant))
+        found += [cmd[:120] for _, cmd in processes_mentioning(f"{self.tenant}-20")]
+        return found
+
+    def settle(self, timeout_s: float = 60) -> tuple[str | None, list[str], bool]:
+        """Until exactly one server takes writes and it is the directory's owner: (owner, writable, held)."""
+        deadline = time.monotonic() + timeout_s
+        owner, w = None, []
+        while time.monotonic() < deadline:
+            try:
+                owner = self.owner()
+                w = self.writable()
+                if w == [owner]:
+                    return owner, w, True
+            except Exception:
+                pass
+            time.sleep(0.3)
+        return owner, w, False
+
+    def lost(self, ids: list[int]) -> int:
+        if not ids:
+            return 0
+        conn = resolve(self.tenant, self.cluster).connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT id FROM acks.log WHERE id BETWEEN %s AND %s", (min(ids), max(ids)))
+                have = {r[0] for r in cur.fetchall()}
+        finally:
+            conn.close()
+        return len(set(ids) - have)
+
+    # ---- one run -----------------------------------------------------------------------------
+    def migrate_cmd(self, case: phases.Case, target: str) -> tuple[list[str], dict]:
+        held = case.aim in phases.HOLD_IN_FREEZE
+        cmd = [sys.executable, str(HELD_MIGRATE), "--cluster", str(self.op.cluster_file), "migrate", self.tenant,
+               "--to", target, "--max-freeze", f"{self.hold_s + 1.5 if held else 0.5}s"]
+        if case.aim == "snapshot":
+            cmd += ["--rate", f"{int(self.copy_rate)}B/s"]
+        if case.aim == "verify":
+            cmd.append("--verify")
+        env = dict(os.environ, SLACKER_CHAOS_HOLD=json.dumps(phases.hold_for(case.aim, self.hold_s)))
+        return cmd, env
+
+    def wait_aim(self, case: phases.Case, source: str, target: str, mid: str, deadline: float) -> dict | None:
+        """Poll the source's migration until the aimed phase opens; returns its document then."""
+        point = phases.HOLD_POINT[case.aim]
+        while time.monotonic() < deadline:
+            d = self.doc(source, mid)
+            if d is None:
+                time.sleep(0.02)
+                continue
+            if not d["active"]:
+                return d
+            step, pnr, phase = d.get("handover_step"), d.get("past_point_of_no_return"), d["phase"]
+            if case.aim == "snapshot" and phase == "snapshot" and d.get("bytes_done", 0) > 0:
+                return d
+            if case.aim in ("prepare", "delta", "verify", "cleanup") and phase == point:
+                return d
+            if case.aim == "freeze" and phase == "handover" and step == "locked":
+                return d
+            if case.aim == "fence" and phase == "handover" and step == "fenced" and not pnr:
+                return d
+            if case.aim in ("flip", "recovery") and pnr:
+                return d
+            time.sleep(0.01)
+        return None
+
+    def one(self, i: int, case: phases.Case, source: str, target: str) -> dict:
+        run: dict = {"seed": self.seed, "n": i, "aim": case.aim, "kind": case.kind, "source": source,
+                     "target": target, "hand_steps": [], "faults": []}
+        marks = (len(self.direct.txns), len(self.routed.txns), len(self.direct.acked), len(self.routed.acked),
+                 len(self.prober.double_writable))
+        before = self.migration_ids(source)
+        cmd, env = self.migrate_cmd(case, target)
+        t0 = time.monotonic()
+        cli = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+        mid = None
+        deadline = time.monotonic() + 60
+        while mid is None and time.monotonic() < deadline and cli.poll() is None:
+            mid = next(iter(self.migration_ids(source) - before), None)
+            time.sleep(0.02)
+        if mid is None:
+            mid = next(iter(self.migration_ids(source) - before), None)
+        run["migration"] = mid
+        if mid is None:  # refused at once (`migrate` exited): a later move blocked by an earlier run
+            out = cli.communicate(timeout=30)[0] if cli.poll() is None else cli.stdout.read()
+            run.update(blocked=True, cli_output=out.strip()[-400:], landed="preflight", seconds=0.0)
+            return run
+        d = self.wait_aim(case, source, target, mid, time.monotonic() + 120)
+        if d is not None and not d["active"] and d.get("result") == "failed" \
+                and (d.get("error") or {}).get("phase") == "preflight":
+            run.update(blocked=True, cli_output=(d.get("error") or {}).get("what", "") + ": "
+                       + (d.get("error") or {}).get("why", ""), landed="preflight")
+            cli.wait(timeout=30)
+            return run
+        recovered_once = False
+        if case.aim == "recovery":
+            # First the source agent, killed past the flip and brought back; the run's fault then lands in
+            # the recovery of the restarted agent.
+            f = self.strike("kill-source-agent", source, target, cli)
+            run["faults"].append({"kind": f["kind"], "landed": "flip", "note": f.get("note")})
+            if f.get("hand_step"):
+                run["hand_steps"].append(f["hand_step"])
+            recovered_once = True
+            time.sleep(case.offset * 1.5)
+        else:
+            window = self.hold_s if phases.HOLD_POINT[case.aim] else 2.5
+            if case.aim == "cleanup":
+                window += 0.6  # past the hold: the activation and the source's retirement themselves
+            time.sleep(case.offset * window)
+        at = self.doc(source, mid)
+        run["landed"] = phases.landed(at, self.target_fenced(target), recovered_once)
+        run["phase_at_strike"] = (at or {}).get("phase")
+        f = self.strike(case.kind, source, target, cli)
+        run["faults"].append({"kind": case.kind, "landed": run["landed"], "note": f.get("note")})
+        if f.get("hand_step"):
+            run["hand_steps"].append(f["hand_step"])
+        t_back = f["t_back"]
+        run["killed_to_back_s"] = round(t_back - f["t_kill"], 3)
+        # Time to writable: from the moment what died runs again to the first write each writer gets in.
+        deadline = t_back + WRITABLE_WAIT_S
+        ttw_d = ttw_r = None
+        while time.monotonic() < deadline and (ttw_d is None or ttw_r is None):
+            ttw_d = phases.first_accept_after(self.direct.txns[marks[0]:], t_back)
+            ttw_r = phases.first_accept_after(self.routed.txns[marks[1]:], t_back)
+            time.sleep(0.05)
+        run["ttw_direct_s"], run["ttw_router_s"] = ttw_d, ttw_r
+        # The migration's own end, as the (maybe restarted) source agent reports it.
+        end = None
+        deadline = time.monotonic() + END_WAIT_S
+        while time.monotonic() < deadline:
+            end = self.doc(source, mid)
+            if end is None and not alive_agent(self, source):
+                time.sleep(0.3)
+                continue
+            if end is None or not end["active"]:
+                break
+            time.sleep(0.3)
+        run["result"] = (end or {}).get("result")
+        run["finishing_reason"] = (end or {}).get("finishing_reason")
+        if end is not None and end.get("active"):
+            run["stuck"] = f"still {end.get('phase')} after {END_WAIT_S:.0f}s: {end.get('finishing_reason')}"
+        try:
+            out = cli.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(cli.pid, signal.SIGKILL)
+            out = cli.communicate()[0]
+            run["cli_hung"] = True
+        run["cli_exit"] = cli.returncode
+        run["cli_output"] = (out or "").strip()[-300:]
+        owner, w, held = self.settle()
+        run.update(owner=owner, writable=w, one_owner=held)
+        deadline = time.monotonic() + 20
+        while True:
+            left = self.leftovers(owner) if owner else ["no owner"]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        run["leftovers"] = left
+        run["split_brain_ticks"] = len(self.prober.double_writable) - marks[4]
+        run["router_failed"] = sum(t.outcome != "acked" for t in self.routed.txns[marks[1]:])
+        run["direct_failed"] = sum(t.outcome != "acked" for t in self.direct.txns[marks[0]:])
+        # Every write acknowledged since the run began must be on the owner now (the final check
+        # covers the whole seed again).
+        run["acked_direct"] = len(self.direct.acked) - marks[2]
+        run["acked_router"] = len(self.routed.acked) - marks[3]
+        try:
+            run["lost_direct"] = self.lost(self.direct.acked[marks[2]:])
+            run["lost_router"] = self.lost(self.routed.acked[marks[3]:])
+        except Exception as exc:  # no owner to ask: the run is unsafe already (one_owner false)
+            run["lost_check"] = f"{type(exc).__name__}: {exc}"[:200]
+        run["note"] = "; ".join(f["note"] for f in run["faults"] if f.get("note"))
+        run["fault_injection"] = self.fault_injection_on()
+        run["seconds"] = round(time.monotonic() - t0, 1)
+        return run
+
+    def fault_injection_on(self) -> bool:
+        """Whether every agent still honours hold points (a restart that rewrote their configs without
+        it would make the aimed holds silently not happen)."""
+        return all(tomllib.loads((self.node_dir(n) / "agent.toml").read_text()).get("fault_injection") is True
+                   for n in self.cluster.nodes)
+
+
+def alive_agent(bench: Bench, node: str) -> bool:
+    pid = read_pid(bench.node_dir(node) / "agent.pid")
+    return bool(pid and alive(pid))
+
+
+def other(node: str) -> str:
+    return "node-2" if node == "node-1" else "node-1"
+
+
+class Seed:
+    """One seed's moves on a fresh cluster, with the hand steps a person would have had to take."""
+
+    def __init__(self, bench: Bench, cases: list[phases.Case]) -> None:
+        self.b = bench
+        self.cases = cases
+        self.runs: list[dict] = []
+        self.final: list[dict] = []  # the two clean moves after the last run
+
+    def hand_fix(self, blocked: dict) -> str:
+        """What a person does when a move is refused: remove what the refusal names (the files of no
+        known tenant on the target), by hand. Charged to the run that left it (phases.blame)."""
+        b = self.b
+        owner = b.owner()
+        removed = []
+        for path in b.leftovers(owner):
+            p = Path(path)
+            if p.exists() and p.is_dir() and str(p).startswith(str(b.op.run_dir)):
+                subprocess.run(["rm", "-rf", str(p)], check=False)
+                removed.append(str(p.relative_to(b.op.run_dir)))
+            elif p.exists() and p.is_file() and str(p).startswith(str(b.op.run_dir)):
+                p.unlink()
+                removed.append(str(p.relative_to(b.op.run_dir)))
+        step = (f"move {blocked['n']} refused ({blocked.get('cli_output', '')[-160:]}); removed by hand: "
+                f"{', '.join(removed) or 'nothing found to remove'}")
+        j = phases.blame(self.runs, len(self.runs))
+        if self.runs:
+            self.runs[j]["hand_steps"].append(step)
+        return step
+
+    def move(self, i: int, case: phases.Case, where: str) -> dict:
+        run = self.b.one(i, case, where, other(where))
+        if run.get("blocked"):
+            run["blocked_by"] = self.hand_fix(run)
+            retry = self.b.one(i, case, where, other(where))
+            retry["retried_after_hand_step"] = run["blocked_by"]
+            run = retry
+        return run
+
+    def run(self, on_run=lambda r: None) -> list[dict]:
+        where = "node-1"
+        for i, case in enumerate(self.cases, 1):
+            r = self.move(i, case, where)
+            self.runs.append(r)
+            on_run(r)
+            where = r.get("owner") or self.b.owner()
+        # The later moves of the last runs: once each way with no fault, so every run's liveness is judged.
+        for k in range(2):
+            i = len(self.cases) + k + 1
+            r = self.clean_move(i, where)
+            if r.get("blocked"):
+                r["blocked_by"] = self.hand_fix(r)
+                r = self.clean_move(i, where)
+            self.final.append(r)
+            where = self.b.owner()
+        return self.runs
+
+    def clean_move(self, i: int, where: str) -> dict:
+        """`slacker migrate TENANT --to OTHER`, the plain command, no fault."""
+        t0 = time.monotonic()
+        r = self.b.op.slacker("--cluster", str(self.b.op.cluster_file), "migrate", self.b.tenant, "--to", other(where),
+                              "--json", timeout_s=600)
+        out = (r.stdout or "") + (r.stderr or "")
+        try:
+            result = json.loads(r.stdout).get("result")
+        except ValueError:
+            result = None
+        blocked = result != "succeeded"  # no fault in this move: anything but success is the earlier runs' doing
+        return {"n": i, "clean": True, "source": where, "result": result, "cli_exit": r.returncode,
+                "blocked": blocked, "cli_output": out.strip()[-300:], "seconds": round(time.monotonic() - t0, 1)}

@@ -93,10 +93,22 @@ class Operator:
     def bring_back(self) -> str | None:
         """`slacker cluster up --dir RUN`, nothing else. If that is refused, the options are typed again
         (a hand step); returns the hand step's description, or None."""
-        r = self.slacker("cluster", "up", "--dir", str(self.run_dir))
-        if r.returncode == 0:
+        return self.finish(self.bring_back_async())
+
+    def bring_back_async(self) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "slacker", "cluster", "up", "--dir", str(self.run_dir)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def finish(self, proc: subprocess.Popen) -> str | None:
+        out = proc.communicate(timeout=300)[0]
+        if proc.returncode == 0:
             return None
-        first = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+        # Once more as it was (an agent killed while this one was starting it fails the first try)...
+        plain = self.slacker("cluster", "up", "--dir", str(self.run_dir))
+        if plain.returncode == 0:
+            return None
+        # ... then with every option it was created with: a person had to look them up.
+        first = (plain.stdout + plain.stderr).strip().splitlines()[-1:] or [""]
         again = self.slacker("cluster", "up", "--dir", str(self.run_dir), *self.create_options)
         if again.returncode:
             raise RuntimeError(f"cluster up with its options failed too: {again.stdout}{again.stderr}")
@@ -121,7 +133,7 @@ class Bench:
                                      "--port-range", port_range, "--directory-node", "node-3", "--fault-injection",
                                      "--router", router])
         self.rng = random.Random(seed)
-        self.runs: list[dict] = []
+        self.pending: subprocess.Popen | None = None  # a `cluster up` running in the background
 
     # ---- setup -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -164,6 +176,20 @@ class Bench:
         except Exception:
             return set()
 
+    def wait_retiring(self, node: str, deadline: float) -> bool:
+        """Until the tenant on `node` is marked retired on disk (True), or is gone or the time is up (False)."""
+        meta = self.node_dir(node) / "tenants" / self.tenant / "tenant.json"
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(meta.read_text()).get("desired_state") == "retired":
+                    return True
+            except ValueError:
+                pass  # being written
+            except OSError:
+                return False
+            time.sleep(0.001)
+        return False
+
     def target_fenced(self, node: str) -> bool | None:
         try:
             meta = json.loads((self.node_dir(node) / "tenants" / self.tenant / "tenant.json").read_text())
@@ -187,9 +213,19 @@ class Bench:
             return cli.pid if cli.poll() is None else None, "slacker migrate"
         return None, ""
 
-    def strike(self, kind: str, source: str, target: str, cli) -> dict:
+    def settle_pending(self) -> tuple[float | None, str | None]:
+        """Wait for a `cluster up` started in the background (the recovery aim's first restart): when it
+        returned, and its hand step. Two `cluster up` at once could start an agent twice."""
+        if self.pending is None:
+            return None, None
+        hand = self.op.finish(self.pending)
+        self.pending = None
+        return time.monotonic(), hand
+
+    def strike(self, kind: str, source: str, target: str, cli, restart_async: bool = False) -> dict:
         """Do the fault and bring back what it took, as an operator would, at once; returns when
-        (monotonic) the last thing it took was running again, and what happened."""
+        (monotonic) the last thing it took was running again, and what happened. With restart_async the
+        `cluster up` runs on in the background (self.pending) and t_back is left to settle_pending."""
         out: dict = {"kind": kind}
         t_kill = time.monotonic()
         out["t_kill"] = t_kill
@@ -205,6 +241,7 @@ class Bench:
             out["t_back"] = t_kill
             return out
         if kind == "stop-directory":
+            self.pending_done(out)
             os.kill(pid, signal.SIGSTOP)
             time.sleep(self.rng.uniform(1, 3))
             os.kill(pid, signal.SIGCONT)
@@ -220,12 +257,22 @@ class Bench:
         if kind == "kill-cli":
             out["t_back"] = t_kill  # nothing to bring back: the agents run the migration
             return out
+        if restart_async:
+            self.pending = self.op.bring_back_async()
+            return out
+        self.pending_done(out)
         out["hand_step"] = self.op.bring_back()
         if kind in ("kill-source-server", "kill-target-server"):
             out["t_back"] = self._server_back(source if kind == "kill-source-server" else target, pid, t_kill)
         else:
             out["t_back"] = time.monotonic()  # cluster up returns once every agent and the router answer
         return out
+
+    def pending_done(self, out: dict) -> None:
+        t, hand = self.settle_pending()
+        if t is not None:
+            out["t_first_back"] = t
+            out["first_hand_step"] = hand
 
     def _server_back(self, node: str, old_pid: int, t_kill: float, timeout_s: float = 60) -> float:
         """When the supervisor had the tenant's server running again on `node` (the kill's moment if it was
@@ -366,27 +413,35 @@ class Bench:
             return run
         recovered_once = False
         if case.aim == "recovery":
-            # First the source agent, killed past the flip and brought back; the run's fault then lands in
-            # the recovery of the restarted agent.
-            f = self.strike("kill-source-agent", source, target, cli)
+            # First the source agent, killed past the flip; `cluster up` brings it back in the background
+            # and the run's fault lands while it comes up and recovers the migration.
+            f = self.strike("kill-source-agent", source, target, cli, restart_async=True)
             run["faults"].append({"kind": f["kind"], "landed": "flip", "note": f.get("note")})
-            if f.get("hand_step"):
-                run["hand_steps"].append(f["hand_step"])
             recovered_once = True
-            time.sleep(case.offset * 1.5)
+            time.sleep(case.offset * 2.0)
+        elif case.aim == "cleanup" and case.offset >= 0.5:
+            # The source's retirement: marked retired on disk, then stopped and its files removed, all in
+            # milliseconds. Watch for the mark and strike within 30 ms of it, with no request in between.
+            retiring = self.wait_retiring(source, time.monotonic() + self.hold_s + 30)
+            time.sleep((case.offset - 0.5) * 2 * 0.03)
         else:
             window = self.hold_s if phases.HOLD_POINT[case.aim] else 2.5
-            if case.aim == "cleanup":
-                window += 0.6  # past the hold: the activation and the source's retirement themselves
-            time.sleep(case.offset * window)
-        at = self.doc(source, mid)
-        run["landed"] = phases.landed(at, self.target_fenced(target), recovered_once)
+            time.sleep(case.offset * (2 if case.aim == "cleanup" else 1) * window)
+        if case.aim == "cleanup" and case.offset >= 0.5:
+            at = None
+            run["landed"] = "retire" if retiring else "ended"
+        else:
+            at = self.doc(source, mid)
+            run["landed"] = phases.landed(at, self.target_fenced(target), recovered_once)
         run["phase_at_strike"] = (at or {}).get("phase")
         f = self.strike(case.kind, source, target, cli)
         run["faults"].append({"kind": case.kind, "landed": run["landed"], "note": f.get("note")})
-        if f.get("hand_step"):
-            run["hand_steps"].append(f["hand_step"])
-        t_back = f["t_back"]
+        if "t_first_back" not in f:  # the fault brought nothing back itself (abort, the CLI, nothing to kill)
+            self.pending_done(f)
+        for key in ("first_hand_step", "hand_step"):
+            if f.get(key):
+                run["hand_steps"].append(f[key])
+        t_back = max(f["t_back"], f.get("t_first_back") or 0.0)
         run["killed_to_back_s"] = round(t_back - f["t_kill"], 3)
         # Time to writable: from the moment what died runs again to the first write each writer gets in.
         deadline = t_back + WRITABLE_WAIT_S

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--api-port", type=int, default=7890)
     ap.add_argument("--port-range", default="34306-35305")
     ap.add_argument("--router", default="127.0.0.1:6133", help="the router's address (a stock client's)")
-    ap.add_argument("--only", help="AIM:KIND for every move (to reproduce one case)")
+    ap.add_argument("--only", help="AIM:KIND[,AIM:KIND...] for the moves, in turn (to reproduce cases)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running and its directory behind")
     ap.add_argument("--report", nargs="+", help="print the table of these saved JSON files (no runs)")
     ap.add_argument("--plot", help="with --report: draw time to writable per phase into this PNG")
@@ -93,8 +93,8 @@ def main(argv: list[str]) -> None:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         cases = phases.plan(args.moves, seed)
         if args.only:
-            aim, kind = args.only.split(":", 1)
-            cases = [phases.Case(aim, kind, c.offset) for c in cases]
+            only = [tuple(x.split(":", 1)) for x in args.only.split(",")]
+            cases = [phases.Case(*only[i % len(only)], c.offset) for i, c in enumerate(cases)]
         tmp = Path(tempfile.mkdtemp(prefix="sl-chaosph-", dir="/tmp"))
         bench = Bench(seed, tmp / "run", rows=args.rows, rate=args.rate, hold_s=args.hold, copy_rate=args.copy_rate,
                       address=args.address, api_port=args.api_port, port_range=args.port_range, router=args.router)

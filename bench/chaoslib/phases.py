@@ -114,7 +114,7 @@ def pct(values: list[float], q: float) -> float:
 def unsafe(run: dict) -> bool:
     """The run broke safety: not exactly one writable owner (the directory's), a lost write, or two
     servers taking writes in one probe tick."""
-    return (not run.get("one_owner", False) or run.get("lost_direct", 0) + run.get("lost_router", 0) > 0
+    return (not run.get("one_owner", run.get("blocked", False)) or run.get("lost_direct", 0) + run.get("lost_router", 0) > 0
             or run.get("split_brain_ticks", 0) > 0)
 
 
@@ -132,11 +132,11 @@ def table(runs: list[dict]) -> list[dict]:
             rs = [r for r in runs if r["landed"] == phase and r["kind"] == kind]
             if not rs:
                 continue
-            d = [_ttw(r, "ttw_direct_s") for r in rs]
-            rt = [_ttw(r, "ttw_router_s") for r in rs]
+            d = [_ttw(r, "ttw_direct_s") for r in rs if not r.get("blocked")]
+            rt = [_ttw(r, "ttw_router_s") for r in rs if not r.get("blocked")]
             rows.append({"phase": phase, "kind": kind, "count": len(rs),
-                         "direct_p50": pct(d, 0.5), "direct_max": max(d),
-                         "router_p50": pct(rt, 0.5), "router_max": max(rt),
+                         "direct_p50": pct(d, 0.5), "direct_max": max(d, default=math.nan),
+                         "router_p50": pct(rt, 0.5), "router_max": max(rt, default=math.nan),
                          "unsafe": sum(unsafe(r) for r in rs),
                          "lost": sum(r.get("lost_direct", 0) + r.get("lost_router", 0) for r in rs),
                          "split_brain": sum(r.get("split_brain_ticks", 0) for r in rs),
@@ -153,9 +153,10 @@ def worst(runs: list[dict]) -> dict | None:
 
 
 def summary(runs: list[dict]) -> dict:
-    d = [_ttw(r, "ttw_direct_s") for r in runs]
-    rt = [_ttw(r, "ttw_router_s") for r in runs]
-    w = worst(runs)
+    struck = [r for r in runs if not r.get("blocked")]  # a move refused before its fault has no restart to time
+    d = [_ttw(r, "ttw_direct_s") for r in struck]
+    rt = [_ttw(r, "ttw_router_s") for r in struck]
+    w = worst(struck)
     return {"runs": len(runs), "unsafe_runs": sum(unsafe(r) for r in runs),
             "lost_direct": sum(r.get("lost_direct", 0) for r in runs),
             "lost_router": sum(r.get("lost_router", 0) for r in runs),

@@ -91,3 +91,13 @@ def test_table_and_summary_count_unsafe_lost_split_brain_and_never_writable():
     assert s["over_10s"] == 1
     assert s["worst"]["kind"] == "kill-target-agent" and s["worst"]["ttw_router_s"] is None
     assert "never" in phases.markdown(rows)
+
+
+def test_a_move_refused_before_its_fault_counts_a_hand_step_and_no_time():
+    runs = [run("delta", "kill-router", 0.5, 0.5),
+            {"landed": "preflight", "kind": "kill-router", "blocked": True, "hand_steps": ["removed by hand"]}]
+    rows = phases.table(runs)
+    assert rows[0]["phase"] == "preflight" and rows[0]["hand_step_runs"] == 1 and rows[0]["unsafe"] == 0
+    assert math.isnan(rows[0]["direct_max"])
+    s = phases.summary(runs)
+    assert s["ttw_direct_max"] == 0.5 and s["hand_step_runs"] == 1 and s["unsafe_runs"] == 0

@@ -27,6 +27,7 @@ from slacker.agent.client import cluster_clients
 from slacker.client import TenantClient, resolve
 from slacker.config import load_cluster
 from slacker.procs import alive, read_pid, wait_gone
+from tests.integration.fault_helpers import writable_nodes
 from tests.integration.migration_helpers import create_loaded_tenant, processes_mentioning
 
 from . import phases
@@ -37,40 +38,21 @@ WRITABLE_WAIT_S = 120.0  # a writer with no write in after this long: "never" in
 END_WAIT_S = 240.0       # the migration's own end, after the restart
 
 
-class RouterClient:
-    """The tenant through the router's one address, as a stock MySQL client reaches it (user app@TENANT);
-    the interface AckedWriter expects of a TenantClient."""
-
-    CONNECTION_ERRORS = TenantClient.CONNECTION_ERRORS
+class RouterClient(TenantClient):
+    """The tenant through the router's one address, as a stock MySQL client reaches it (user app@TENANT):
+    one connection attempt per request, no directory, no retry."""
 
     def __init__(self, address: str, tenant: str, password: str) -> None:
+        super().__init__(tenant, resolver=None, reconnect_timeout_s=0)
         self.host, port = address.rsplit(":", 1)
         self.port = int(port)
         self.user = f"{mariadb.APP_USER}@{tenant}"
         self.password = password
-        self.conn = None
 
-    def connection(self):
-        if self.conn is None:
-            self.conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                                        autocommit=True, connect_timeout=3, read_timeout=30, write_timeout=30,
-                                        ssl_disabled=True)
-        return self.conn
-
-    def close(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except Exception:
-                pass
-        self.conn = None
-
-    def run(self, fn):
-        try:
-            return fn(self.connection())
-        except self.CONNECTION_ERRORS:
-            self.close()
-            return fn(self.connection())
+    def _connect(self, deadline: float) -> None:
+        self.conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                    autocommit=True, connect_timeout=3, read_timeout=30, write_timeout=30,
+                                    ssl_disabled=True)
 
 
 class Operator:
@@ -290,23 +272,7 @@ class Bench:
 
     # ---- checks ----------------------------------------------------------------------------------
     def writable(self) -> list[str]:
-        out = []
-        for name, (host, port) in self.servers.items():
-            try:
-                conn = mariadb.connect(user=mariadb.APP_USER, password=self.password, host=host, port=port,
-                                       timeout_s=1)
-            except Exception:
-                continue
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SET SESSION lock_wait_timeout = 1")
-                    cur.execute("INSERT INTO acks.probe VALUES (%s, -2, %s)", (name, time.time()))
-                out.append(name)
-            except Exception:
-                pass
-            finally:
-                conn.close()
-        return out
+        return writable_nodes(self.servers, self.password)
 
     def leftovers(self, owner: str) -> list[str]:
         found = []
@@ -405,6 +371,7 @@ class Bench:
             run.update(blocked=True, cli_output=out.strip()[-400:], landed="preflight", seconds=0.0)
             return run
         d = self.wait_aim(case, source, target, mid, time.monotonic() + 120)
+        t_aim = time.monotonic()  # the hold (if any) began at most one poll before this
         if d is not None and not d["active"] and d.get("result") == "failed" \
                 and (d.get("error") or {}).get("phase") == "preflight":
             run.update(blocked=True, cli_output=(d.get("error") or {}).get("what", "") + ": "
@@ -443,6 +410,10 @@ class Bench:
                 run["hand_steps"].append(f[key])
         t_back = max(f["t_back"], f.get("t_first_back") or 0.0)
         run["killed_to_back_s"] = round(t_back - f["t_kill"], 3)
+        if phases.HOLD_POINT[case.aim]:
+            # What was left of the hold when the restart ended: a migration that went on holding keeps the
+            # tenant unwritable that long by the bench's own doing (at most --hold).
+            run["hold_left_s"] = round(max(0.0, t_aim + self.hold_s - t_back), 3)
         # Time to writable: from the moment what died runs again to the first write each writer gets in.
         deadline = t_back + WRITABLE_WAIT_S
         ttw_d = ttw_r = None
@@ -451,6 +422,9 @@ class Bench:
             ttw_r = phases.first_accept_after(self.routed.txns[marks[1]:], t_back)
             time.sleep(0.05)
         run["ttw_direct_s"], run["ttw_router_s"] = ttw_d, ttw_r
+        # The whole gap as a writer saw it, from the fault itself (the restart's own time included).
+        run["from_fault_direct_s"] = phases.first_accept_after(self.direct.txns[marks[0]:], f["t_kill"])
+        run["from_fault_router_s"] = phases.first_accept_after(self.routed.txns[marks[1]:], f["t_kill"])
         # The migration's own end, as the (maybe restarted) source agent reports it.
         end = None
         deadline = time.monotonic() + END_WAIT_S

@@ -46,9 +46,9 @@ def _rows_json(rows: list[dict]) -> list[dict]:
 
 
 def report(runs: list[dict], final: list[dict] | None = None) -> str:
-    rows = phases.table(runs)
     summ = phases.summary(runs)
-    out = [phases.markdown(rows), "", json.dumps(summ, indent=1)]
+    out = ["By the phase the fault landed in:", "", phases.markdown(phases.table(runs, by_kind=False)), "",
+           "By phase and fault:", "", phases.markdown(phases.table(runs)), "", json.dumps(summ, indent=1)]
     blocked_final = [f for f in (final or []) if f.get("blocked")]
     if blocked_final:
         out.append(f"final clean moves blocked: {len(blocked_final)}")

@@ -124,12 +124,13 @@ def _ttw(run: dict, key: str) -> float:
     return math.inf if v is None else v
 
 
-def table(runs: list[dict]) -> list[dict]:
-    """One row per (landed phase, kind) that had a run, in migration order, then kind order."""
+def table(runs: list[dict], by_kind: bool = True) -> list[dict]:
+    """One row per (landed phase, kind) that had a run, in migration order, then kind order; with
+    by_kind false, one row per landed phase (kind "all")."""
     rows = []
     for phase in LANDED:
-        for kind in KINDS:
-            rs = [r for r in runs if r["landed"] == phase and r["kind"] == kind]
+        for kind in (KINDS if by_kind else ("all",)):
+            rs = [r for r in runs if r["landed"] == phase and kind in (r["kind"], "all")]
             if not rs:
                 continue
             d = [_ttw(r, "ttw_direct_s") for r in rs if not r.get("blocked")]

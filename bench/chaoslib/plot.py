@@ -29,6 +29,9 @@ def draw(runs: list[dict], path: str) -> None:
             y = NEVER_S if v is None else max(v, 0.005)
             ax.scatter(x, y, s=18, color=colors[r["kind"]], marker="x" if v is None else "o",
                        label=r["kind"])
+            if r.get("hand_steps"):
+                ax.scatter(x, y, s=70, facecolors="none", edgecolors="black", linewidths=0.7,
+                           label="a later move needed a hand step")
         ax.axhline(10, color="red", lw=0.8, ls="--")
         ax.text(len(landed) - 0.5, 11, "10 s", color="red", ha="right", fontsize=8)
         ax.set_yscale("log")
@@ -43,7 +46,8 @@ def draw(runs: list[dict], path: str) -> None:
         seen.setdefault(lab, h)
     fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=min(5, len(seen)), fontsize=8)
     seeds = sorted({r.get("seed") for r in runs})
-    fig.suptitle(f"bench/chaos --phases: {len(runs)} faulted moves, seeds {', '.join(map(str, seeds))}", fontsize=11)
+    fig.suptitle(f"bench/chaos --phases: {len(runs)} faulted moves, seed{'s' if len(seeds) > 1 else ''} "
+                 f"{', '.join(map(str, seeds))}", fontsize=11)
     fig.tight_layout(rect=(0, 0.1, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -117,26 +117,7 @@ class Scenario:
     # ---- the check -----------------------------------------------------------------------
     def writable(self) -> list[str]:
         """Nodes whose copy of the tenant accepts an INSERT through the application account now."""
-        out = []
-        for name, (host, port) in self.servers.items():
-            try:
-                conn = mariadb.connect(user=mariadb.APP_USER, password=self.password, host=host, port=port,
-                                       timeout_s=1, ssl_context=self.tls)
-            except Exception:
-                continue
-            try:
-                with conn.cursor() as cur:
-                    # A freeze (FLUSH TABLES WITH READ LOCK) makes a write wait, not fail: between the fence
-                    # reaching disk and read_only reaching the server, an unbounded probe would wait out the
-                    # whole freeze. Waiting for the lock is not accepting the write: give up after 1 s.
-                    cur.execute("SET SESSION lock_wait_timeout = 1")
-                    cur.execute("INSERT INTO acks.probe VALUES (%s, -1, %s)", (name, time.time()))
-                out.append(name)
-            except Exception:
-                pass
-            finally:
-                conn.close()
-        return out
+        return writable_nodes(self.servers, self.password, self.tls)
 
     def owner(self) -> str:
         _, directory = cluster_clients(self.cluster)
@@ -184,6 +165,31 @@ class Scenario:
         assert self.settled(mid) == owner
         assert acked_ids_present(self.cluster, self.tenant, self.writer.acked) == set()
         return owner
+
+
+def writable_nodes(servers: dict, password: str, tls=None) -> list[str]:
+    """Of `servers` (node -> (host, port) of its copy of a tenant), the nodes whose copy accepts an
+    INSERT through the application account now."""
+    out = []
+    for name, (host, port) in servers.items():
+        try:
+            conn = mariadb.connect(user=mariadb.APP_USER, password=password, host=host, port=port,
+                                   timeout_s=1, ssl_context=tls)
+        except Exception:
+            continue
+        try:
+            with conn.cursor() as cur:
+                # A freeze (FLUSH TABLES WITH READ LOCK) makes a write wait, not fail: between the fence
+                # reaching disk and read_only reaching the server, an unbounded probe would wait out the
+                # whole freeze. Waiting for the lock is not accepting the write: give up after 1 s.
+                cur.execute("SET SESSION lock_wait_timeout = 1")
+                cur.execute("INSERT INTO acks.probe VALUES (%s, -1, %s)", (name, time.time()))
+            out.append(name)
+        except Exception:
+            pass
+        finally:
+            conn.close()
+    return out
 
 
 def directory_stopped(scenario: Scenario, node: str):

@@ -101,3 +101,11 @@ def test_a_move_refused_before_its_fault_counts_a_hand_step_and_no_time():
     assert math.isnan(rows[0]["direct_max"])
     s = phases.summary(runs)
     assert s["ttw_direct_max"] == 0.5 and s["hand_step_runs"] == 1 and s["unsafe_runs"] == 0
+
+
+def test_table_by_phase_sums_the_kinds():
+    runs = [run("flip", "kill-target-agent", 1.0, 2.0), run("flip", "kill-router", 3.0, 0.5, router_failed=7),
+            run("delta", "abort", 0.0, 0.0)]
+    rows = phases.table(runs, by_kind=False)
+    assert [(r["phase"], r["kind"], r["count"]) for r in rows] == [("delta", "all", 1), ("flip", "all", 2)]
+    assert rows[1]["direct_max"] == 3.0 and rows[1]["router_max"] == 2.0 and rows[1]["router_failed"] == 7

@@ -279,9 +279,11 @@ class Bench:
         for n in self.cluster.nodes:
             d = self.node_dir(n)
             found += [str(p) for p in (d / "journal").glob("*.json")]
-            found += [str(p) for p in (d / "migrations").glob("*") if p.is_dir()]
+            found += [str(p) for p in (d / "migrations").glob("*") if p.is_dir() and not p.name.startswith(".")]
             if n != owner and (d / "tenants" / self.tenant).exists():
                 found.append(str(d / "tenants" / self.tenant))
+            for area in (d / "tenants" / ".trash", d / "tenants" / ".building", d / "migrations" / ".trash"):
+                found += [str(p) for p in area.glob("*")]  # a removal or creation a crash cut short
         found += [cmd[:120] for _, cmd in processes_mentioning(f"{self.tenant}-20")]
         return found
 
@@ -457,6 +459,9 @@ class Bench:
                 break
             time.sleep(0.5)
         run["leftovers"] = left
+        # Files an agent could not account for and moved aside (not in the way of a move, but reported).
+        run["quarantined"] = sorted(str(p.relative_to(self.op.run_dir)) for n in self.cluster.nodes
+                                    for p in (self.node_dir(n) / "tenants" / ".quarantine").glob("*"))
         run["split_brain_ticks"] = len(self.prober.double_writable) - marks[4]
         run["router_failed"] = sum(t.outcome != "acked" for t in self.routed.txns[marks[1]:])
         run["direct_failed"] = sum(t.outcome != "acked" for t in self.direct.txns[marks[0]:])

@@ -118,6 +118,12 @@ def unsafe(run: dict) -> bool:
             or run.get("split_brain_ticks", 0) > 0)
 
 
+def cli_gave_up(run: dict) -> bool:
+    """`slacker migrate` (not itself killed) stopped with an error although its migration succeeded."""
+    return (run.get("kind") != "kill-cli" and run.get("result") == "succeeded"
+            and run.get("cli_exit") not in (0, None))
+
+
 def _ttw(run: dict, key: str) -> float:
     """A run's time to writable for the table: a writer that never got a write in counts as infinite."""
     v = run.get(key)
@@ -167,6 +173,7 @@ def summary(runs: list[dict]) -> dict:
             "ttw_direct_p50": _num(pct(d, 0.5)), "ttw_direct_max": _num(max(d, default=math.nan)),
             "ttw_router_p50": _num(pct(rt, 0.5)), "ttw_router_max": _num(max(rt, default=math.nan)),
             "over_10s": sum(max(a, b) > 10 for a, b in zip(d, rt)),
+            "cli_gave_up": sum(cli_gave_up(r) for r in runs),
             "worst": None if w is None else {k: w.get(k) for k in ("seed", "n", "aim", "kind", "landed",
                                                                     "ttw_direct_s", "ttw_router_s", "note")}}
 

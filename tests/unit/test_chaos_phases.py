@@ -109,3 +109,10 @@ def test_table_by_phase_sums_the_kinds():
     rows = phases.table(runs, by_kind=False)
     assert [(r["phase"], r["kind"], r["count"]) for r in rows] == [("delta", "all", 1), ("flip", "all", 2)]
     assert rows[1]["direct_max"] == 3.0 and rows[1]["router_max"] == 2.0 and rows[1]["router_failed"] == 7
+
+
+def test_a_cli_that_quit_while_its_migration_went_on_is_counted():
+    runs = [run("flip", "kill-source-agent", 0.1, 0.1, result="succeeded", cli_exit=6),
+            run("flip", "kill-cli", 0.1, 0.1, result="succeeded", cli_exit=-9),
+            run("delta", "abort", 0.0, 0.0, result="aborted", cli_exit=8)]
+    assert phases.summary(runs)["cli_gave_up"] == 1

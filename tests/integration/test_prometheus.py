@@ -132,7 +132,8 @@ def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
         t0 = time.time()
         # A fixed rate through the controller's loop: its series are exported, and an idle tenant's copy
         # (about 120 MB with its redo log) takes some 12 s, a dozen scrapes.
-        mig = start_migration(cluster, "pm", target="node-2",
+        # It pauses 4 s after the flip (fault injection), so its time past the flip is seen.
+        mig = start_migration(cluster, "pm", target="node-2", hold_s={"cleanup": 4},
                               controller={"kind": "fixed", "setpoint_s": 0.5, "rate_bytes_per_s": 10_000_000})
         doc = wait_migration(cluster, "node-1", mig["id"], timeout_s=300)
         assert doc["result"] == "succeeded", doc.get("error")
@@ -152,6 +153,12 @@ def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
         assert prom.value(f"max_over_time(slacker_controller_setpoint_seconds{{migration=\"{mig['id']}\"}}{window})") == 0.5
         assert prom.value('slacker_migrations_finished_total{node="node-1", result="succeeded"}') == 1
         assert prom.query(f"slacker_migration_phase{sel}") == []  # a finished migration's series end
+        # The handover: the freeze Prometheus saw is the one the migration reports, within its budget;
+        # the source was seen finishing after the flip, for about the 4 s it was held there.
+        freeze = prom.value(f"max_over_time(slacker_migration_freeze_seconds{sel}{window})")
+        assert freeze == pytest.approx(doc["freeze_ms"] / 1000, abs=0.001)
+        assert freeze <= prom.value(f"max_over_time(slacker_migration_freeze_budget_seconds{sel}{window})")
+        assert 2 <= prom.value(f"max_over_time(slacker_migration_past_flip_seconds{sel}{window})") < 30
         # The router held the tenant once and followed the flip to a new epoch.
         assert prom.value(f'max_over_time(slacker_router_holds_total{{tenant="pm"}}{window})') >= 1
         assert prom.value(f'slacker_router_epoch{{tenant="pm"}}') > prom.value(

@@ -1,7 +1,8 @@
 """A real Prometheus (Debian's package) scrapes a local cluster's agents and router during a migration, with
 the shipped rules loaded: the migration's series read back through its HTTP API show what a user watches
-(bytes copied rising, the phase changing, the router's hold, the flip), every rule evaluates, and every
-metric and label the rules and the dashboard query is one the cluster really exported."""
+(bytes copied rising, the phase changing, the router's hold, the flip), every rule evaluates, a router's
+hold left to expire fires its alert, and every metric and label the rules and the dashboard query is one
+the cluster really exported."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pymysql
 import pytest
 import yaml
 
+from slacker.agent.client import cluster_clients
+from slacker.client import resolve
 from slacker.router import local as local_router
+from slacker.router.freeze import RouterHold
 from tests.promql_names import PROMETHEUS_OWN, RULES, concrete, dashboard_queries, rule_queries, uses
 
 from .migration_helpers import create_loaded_tenant, start_migration, wait_migration
@@ -171,6 +176,26 @@ def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
         assert len(rules) == len(rule_queries())
         assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
         assert prom.query('ALERTS{alertstate="firing"}') == []
+
+        # A handover that dies after asking the router to hold the tenant: the router lets the held
+        # command go at the hold's deadline, and the alert for it fires through Prometheus.
+        host, port = local_router.listening(cluster.path.parent).rsplit(":", 1)
+        conn = pymysql.connect(host=host, port=int(port), user="app@pm", password=resolve("pm", cluster).password,
+                               ssl_disabled=True, autocommit=True, connect_timeout=5, read_timeout=60)
+        with conn.cursor() as cur:  # a client between statements, as the hold finds them
+            cur.execute("SELECT 1")
+        RouterHold(cluster_clients(cluster)[1], cluster.token(), "pm").hold(drain_s=0.2, freeze_s=0.5)
+        t_held = time.monotonic()
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM shop.items")
+            assert cur.fetchone()[0] == 6000
+        conn.close()
+        assert time.monotonic() - t_held > 3  # it waited for the deadline (5.7 s from the hold)
+        deadline = time.monotonic() + 30
+        while not prom.query('ALERTS{alertname="SlackerRouterHoldExpired", alertstate="firing", tenant="pm"}'):
+            assert time.monotonic() < deadline, "SlackerRouterHoldExpired never fired"
+            time.sleep(0.5)
+        assert prom.value('slacker_router_held_commands_total{tenant="pm"}') >= 1
 
         # Every metric and label the rules and the dashboard ask for is one the cluster exported.
         names = exported(prom, t0 - 120)

@@ -367,6 +367,7 @@ class Migration:
     def _hold(self, point: str) -> None:
         hold = (self.opts.hold_s or {}).get(point)
         if hold and getattr(self.node.config, "fault_injection", False):
+            log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
             if self.past_point_of_no_return:
                 time.sleep(float(hold))
             else:

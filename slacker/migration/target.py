@@ -308,6 +308,7 @@ class IncomingMigration:
         """Fault injection (tests): hold inside the removal of the partial copy, at `remove-STEP`."""
         hold = (self.hold_s or {}).get(f"remove-{step}")
         if hold and getattr(self.node.config, "fault_injection", False):
+            log.warning("incoming migration %s: holding at remove-%s for %ss (fault injection)", self.id, step, hold)
             time.sleep(float(hold))
 
     def settle(self) -> str:

@@ -294,7 +294,8 @@ class TenantManager:
         if root.exists() and any(root.iterdir()):
             raise Conflict(f"data directory {root} is not empty",
                            "it holds files of no known tenant",
-                           "inspect it and remove it by hand if it is not needed")
+                           "its agent moves them aside into tenants/.quarantine/ within seconds "
+                           "(`slacker status` names them): retry")
         sock = self.sock_dir / f"{tenant_id}.sock"
         if len(str(sock)) > _MAX_SOCKET_PATH:
             raise InvalidInput(f"data root {self.data_root} is too deep",

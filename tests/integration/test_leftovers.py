@@ -52,13 +52,12 @@ def tenant_files(s, node):
 
 
 def leftovers(s, node):
-    """What a removal left on `node`: the tenant's directory (it is not the owner there), or
-    anything in the trash or the half-built area."""
+    """What a removal left on `node`, which does not own the tenant: its directory, or anything in
+    the trash, the half-built area or the quarantine."""
     root = node_dir(s.cluster, node) / "tenants"
     found = [str(root / s.tenant)] if (root / s.tenant).exists() else []
     for area in (".trash", ".building", ".quarantine"):
-        if (root / area).is_dir():
-            found += [str(p) for p in (root / area).iterdir()]
+        found += [str(p) for p in (root / area).glob("*")]
     return found
 
 

@@ -127,10 +127,9 @@ class MigrationService:
 
     def tick(self) -> None:
         """From the supervisor: settle expired incoming leases, reconcile idle tenants with the directory,
-        finish removals a crash cut short."""
+        finish removals of work directories a crash cut short."""
         self.incoming.tick()
         self.reconciler.tick()
-        self.node.tenants.sweep()
         sweep(self.work_root)
 
     def shutdown(self) -> None:

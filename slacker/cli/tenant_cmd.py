@@ -141,6 +141,8 @@ def status(cli: CliContext, as_json: bool) -> None:
                 click.echo(_migration_line(m))
         if not n["reachable"]:
             click.echo(f"{n['node']}: {n['error']}")
+        for w in n.get("warnings", []) or []:
+            click.echo(f"{n['node']}: WARNING: {w}")
     click.echo(_directory_line(cluster, health))
     for m in health.get("members", []):
         state = ("leader" if m.get("leader") else "follower") if m.get("reachable") else "UNREACHABLE"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import shutil
 import threading
 import time
 from dataclasses import asdict
@@ -32,6 +31,7 @@ from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
+from ..trash import TrashName, discard
 from ..transfer.protocol import new_token
 from .flip import Flip
 from ..router.freeze import RouterHold
@@ -280,7 +280,7 @@ class Migration:
     def _end(self) -> None:
         self._end_phase()
         self.finished_at = time.monotonic()
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        discard(self.work_dir, TrashName("work", self.id, "finished"))
 
     def _fail(self, exc: BaseException) -> None:
         if self._abort.is_set() and not isinstance(exc, MigrationAborted):
@@ -338,7 +338,7 @@ class Migration:
                 self.peer.step("activate", {"epoch": self.epoch_after, "tenant": self.tenant_id}, timeout_s=120,
                                phase="cleanup")
                 self.handover.release_routers(after_flip=True)  # the target takes writes now
-                self.src.retire()
+                self.src.retire(self.id, pause=lambda step: self._hold(f"retire-{step}"))
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""
                 self.result = "succeeded"
@@ -367,6 +367,7 @@ class Migration:
     def _hold(self, point: str) -> None:
         hold = (self.opts.hold_s or {}).get(point)
         if hold and getattr(self.node.config, "fault_injection", False):
+            log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
             if self.past_point_of_no_return:
                 time.sleep(float(hold))
             else:
@@ -425,7 +426,8 @@ class Migration:
             "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
-            "expected_bytes": self.bytes_total}, phase="preflight")
+            "expected_bytes": self.bytes_total,
+            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase="preflight")
         self.lease.granted_now()
         self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))

@@ -50,6 +50,7 @@ class IncomingMigration:
         self._prepare_proc = None
         self._verifier = None  # online verification's snapshot (slacker.verify), while one runs
         self._lock = threading.RLock()
+        self.hold_s: dict | None = None  # fault injection: the source's hold points, for this side's steps
 
     # ---- creation -------------------------------------------------------------------
     @classmethod
@@ -71,6 +72,7 @@ class IncomingMigration:
         tenant.info.fenced = True
         inc = cls(node, entry, tenant, str(body.get("source_host", "")))
         inc.mode = body.get("mode", "live")
+        inc.hold_s = body.get("hold_s") or None
         try:
             mariadb.write_secret(tenant.admin_password_file, body["admin_password"] + "\n")
             mariadb.write_secret(tenant.app_password_file, body["app_password"] + "\n")
@@ -78,6 +80,8 @@ class IncomingMigration:
                 if body.get(key):  # the accounts come with the copy; their passwords with this request
                     mariadb.write_secret(f, body[key] + "\n")
             tenant.save()
+            # Whole, or not at all: a crash before this leaves only `tenants/.building/`, swept at start.
+            node.tenants.put_in_place(tenant)
             tenant.datadir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(tenant.datadir).free
             expected = int(body.get("expected_bytes") or 0)
@@ -272,7 +276,9 @@ class IncomingMigration:
             log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
 
     def remove(self) -> None:
-        """Remove every trace of the incoming tenant; never raises. Never once it is owned."""
+        """Remove every trace of the incoming tenant; never raises. Never once it is owned.
+        Its files go through the trash (crash-atomic); the journal entry goes last, so a restart in
+        between finds either the journaled tenant again or nothing under its name."""
         with self._lock:
             if self.state in ("owned", "aborted"):
                 return
@@ -291,9 +297,19 @@ class IncomingMigration:
             self.node.tenants.kill_tenant(self.tenant)
         except Exception:
             log.exception("killing incoming tenant %s failed", self.tenant_id)
-        shutil.rmtree(self.tenant.root, ignore_errors=True)
-        self.tenant.socket.unlink(missing_ok=True)
+        try:
+            self.node.tenants.remove_files(self.tenant, "rolled-back", self.id, self._pause)
+        except OSError:
+            log.exception("removing incoming tenant %s failed", self.tenant_id)
+            return  # journaled still: the next start (or settle) removes it
         self.node.journal.remove(self.entry)
+
+    def _pause(self, step: str) -> None:
+        """Fault injection (tests): hold inside the removal of the partial copy, at `remove-STEP`."""
+        hold = (self.hold_s or {}).get(f"remove-{step}")
+        if hold and getattr(self.node.config, "fault_injection", False):
+            log.warning("incoming migration %s: holding at remove-%s for %ss (fault injection)", self.id, step, hold)
+            time.sleep(float(hold))
 
     def settle(self) -> str:
         """The source's lease ran out (or this agent restarted or stops): let the directory decide.
@@ -354,8 +370,7 @@ class IncomingRegistry:
             if e is None:
                 log.warning("removing unjournaled incoming tenant %s", t.id)
                 self.node.tenants.kill_tenant(t)
-                shutil.rmtree(t.root, ignore_errors=True)
-                t.socket.unlink(missing_ok=True)
+                self.node.tenants.remove_files(t, "unjournaled")
                 continue
             inc = IncomingMigration(self.node, e, t)
             if e.state != "promoted":

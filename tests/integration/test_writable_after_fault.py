@@ -25,11 +25,10 @@ from slacker import local_cluster, mariadb
 from slacker.ackwriter import SCHEMA, WriteProber
 from slacker.agent.client import cluster_clients
 from slacker.config import load_cluster
-from slacker.procs import kill_group
 from slacker.router import local as local_router
 
-from .conftest import TEST_PORT_RANGE, _free_port
-from .migration_helpers import processes_mentioning, start_migration, wait_migration
+from .conftest import TEST_PORT_RANGE, _free_port, next_loopback_block, tear_down
+from .migration_helpers import acked_ids_present, start_migration, wait_migration
 from .test_cli import slacker
 from .test_router import _tenant
 from .test_router_handover import _kill_agent, _start_agent
@@ -61,8 +60,7 @@ def routed_once():
     """A two-node cluster and a router, shared by every step (each uses a tenant of its own)."""
     tmp = Path(tempfile.mkdtemp(prefix="sl-", dir="/tmp"))
     run_dir = tmp / "run"
-    block = 100 + (os.getpid() + 97) % 150
-    first = f"127.0.{block}.2"
+    first = next_loopback_block()
     try:
         path = local_cluster.up(run_dir, nodes=2, first_address=first, api_port=_free_port(first),
                                 port_range="%d-%d" % TEST_PORT_RANGE, fault_injection=True)
@@ -76,12 +74,7 @@ def routed_once():
             local_router.stop(run_dir)
         except Exception:
             pass
-        try:
-            local_cluster.down(run_dir)
-        except Exception:
-            pass
-        for pid, _ in processes_mentioning(str(run_dir)):
-            kill_group(pid)
+        tear_down(run_dir)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -217,15 +210,7 @@ def test_target_agent_killed_past_the_flip_writable_soon_after_it_is_back(routed
     assert prober.double_writable == [], f"two writable servers at once: {prober.double_writable[:3]}"
     _, directory = cluster_clients(cluster)
     assert directory.lookup(tenant).node == TARGET
-    conn = mariadb.connect(user=mariadb.APP_USER, password=ep.password, host=servers[TARGET][0],
-                           port=ep.port, timeout_s=5)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT id FROM w.t")
-            present = {row[0] for row in cur.fetchall()}
-    finally:
-        conn.close()
-    lost = {i for i, _ in writer.acked} - present
+    lost = acked_ids_present(cluster, tenant, [i for i, _ in writer.acked], table="w.t")
     assert not lost, f"{len(lost)} acknowledged writes lost"
     assert prober.accepted[TARGET] > 0, "the prober never saw the new owner take a write"
     assert _writable(servers, ep.password) == [TARGET]

@@ -51,6 +51,7 @@ class IncomingMigration:
         self._prepare_proc = None
         self._verifier = None  # online verification's snapshot (slacker.verify), while one runs
         self.holding = ""  # the fault-injection point the activation pauses at now (tests, rehearsals)
+        self.recovered = False  # read back from the journal when this agent started
         self._lock = threading.RLock()
 
     # ---- creation -------------------------------------------------------------------
@@ -392,6 +393,7 @@ class IncomingRegistry:
                 t.socket.unlink(missing_ok=True)
                 continue
             inc = IncomingMigration(self.node, e, t)
+            inc.recovered = True
             if e.state != "promoted":
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
             self.node._claim(t.id)
@@ -456,14 +458,14 @@ class IncomingRegistry:
 
     def tick(self) -> None:
         """Settle every incoming migration whose lease ran out, and activate at once every promoted one
-        the directory already names (the flip done, the source's request lost: this agent restarted,
-        or the source cannot reach it). Runs when the agent starts, before its API answers, and on
-        every supervisor tick: the tenant takes writes as soon as this agent is back, not after a lease
-        or the source's next retry."""
+        read back from the journal that the directory already names (the flip done while this agent was
+        down: the source's request was lost). Runs when the agent starts, before its API answers, and on
+        every supervisor tick after (while the directory cannot be reached): the tenant takes writes as
+        soon as this agent is back, not after its lease or the source's next retry."""
         with self._lock:
             items = list(self._items.values())
         for inc in items:
-            if time.time() > inc.entry.lease_until or inc.flipped():
+            if time.time() > inc.entry.lease_until or (inc.recovered and inc.flipped()):
                 if inc.settle() in ("activated", "removed", "done"):
                     self._drop(inc)
 

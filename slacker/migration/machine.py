@@ -355,13 +355,13 @@ class Migration:
                     body, holds = {"epoch": self.epoch_after, "tenant": self.tenant_id, **holds}, {}
                     self.peer.step("activate", body, timeout_s=120, phase="cleanup")
                     active = True
-                    self._waited()
+                    self.end_wait()
                     self._hold("activated")
                     self.handover.release_routers(after_flip=True)  # the target takes writes now
                 self.src.retire()
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""
-                self._waited()
+                self.end_wait()
                 self.result = "succeeded"
                 return
             except BaseException as exc:  # noqa: BLE001 - every failure here is retried, never rolled back
@@ -392,15 +392,19 @@ class Migration:
             text = (f"past the flip: the target agent {target} could not activate the tenant "
                     f"({self.finishing_reason}); retried every {FINISH_BACKOFF_MAX_S:.0f}s at most; the tenant is "
                     f"not writable until it does")
+        self.wait_on(what, node, active, text)
+
+    def wait_on(self, what: str, node: str, writable: bool, text: str) -> None:
+        """Say what the migration waits for (`waiting`); a new kind of wait ends the one before."""
         if self.waiting is None or self.waiting["for"] != what:
-            self._waited()
-            self.waiting = {"for": what, "node": node, "writable": active, "message": text,
+            self.end_wait()
+            self.waiting = {"for": what, "node": node, "writable": writable, "message": text,
                             "since": time.monotonic()}
             log.warning("migration %s: %s", self.id, text)
         else:
             self.waiting["message"] = text
 
-    def _waited(self) -> None:
+    def end_wait(self) -> None:
         """The wait past the flip is over: kept in the record (`waited` in the migration's document)."""
         if self.waiting is not None:
             w, self.waiting = self.waiting, None

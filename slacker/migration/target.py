@@ -380,8 +380,13 @@ class IncomingRegistry:
         for e in self.node.journal.entries("target"):
             if self.node.tenants.exists(e.tenant) and self.node.tenants.get(e.tenant).info.desired_state == "incoming":
                 journaled[e.tenant] = e
-            else:
-                self.node.journal.remove(e)
+                continue
+            if self.node.tenants.exists(e.tenant) and e.state == "promoted":
+                info = self.node.tenants.get(e.tenant).info
+                if info.desired_state == "running" and not info.fenced:
+                    # An activation cut short after it unfenced: the routers may still hold the tenant.
+                    RouterHold.everywhere(self.node.directory, self.node.token, e.tenant).release(after_flip=True)
+            self.node.journal.remove(e)
         for t in self.node.tenants.list():
             if t.info.desired_state != "incoming":
                 continue

@@ -41,17 +41,20 @@ DOWN_S = float(os.environ.get("SLACKER_TEST_DOWN_S", "16"))  # how long the targ
 LEASE_S = 60  # longer than the fault: the target's lease never decides here (it is for a silent source)
 SOURCE, TARGET = os.environ.get("SLACKER_TEST_MOVE", "node-1:node-2").split(":")
 
-# Where the target agent dies, past the flip: (the side that pauses there, its hold_s).
+# Where the target agent dies, past the flip: (the side that pauses there, its hold_s, --max-freeze).
 # flipped: the directory names the target, the source has not asked it to take over yet;
 # activating / started / unfenced: inside the target's activation (the directory checked; the server
 # running without replication, still fenced; writable, the journal not yet cleared);
 # activated: the target took over, the source has not released the routers yet.
+# The routers' hold lasts 2 x --max-freeze + 5 s: with 0.5 s it ends while the agent is down (new and
+# held statements then meet the fenced target until it is activated); with 10 s it outlasts the fault,
+# so the held statements must be released to the new owner when it is back, not at the hold's end.
 STEPS = {
-    "flipped": ("source", {"flipped": 2}),
-    "activating": ("target", {"activating": 30}),
-    "started": ("target", {"started": 30}),
-    "unfenced": ("target", {"unfenced": 30}),
-    "activated": ("source", {"activated": 2}),
+    "flipped": ("source", {"flipped": 2}, 0.5),
+    "activating": ("target", {"activating": 30}, 0.5),
+    "started": ("target", {"started": 30}, 10),
+    "unfenced": ("target", {"unfenced": 30}, 10),
+    "activated": ("source", {"activated": 2}, 10),
 }
 
 
@@ -183,8 +186,9 @@ def test_target_agent_killed_past_the_flip_writable_soon_after_it_is_back(routed
     servers = {n.name: (n.tenant_host, ep.port) for n in cluster.nodes.values()}
     prober = WriteProber(servers, mariadb.APP_USER, ep.password).start()
     try:
-        side, hold = STEPS[step]
-        mid = start_migration(cluster, tenant, target=TARGET, hold_s=hold, lease_ttl_s=LEASE_S)["id"]
+        side, hold, max_freeze_s = STEPS[step]
+        mid = start_migration(cluster, tenant, target=TARGET, hold_s=hold, lease_ttl_s=LEASE_S,
+                              max_freeze_s=max_freeze_s)["id"]
         _wait_at(cluster, mid, side, step)
         _kill_agent(cluster, TARGET)
         time.sleep(DOWN_S)

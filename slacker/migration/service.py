@@ -289,7 +289,7 @@ def attach(node, server) -> None:
 
     @server.route("POST", f"/v1/incoming/{MID}/activate")
     def inc_activate(srv, body, q, mid):
-        return inc.activate(mid, str(body.get("tenant") or mid.rsplit("-", 2)[0]))
+        return inc.activate(mid, str(body.get("tenant") or mid.rsplit("-", 2)[0]), hold_s=body.get("hold_s"))
 
     @server.route("DELETE", f"/v1/incoming/{MID}")
     def inc_delete(srv, body, q, mid):

@@ -33,7 +33,6 @@ from tests.integration.migration_helpers import create_loaded_tenant, processes_
 from . import phases
 
 ROOT = Path(__file__).resolve().parents[2]
-HELD_MIGRATE = Path(__file__).resolve().parent / "held_migrate.py"
 WRITABLE_WAIT_S = 120.0  # a writer with no write in after this long: "never" in the table
 END_WAIT_S = 240.0       # the migration's own end, after the restart
 
@@ -127,8 +126,18 @@ class Bench:
             .read_text().strip()
         self.direct = AckedWriter(TenantClient.for_cluster(self.tenant, self.cluster, reconnect_timeout_s=5),
                                   writer_id=1, rate_per_s=self.rate).start()
-        self.routed = AckedWriter(RouterClient(self.router_address, self.tenant, self.password), writer_id=2,
-                                  rate_per_s=self.rate).start()
+        routed = RouterClient(self.router_address, self.tenant, self.password)
+        deadline = time.monotonic() + 60
+        while True:  # the router learns a new tenant from the directory's watch: a moment after it is created
+            try:
+                routed.connection()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                routed.close()
+                time.sleep(0.2)
+        self.routed = AckedWriter(routed, writer_id=2, rate_per_s=self.rate).start()
         self.servers = {n.name: (n.tenant_host, own.port) for n in self.cluster.nodes.values()}
         self.prober = WriteProber(self.servers, mariadb.APP_USER, self.password).start()
 
@@ -315,16 +324,18 @@ class Bench:
         return len(set(ids) - have)
 
     # ---- one run -----------------------------------------------------------------------------
-    def migrate_cmd(self, case: phases.Case, target: str) -> tuple[list[str], dict]:
+    def migrate_cmd(self, case: phases.Case, target: str) -> list[str]:
+        """The operator's `slacker migrate`, with --hold (rehearsals: the agents run with --fault-injection)
+        at the point that opens the aimed phase."""
         held = case.aim in phases.HOLD_IN_FREEZE
-        cmd = [sys.executable, str(HELD_MIGRATE), "--cluster", str(self.op.cluster_file), "migrate", self.tenant,
+        cmd = [sys.executable, "-m", "slacker", "--cluster", str(self.op.cluster_file), "migrate", self.tenant,
                "--to", target, "--max-freeze", f"{self.hold_s + 1.5 if held else 0.5}s"]
+        cmd += [f"--hold={point}={s}s" for point, s in phases.hold_for(case.aim, self.hold_s).items()]
         if case.aim == "snapshot":
             cmd += ["--rate", f"{int(self.copy_rate)}B/s"]
         if case.aim == "verify":
             cmd.append("--verify")
-        env = dict(os.environ, SLACKER_CHAOS_HOLD=json.dumps(phases.hold_for(case.aim, self.hold_s)))
-        return cmd, env
+        return cmd
 
     def wait_aim(self, case: phases.Case, source: str, target: str, mid: str, deadline: float) -> dict | None:
         """Poll the source's migration until the aimed phase opens; returns its document then."""
@@ -356,9 +367,9 @@ class Bench:
         marks = (len(self.direct.txns), len(self.routed.txns), len(self.direct.acked), len(self.routed.acked),
                  len(self.prober.double_writable))
         before = self.migration_ids(source)
-        cmd, env = self.migrate_cmd(case, target)
+        cmd = self.migrate_cmd(case, target)
         t0 = time.monotonic()
-        cli = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cli = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
         mid = None
         deadline = time.monotonic() + 60

@@ -194,6 +194,7 @@ class ModelController(ThrottleController):
             s = old / self.max_rate_bytes_per_s
             self._flows = deque((f * s for f in self._flows), maxlen=self._flows.maxlen)
             self._queue_x = None if self._queue_x is None else self._queue_x * s
+            self._allowed = None if self._allowed is None else self._allowed * s
             fit = self._fit
             fit.pts = deque(((x * s, z, p) for x, z, p in fit.pts), maxlen=fit.pts.maxlen)
             fit.b /= s

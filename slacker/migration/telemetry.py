@@ -94,7 +94,7 @@ class Telemetry:
         if m.finished_at is not None:  # the last sample: the duration the summary shows (slacker plot's title)
             sample["duration_s"] = round(m.finished_at - m.created, 3)
         if m.controller_state:
-            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
+            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction",
                       "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s",
                       *MODEL_KEYS, "mark", "verdict"):
                 if k in m.controller_state:

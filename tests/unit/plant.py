@@ -525,8 +525,8 @@ def goals(rows: list[dict], name: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 # Plants fitted to real runs (issue 32): every failure found on a real run becomes a plant here, and
-# the family's figures for slack and the PID on these are checked against the real ones
-# (bench/controller_plant --real; docs/controller.md, "Calibration").
+# the model's and the PID's figures on these are checked against the real ones
+# (tests/unit/test_model_controller.py, test_the_real_failures_as_plants).
 
 def real_plants() -> dict[str, Scenario]:
     """The real runs, as plants, with the figures they were fitted to (per-second series in

@@ -40,15 +40,16 @@ class Feasibility:
         self._top = 0.0
         self.verdict: dict[str, Any] | None = None
 
-    def update(self, now: float, state: dict, bytes_done: int, bytes_total: float | None,
+    def update(self, now: float, report, bytes_done: int, bytes_total: float | None,
                marked: bool) -> dict[str, Any] | None:
-        if marked or state.get("note") == "paused":
+        """`report`: this step's StepReport (slacker.controller.report)."""
+        if marked or report.note == "paused":
             return self.verdict
-        sp = state.get("setpoint_s")
+        sp = report.setpoint_s
         if sp is None:
             return self.verdict
-        self._seen.append((now, state.get("latency_s"), sp, int(bytes_done), bytes_total,
-                           state.get("model_allowed_bytes_per_s")))
+        self._seen.append((now, report.latency_s, sp, int(bytes_done), bytes_total,
+                           report.controller.get("model_allowed_bytes_per_s")))
         if len(self._seen) < self.n:
             return self.verdict
         (t0, _, _, b0, tot0, _), (t1, _, _, b1, tot1, allowed) = self._seen[0], self._seen[-1]

@@ -442,10 +442,10 @@ def run_copy(sc: Scenario, make: Callable | None = None, limit: float | None = N
             break
         if policy is not None:
             rate, state = policy.step(plant.t, int(plant.bytes_done), mark=mark, bytes_total=plant.total_bytes)
-            if state.get("verdict") and run.verdict_s is None:
+            if state.verdict and run.verdict_s is None:
                 run.verdict_s = plant.t
             if record:
-                run.states.append(state)
+                run.states.append(state.to_dict())
     run.moved = plant.bytes_done
     if sc.load_step_at is not None and plant._started_at is not None:
         run.step_at = plant._started_at + sc.load_step_at

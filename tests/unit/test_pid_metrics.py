@@ -61,7 +61,7 @@ def test_rate_policy_glue_never_raises_and_reports() -> None:
         rate, state = policy.step(float(k), k * 100)
         rates.append(rate)
     assert rates == [500, 500, 250, 125, 62, 31]
-    assert state["source_ok"] is False and "plugin bug" in state["note"] and state["bytes_done"] == 500
+    assert state.source_ok is False and "plugin bug" in state.note and state.bytes_done == 500
     assert registry.get_sample_value("slacker_controller_rate_bytes_per_second", {"migration": "m2", "tenant": "t2"}) == 31
     policy.close()
     assert registry.get_sample_value("slacker_controller_rate_bytes_per_second", {"migration": "m2", "tenant": "t2"}) is None

@@ -246,7 +246,17 @@ def test_the_lag_is_measured():
     assert hits >= 0.6 * len(plants)
 
 
-@pytest.mark.parametrize("kw", [{"margin": -1}, {"rise": 0.5}, {"horizon_s": 0}, {"max_lag": 0},
+def test_the_start_rate_is_in_bytes_per_second_whatever_the_max():
+    """The start protects a server's knee, which is in bytes/s: the same 10 MB/s with no --max-rate (the 200 MB/s
+    scale), with scripts/demo's --max-rate 100MB/s, and never over a max under it."""
+    assert ModelController(0.05, MAX).rate_bytes_per_s == ModelController(0.05, 100e6).rate_bytes_per_s == 10_000_000
+    assert ModelController(0.05, 4e6).rate_bytes_per_s == 4_000_000
+    c = ModelController(0.05, 100e6)
+    c.set_max_rate(50e6)  # a live --set max-rate keeps the start (and the rates) in bytes/s
+    assert c._start == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("kw", [{"margin": -1}, {"rise": 0.5}, {"horizon_s": 0}, {"max_lag": 0}, {"start_rate_bytes_per_s": 0},
                                 {"catch_up": math.nan}, {"catch_up": 1}])
 def test_parameters_are_checked(kw):
     with pytest.raises(InvalidInput):

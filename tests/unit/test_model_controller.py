@@ -80,11 +80,17 @@ def test_a_load_step_is_followed(family_rows):
     assert model["loadstep_back_10s"] >= pid["loadstep_back_10s"]
 
 
-def _seeds(name: str, n: int):
+def _on_seeds(name: str, n: int) -> dict[str, list[tuple[float, float]]]:
+    """(mean / setpoint, speed / the oracle's) per controller on `n` seeds of a real run's plant."""
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in MAKERS}
     for i in range(n):
         sc = copy.deepcopy(plant_mod.real_plants()[name])
         sc.seed += i
-        yield sc
+        o = plant_mod.oracle(sc)
+        for k in got:
+            r = plant_mod.run_copy(sc, MAKERS[k])
+            got[k].append((r.mean_ratio, r.rate / o.rate))
+    return got
 
 
 def test_the_real_failures_as_plants():
@@ -92,22 +98,12 @@ def test_the_real_failures_as_plants():
     cycles through queues (real: 1.4-1.8x at 0.48x the oracle's speed) and misses the mean on every seed; the
     model meets it on few (2 of 8; real: 3 of 5 runs within ±10 %) and is nowhere near the PID's overshoot. The
     sysbench load (CPU-bound, a gradual rise): the model holds the mean, the PID stays under it, slower."""
-    got = {k: [] for k in MAKERS}
-    for sc in _seeds("disk-host", 8):
-        o = plant_mod.oracle(sc)
-        for k in got:
-            r = plant_mod.run_copy(sc, MAKERS[k])
-            got[k].append((r.mean_ratio, r.rate / o.rate))
+    got = _on_seeds("disk-host", 8)
     within = {k: sum(1 for m, _ in v if 0.9 <= m <= 1.1) for k, v in got.items()}
     assert within["model"] > within["pid"] == 0, got  # measured: 2 of 8 (1.04, 1.07; median 1.19) and 0 of 8
     assert statistics.median(m for m, _ in got["model"]) <= 0.7 * statistics.median(m for m, _ in got["pid"]), got
     assert statistics.median(v for _, v in got["model"]) >= 0.75 >= statistics.median(v for _, v in got["pid"]), got
-    sb = {k: [] for k in MAKERS}
-    for sc in _seeds("sysbench", 6):
-        o = plant_mod.oracle(sc)
-        for k in sb:
-            r = plant_mod.run_copy(sc, MAKERS[k])
-            sb[k].append((r.mean_ratio, r.rate / o.rate))
+    sb = _on_seeds("sysbench", 6)
     assert 0.9 <= statistics.median(m for m, _ in sb["model"]) <= 1.1, sb
     assert statistics.median(v for _, v in sb["model"]) >= statistics.median(v for _, v in sb["pid"]) + 0.1, sb
 

@@ -39,7 +39,7 @@ def test_controller_steers_the_copy(cluster, tmp_path):
         # A setpoint nobody can meet is refused up front, with the measured latency in the message...
         rc, out, err = slacker("migrate", "pid1", "--to", "node-2", "--setpoint", "0.1ms",
                                "--latency-source", source)
-        one_line_error(rc, err, "below the latency measured now")
+        one_line_error(rc, err, "below the latency measured now", "the median of")
         # ... and a source that does not answer fails before any byte moves.
         one_line_error(*slacker("migrate", "pid1", "--to", "node-2", "--setpoint", "1s", "--latency-source",
                                 f"prometheus,url=http://127.0.0.1:{free_port()}/metrics")[::2],

@@ -1,4 +1,4 @@
-"""The model controller (`--controller model`): an explicit, online model of latency against copy rate,
+"""The model controller (`--controller model`, the default): an explicit, online model of latency against copy rate,
 and an integral law whose gain is the model's slope.
 
 The server is a queue: far below its knee the copy costs the tenants little, near it latency
@@ -19,14 +19,18 @@ Each step (docs/controller.md, "The model controller"):
    A second in a queue (it or the window over OVER x the setpoint) is not fitted, except at the rate
    that built the queue (censored at OVER x the setpoint), and that rate bounds later rises (for
    `horizon_s`). Seconds the migration marks as not the copy's doing (slacker.controller.marks) are
-   not fitted unless the copy built a queue in them. The lag is measured: the delay at which
-   latency's changes follow the rate's most;
+   not fitted, but for one in which a queue built: fitted provisionally, and dropped (with the queue's
+   bound) once the unmarked seconds' line misses it by more than SPREAD x their noise -- the start's
+   burst was not the copy's cost; a queue the copy did build stays in line and is kept. The lag is
+   measured: the delay at which latency's changes follow the rate's most;
 2. act — a Newton step on the line towards the aim, spread over the loop's delay:
    Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
    ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
-   rate the copy moved over the lag (no knee in sight: doubling); a window over OVER x the setpoint
-   is a queue: half the rate, or the model's rate for the aim if lower.
+   rate the copy moved over the lag -- with latency under FREE x the aim (no knee in sight) x its limit
+   and x FREE·aim / latency more (the further under, the larger); a window over OVER x the setpoint
+   is a queue: half the rate, or the model's rate for the aim if lower. The start is a rate in bytes/s
+   (a server's knee is), whatever the max rate.
 
 Its state — the load's own latency, the knee, the rate the aim allows, the lag, the noise, a
 confidence and the queue's rate bound — is in `state()` (status, `--json`, the time series).

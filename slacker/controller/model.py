@@ -319,7 +319,11 @@ class ModelController(ThrottleController):
                 self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:
                 cap = min(cap, max(u, self._queue_x * (1 - 1 / steps)))
-            if new > cap:
+            # No knee in sight -- latency under FREE x the aim, no queue remembered, and no line that meets the
+            # aim under the cap -- the rise is the cap: the Newton step's slope is then a guess (a knee at
+            # twice the max), the cap what the copy has shown.
+            free = y_hi < aim * self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
+            if new > cap or free:
                 new = max(u, cap)
                 note = f"rising, at most x{self.rise:g} the rate moved ({new * mb:.1f} MB/s)"
         if self._marked and self._marked[-1]:

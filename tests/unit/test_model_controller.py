@@ -14,6 +14,7 @@ share over that many plants, not one plant under what was measured.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import statistics
 
@@ -58,8 +59,8 @@ def _goals(rows):
 
 def test_a_copy_that_does_not_bind_runs_at_the_pipes_speed(family_rows):
     model, pid = _goals(family_rows)
-    assert model["nonbinding_time_median"] <= 1.15  # the goal, on the median plant (held out: 1.09)
-    assert model["nonbinding_ok"] >= 0.75  # held out: 88 % of 50 plants
+    assert model["nonbinding_time_median"] <= 1.15  # the goal, on the median plant (held out: 1.08)
+    assert model["nonbinding_ok"] >= 0.75  # held out: 92 % of 50 plants
     assert model["nonbinding_ok"] >= pid["nonbinding_ok"] + 0.3  # the PID's integral ramp: 30 %
 
 
@@ -67,9 +68,9 @@ def test_a_binding_copy_holds_the_setpoint_at_the_oracles_speed(family_rows):
     model, pid = _goals(family_rows)
     assert 0.9 <= model["binding_mean_median"] <= 1.1  # the goal, on the median plant (held out: 1.05)
     assert model["binding_speed_median"] >= 0.9  # (held out: 0.97)
-    assert model["binding_within_10pct"] >= 0.45  # held out: 57 % of 95 plants (PID 51 %)
-    assert model["binding_speed_ok"] >= 0.5  # held out: 64 % (PID 54 %)
-    assert model["binding_both"] >= 0.3  # both at once, held out: 41 % (PID 33 %)
+    assert model["binding_within_10pct"] >= 0.45  # held out: 56 % of 95 plants (PID 51 %)
+    assert model["binding_speed_ok"] >= 0.5  # held out: 63 % (PID 54 %)
+    assert model["binding_both"] >= 0.3  # both at once, held out: 40 % (PID 33 %)
     assert model["binding_both"] >= pid["binding_both"]
     assert model["binding_speed_ok"] >= pid["binding_speed_ok"]
 
@@ -280,28 +281,27 @@ def test_state_names_the_model_in_bytes_and_seconds():
 
 
 def test_a_copy_far_under_its_knee_reaches_the_pipes_speed_in_three_seconds():
-    """scripts/demo (issue 40): latency far under the setpoint (8 ms against 50 ms), the pipe (100 MB/s) the only
-    limit -- the copy reaches it within 3 s of its start, the backup tool's read-in included, with the max rate
-    the demo gives (--max-rate 100MB/s) or none."""
-    for max_rate in (None, 100e6):
-        for seed in range(3):
-            sc = plant_mod.Scenario(seed=seed, kind="nonbinding", shape="cpu", setpoint_s=0.05, l0_s=0.008, rho0=0.3,
-                                    knee_bps=3e9, h=0.5, p=1.0, lin=0.1, pipe_bps=100e6, lag=2, noise=0.2,
-                                    noise_corr=0.3, stall_p=0.0, tps=200, total_bytes=3e9)
-            p = plant_mod.FluidPlant(sc)
-            src = p.source()
-            for _ in range(3):  # the migration reads latency before the copy (slacker.throttle.measure)
-                p.advance(0)
-                src.read()
-            policy = RatePolicy(src, ModelController(sc.setpoint_s, max_rate or plant_mod.NOMINAL_MAX))
-            policy.unthrottled_at_max = max_rate is None
-            rate, start = policy.initial_rate(), len(p.flows)
-            for _ in range(10):
-                mark = p.advance(rate)
-                rate, _ = policy.step(p.t, int(p.bytes_done), mark=mark, bytes_total=p.total_bytes)
-            flows = p.flows[start:]
-            reached = next(k + 1 for k, f in enumerate(flows) if f >= 0.9 * 100e6)
-            assert reached <= 3, (max_rate, seed, [round(f / 1e6) for f in flows])
+    """scripts/demo (issue 40): latency far under the setpoint (8-12 ms against 50 ms), the pipe (100 MB/s) the
+    only limit -- the copy reaches it within 3 s of its start, the backup tool's read-in included, with the max
+    rate the demo gives (--max-rate 100MB/s) or none."""
+    for max_rate, l0, seed in itertools.product((None, 100e6), (0.008, 0.012), range(3)):
+        sc = plant_mod.Scenario(seed=seed, kind="nonbinding", shape="cpu", setpoint_s=0.05, l0_s=l0, rho0=0.3,
+                                knee_bps=3e9, h=0.5, p=1.0, lin=0.1, pipe_bps=100e6, lag=2, noise=0.2,
+                                noise_corr=0.3, stall_p=0.0, tps=200, total_bytes=3e9)
+        p = plant_mod.FluidPlant(sc)
+        src = p.source()
+        for _ in range(3):  # the migration reads latency before the copy (slacker.throttle.measure)
+            p.advance(0)
+            src.read()
+        policy = RatePolicy(src, ModelController(sc.setpoint_s, max_rate or plant_mod.NOMINAL_MAX))
+        policy.unthrottled_at_max = max_rate is None
+        rate, start = policy.initial_rate(), len(p.flows)
+        for _ in range(10):
+            mark = p.advance(rate)
+            rate, _ = policy.step(p.t, int(p.bytes_done), mark=mark, bytes_total=p.total_bytes)
+        flows = p.flows[start:]
+        reached = next(k + 1 for k, f in enumerate(flows) if f >= 0.9 * 100e6)
+        assert reached <= 3, (max_rate, l0, seed, [round(f / 1e6) for f in flows])
 
 
 def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():

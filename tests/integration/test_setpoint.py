@@ -100,9 +100,8 @@ def test_controller_steers_the_copy(cluster, tmp_path):
     assert all(s["latency_s"] is None or s["latency_s"] > s["setpoint_s"] for s in low)
     assert low[-1]["rate_bytes_per_s"] == 0
     assert max(s["bytes_done"] for s in low) <= paused_bytes + 2_000_000
-    # Latency far below the new setpoint: the controller raised the rate again.
-    assert max(s["rate_bytes_per_s"] for s in high) > 0
-    assert any(b["rate_bytes_per_s"] > a["rate_bytes_per_s"] for a, b in zip(high, high[1:]))
+    # Latency far below the new setpoint: the controller raised the rate again, within a few steps.
+    assert max(s["rate_bytes_per_s"] for s in high[:3]) > 0, [s["rate_bytes_per_s"] for s in high[:5]]
     assert all(0 <= s["rate_bytes_per_s"] <= 20_000_000 for s in snap)
     # What the default controller (the model) has learnt is in every step and in status: its lag, its load.
     assert all("model_lag_s" in s for s in snap)

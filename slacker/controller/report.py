@@ -16,6 +16,9 @@ from typing import Any
 _NOT_IN_SERIES = {"series": False}
 _OPTIONAL = {"omit_none": True}
 _OPTIONAL_NOT_IN_SERIES = {"series": False, "omit_none": True}
+# Both ends guarded: the sides' keys are all there (None: that side had no evidence) or, unguarded, none.
+_SIDE = {"side": True}
+_SIDE_NOT_IN_SERIES = {"side": True, "series": False}
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,12 @@ class StepReport:
     mark: str | None = field(default=None, metadata=_OPTIONAL)  # why this second is not the copy's doing
     verdict: dict | None = field(default=None, metadata=_OPTIONAL)  # the copy cannot finish (verdict.py)
     # Both ends guarded (slacker.latency.GuardedSource.sides): each side's latency, which one steered.
-    binding: str | None = field(default=None, metadata=_OPTIONAL)
-    source_latency_s: float | None = field(default=None, metadata=_OPTIONAL)
-    target_latency_s: float | None = field(default=None, metadata=_OPTIONAL)
-    target_setpoint_s: float | None = field(default=None, metadata=_OPTIONAL)
-    target_ok: bool | None = field(default=None, metadata=_OPTIONAL_NOT_IN_SERIES)
-    target_error: str | None = field(default=None, metadata=_OPTIONAL_NOT_IN_SERIES)
+    binding: str | None = field(default=None, metadata=_SIDE)
+    source_latency_s: float | None = field(default=None, metadata=_SIDE)
+    target_latency_s: float | None = field(default=None, metadata=_SIDE)
+    target_setpoint_s: float | None = field(default=None, metadata=_SIDE)
+    target_ok: bool | None = field(default=None, metadata=_SIDE_NOT_IN_SERIES)
+    target_error: str | None = field(default=None, metadata=_SIDE_NOT_IN_SERIES)
     controller: dict[str, Any] = field(default_factory=dict)  # the controller's state() (model_*), flattened
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,11 +58,16 @@ class StepReport:
             if f.name == "controller":
                 continue
             v = getattr(self, f.name)
-            if v is None and f.metadata.get("omit_none"):
+            if (v is None and f.metadata.get("omit_none")) or (f.metadata.get("side") and not self.guarded):
                 continue
             out[f.name] = v
         out.update(self.controller)
         return out
+
+    @property
+    def guarded(self) -> bool:
+        """Both ends guarded: the target's setpoint is known (slacker.latency.GuardedSource)."""
+        return self.target_setpoint_s is not None
 
     def series(self) -> dict[str, Any]:
         """The keys of one line of the time series (`slacker plot` and the benchmarks read them)."""

@@ -118,3 +118,18 @@ def test_the_step_report_is_one_record_that_series_status_and_metrics_read():
     # Every key the status and the series show is a field of the record or the controller's state.
     names = {f.name for f in dataclasses.fields(StepReport)} | set(report.controller)
     assert set(status) <= names
+
+
+def test_a_guarded_steps_sides_are_all_shown_even_with_no_evidence_on_one():
+    """The target guard's keys are in the series and status whenever both ends are guarded (None: that side
+    had no transactions), and absent when only the source is read."""
+    idle = LatencySample("target", 0.0, window_s=3.0)  # nothing ran on the target
+    busy = LatencySample("source", 0.0, sum_s=2.0, count=100, window_s=3.0)
+    guarded = RatePolicy(GuardedSource(Fixed(busy), Fixed(idle), setpoint=lambda: 0.05, target_setpoint=lambda: 0.05),
+                         ModelController(0.05, 100e6, stale_after_s=1e9))
+    _, report = guarded.step(1.0, 0)
+    series = report.series()
+    assert series["target_latency_s"] is None and series["target_setpoint_s"] == 0.05
+    assert {"binding", "source_latency_s"} <= set(series)
+    _, alone = RatePolicy(Fixed(busy), ModelController(0.05, 100e6, stale_after_s=1e9)).step(1.0, 0)
+    assert not {"binding", "target_latency_s", "target_setpoint_s"} & set(alone.series())

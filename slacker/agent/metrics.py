@@ -1,12 +1,20 @@
-"""Prometheus metrics of an agent, read from the supervisor's latest samples at scrape time."""
+"""Prometheus metrics of an agent, read from the supervisor's latest samples at scrape time, and the
+directory's health as this node sees it (sampled in the background: a scrape never waits on etcd)."""
 
 from __future__ import annotations
+
+import logging
+import threading
+import time
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .supervisor import Supervisor
+
+log = logging.getLogger("slacker.agent.metrics")
+DIRECTORY_HEALTH_INTERVAL_S = 15.0
 
 
 class TenantCollector(Collector):
@@ -36,6 +44,61 @@ class TenantCollector(Collector):
             conns.add_metric(labels, h.connections)
             restarts.add_metric(labels, h.restarts)
         yield from (up_total, up, qps, queries, conns, restarts)
+
+
+class DirectoryHealth(Collector):
+    """The directory's health from this node every `interval_s`: healthy, members and members answering
+    (etcd: a majority up and a leader; SQLite: the directory node's agent answering)."""
+
+    def __init__(self, node: str, directory, interval_s: float = DIRECTORY_HEALTH_INTERVAL_S) -> None:
+        self.node = node
+        self.directory = directory
+        self.interval_s = interval_s
+        self._last: tuple[float, dict] | None = None  # (monotonic time, health)
+        self._stop = threading.Event()
+
+    def sample(self) -> None:
+        try:
+            h = self.directory.health()  # never raises, by the DirectoryStore contract
+        except Exception as exc:  # noqa: BLE001 - a metric must never stop the agent
+            log.warning("directory health sample failed: %s", exc)
+            h = {"healthy": False}
+        self._last = (time.monotonic(), h)
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.sample()
+                self._stop.wait(self.interval_s)
+
+        threading.Thread(target=loop, name="directory-health", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def collect(self):
+        labels = ["node"]
+        healthy = GaugeMetricFamily("slacker_directory_healthy", "1 if the directory answered healthy at the "
+                                    "last sample (etcd: a leader and a majority of members up)", labels=labels)
+        members = GaugeMetricFamily("slacker_directory_members", "Members of the directory (1 for SQLite)",
+                                    labels=labels)
+        up = GaugeMetricFamily("slacker_directory_members_up", "Members answering at the last sample",
+                               labels=labels)
+        age = GaugeMetricFamily("slacker_directory_health_age_seconds", "Seconds since the last sample",
+                                labels=labels)
+        if self._last is not None:
+            at, h = self._last
+            ok = bool(h.get("healthy"))
+            rows = h.get("members")
+            healthy.add_metric([self.node], 1 if ok else 0)
+            if rows:  # etcd: the member list
+                members.add_metric([self.node], len(rows))
+                up.add_metric([self.node], sum(1 for r in rows if r.get("reachable")))
+            elif "members" not in h:  # one store (SQLite): it answers or it does not
+                members.add_metric([self.node], 1)
+                up.add_metric([self.node], 1 if ok else 0)
+            age.add_metric([self.node], time.monotonic() - at)
+        yield from (healthy, members, up, age)
 
 
 def make_registry(node: str, supervisor: Supervisor) -> CollectorRegistry:

@@ -13,7 +13,7 @@ from ..config import AgentConfig, Cluster, load_cluster
 from ..errors import Conflict, NotFound
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES, TenantManager, choose_port, validate_tenant_id
 from .client import AgentClient, node_directory
-from .metrics import make_registry
+from .metrics import DirectoryHealth, make_registry
 from .supervisor import Supervisor
 
 log = logging.getLogger("slacker.agent")
@@ -37,6 +37,8 @@ class Node:
         # The supervisor's tick also closes the stats history intervals: never coarser than them.
         self.supervisor = Supervisor(self.tenants, interval_s=min(2.0, config.stats_interval_s))
         self.registry = make_registry(self.name, self.supervisor)
+        self.directory_health = DirectoryHealth(self.name, self.directory)
+        self.registry.register(self.directory_health)
         self._lock = threading.Lock()
         self._peers: dict[str, AgentClient] = {}
         self.migrations = None  # set by the migration service when it is loaded
@@ -73,9 +75,11 @@ class Node:
         # Bring back tenants that should run (e.g. after a host reboot), then watch them.
         self.supervisor.tick()
         self.supervisor.start()
+        self.directory_health.start()
 
     def stop(self, stop_tenants: bool = False) -> None:
         self.supervisor.stop()
+        self.directory_health.stop()
         if self.migrations is not None:
             self.migrations.shutdown()
         if stop_tenants:

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..errors import Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
 from .machine import Migration
+from .metrics import MigrationCollector, Tally
 from .options import MigrationOptions
 from .reconcile import Reconciler
 from .target import IncomingRegistry
@@ -25,6 +26,7 @@ class MigrationService:
         self._outgoing: dict[str, Migration] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
+        self.tally = Tally()  # counters of ended migrations for /metrics
         self.incoming = IncomingRegistry(node)
         self._clean_work_dirs()
         self._recover_outgoing()
@@ -56,6 +58,8 @@ class MigrationService:
             try:
                 fn()
             finally:
+                if not mig.active:
+                    self.tally.finished(mig)
                 self.node._release(mig.tenant_id)
                 if rate_policy is not None and hasattr(rate_policy, "close"):
                     rate_policy.close()
@@ -114,6 +118,10 @@ class MigrationService:
             out = [m.to_dict() for m in self._outgoing.values()]
         return out + [dict(i, direction="incoming") for i in self.incoming.list()]
 
+    def active(self) -> list[Migration]:
+        with self._lock:
+            return [m for m in self._outgoing.values() if m.active]
+
     def busy_tenants(self) -> set[str]:
         with self._lock:
             return {m.tenant_id for m in self._outgoing.values() if m.active}
@@ -153,6 +161,7 @@ def attach(node, server) -> None:
     """Give a node its migration service and add the migration routes to its API server."""
     svc = MigrationService(node)
     node.migrations = svc
+    node.registry.register(MigrationCollector(node.name, svc))
     node.supervisor.on_tick.append(svc.tick)
     MID = r"([A-Za-z0-9._-]{1,128})"
 

@@ -27,6 +27,8 @@ class Telemetry:
         self.series_path = series_path
         self.throughput = 0.0  # bytes/s, a decaying average of the copy's progress
         self._last_bytes = (time.monotonic(), 0)
+        self.progress_at = time.time()  # Unix time of the last progress (slacker_migration_last_progress_...)
+        self._progress_mark: tuple = ()
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -54,6 +56,7 @@ class Telemetry:
             inst = max(0.0, (done - b_prev) / (now - t_prev))
             self.throughput = inst if self.throughput == 0 else 0.6 * self.throughput + 0.4 * inst
         self._last_bytes = (now, done)
+        self._note_progress(done)
         if m.rate_policy is not None:
             if m.phase == "snapshot" and m.pipe is not None and not m.pipe.done:
                 rate, report = m.rate_policy.step(now, done, mark=copy_mark(m, now), bytes_total=m.bytes_total)
@@ -80,6 +83,16 @@ class Telemetry:
                                              note="observing (no copy in this phase)").with_sides(
                     getattr(m.rate_policy.source, "sides", None))
         self.record()
+
+    def _note_progress(self, done: int) -> None:
+        """Progress is anything that moves the migration on: a phase begun, bytes copied, a delta round,
+        a handover step or attempt, a verified table."""
+        m = self.m
+        mark = (m.phase, done, len(m.rounds), len(m.attempts), m.handover_step,
+                m.verification.tables_done if m.verification is not None else 0)
+        if mark != self._progress_mark:
+            self._progress_mark = mark
+            self.progress_at = time.time()
 
     def record(self) -> None:
         m = self.m

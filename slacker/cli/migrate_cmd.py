@@ -7,6 +7,7 @@ import time
 
 import click
 
+from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, kind
 from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from ..migration.remote import follow, migration_body, start_migration
@@ -14,6 +15,13 @@ from . import main
 from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
 
 POLL_S = 0.5
+
+
+def _controller_kind(ctx, param, value: str | None) -> str | None:
+    """--controller, checked against the registry as it is parsed (one line for an unknown or removed kind)."""
+    if value is not None and kind(value).name not in CLI_KINDS:
+        raise InvalidInput(f"--controller {value} is not offered here", "a fixed rate is --rate", "for example --rate 20MB/s")
+    return value
 
 
 @main.command("migrate")
@@ -31,12 +39,9 @@ POLL_S = 0.5
                    "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
                    "Default: per-transaction latency from performance_schema, over every tenant on the source "
                    "node. A source that sees nothing while the tenant commits is refused (blind).")
-@click.option("--controller", "controller_kind", type=click.Choice(["slack", "model", "pid", "threshold"]),
-              default=None,
-              help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
-                   "remembers the knee), model (experimental: fits latency against the copy rate online and "
-                   "sets the rate where the fit meets the setpoint, docs/controller.md), pid (the paper's "
-                   "velocity PID, the baseline), threshold (on/off).")
+@click.option("--controller", "controller_kind", default=None, metavar="|".join(CLI_KINDS), callback=_controller_kind,
+              help=f"How the rate follows latency (default {DEFAULT_KIND}): "
+                   + "; ".join(f"{k}: {KINDS[k].summary}" for k in CLI_KINDS) + ". See docs/controller.md.")
 @click.option("--target-setpoint", type=DURATION, default=None,
               help="Latency target for the target node's tenants (default: the same as --setpoint). The copy "
                    "follows whichever node is further over its own setpoint.")

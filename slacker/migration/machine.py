@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
+from ..controller.report import StepReport
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
 from ..trash import TrashName, discard
@@ -102,7 +103,7 @@ class Migration:
         self.finished_at: float | None = None
         self.pipe = None
         self.rate_policy = rate_policy  # None: fixed rate from options
-        self.controller_state: dict | None = None
+        self.controller_state: StepReport | None = None  # the controller's last step (slacker.controller.report)
         self._abort = threading.Event()
         self._abort_reason = ""
         # Held while deciding to send the compare-and-set, so an abort is either before it or refused.
@@ -175,7 +176,7 @@ class Migration:
         # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
         total = self.verification.bytes_total if self._verifying() else self.bytes_total
         if (self.phase not in ("snapshot", "copy", "verify") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
-                or (self.controller_state or {}).get("verdict")
+                or (self.controller_state is not None and self.controller_state.verdict)
                 or not total or self.current_rate() == 0):
             return None
         return max(0.0, (total - self.bytes_done()) / self.telemetry.throughput)
@@ -204,7 +205,7 @@ class Migration:
             "series_path": str(self.series_path), "pipe": self.opts.pipe,
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
-            "controller": self.controller_state,
+            "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
             # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
                           applier=self.opts.delta_applier, durable=self.durable_ms),

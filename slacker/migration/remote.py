@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..controller.settings import ControllerSettings
 from ..delta import parse_mpl
 from ..errors import InvalidInput
 
@@ -43,13 +44,11 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
     if hold:
         body["hold_s"] = parse_holds(hold)
     if setpoint is not None:
-        body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
-                              "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
-                              "step_s": step, "force": force, "target_guard": target_guard}
-        if target_setpoint is not None:
-            body["controller"]["target_setpoint_s"] = target_setpoint
-        if controller_kind:
-            body["controller"]["kind"] = controller_kind
+        # Checked here too, so the CLI refuses a bad setting (an unknown --controller) before any agent is asked.
+        body["controller"] = ControllerSettings.from_dict({
+            "setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate, "latency_sources": list(latency_sources),
+            "gains": gains, "window_s": window, "step_s": step, "force": force, "target_guard": target_guard,
+            "target_setpoint_s": target_setpoint, "kind": controller_kind}).to_dict()
     elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
           or latency_sources or force or not target_guard):
         raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "

@@ -90,6 +90,7 @@ class MigrationService:
         if options.hold_s and not self.node.config.fault_injection:
             raise InvalidInput("fault injection is disabled on this agent",
                                "hold_s is a test and rehearsal aid", "set fault_injection = true in agent.toml")
+        options.validate()  # the controller's settings typed before anything is measured
         if rate_policy is None and options.controller:
             from ..throttle import build_rate_policy
             rate_policy = build_rate_policy(self.node, tenant_id, options)

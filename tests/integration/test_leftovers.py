@@ -175,3 +175,26 @@ def test_an_orphan_left_by_an_older_agent_is_moved_aside(scenario):
     mid = start_migration(s.cluster, s.tenant, target="node-2", lease_ttl_s=4)["id"]
     assert wait_migration(s.cluster, "node-1", mid)["result"] == "succeeded"
     s.check(mid)
+
+
+def test_the_owners_files_without_their_metadata_are_left_for_a_person(cluster):
+    """A directory without tenant.json of a tenant the directory places on this very node is the
+    owner's data: never moved, and `status` says what to do until it is whole again."""
+    agents, _ = cluster_clients(cluster)
+    agents["node-1"].request("POST", "/v1/tenants", {"id": "own", "buffer_pool_bytes": 32 << 20}, timeout_s=180)
+    root = node_dir(cluster, "node-1") / "tenants" / "own"
+    backup = node_dir(cluster, "node-1") / "own.json.bak"  # outside tenants/: that would be moved aside
+    (root / "tenant.json").rename(backup)
+    deadline = time.monotonic() + 60
+    while not agents["node-1"].request("GET", "/v1/status")["warnings"]:
+        assert time.monotonic() < deadline, "no warning for the owner's files without metadata"
+        time.sleep(0.2)
+    time.sleep(3)  # a few more ticks: still not moved
+    [warning] = agents["node-1"].request("GET", "/v1/status")["warnings"]
+    assert str(root) in warning and "names this node" in warning and "tenant.json" in warning
+    assert (root / "data").is_dir() and not (root.parent / ".quarantine").exists()
+    backup.rename(root / "tenant.json")
+    deadline = time.monotonic() + 60
+    while agents["node-1"].request("GET", "/v1/status")["warnings"]:
+        assert time.monotonic() < deadline, "the warning stayed after tenant.json came back"
+        time.sleep(0.2)

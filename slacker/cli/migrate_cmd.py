@@ -8,7 +8,7 @@ import time
 import click
 
 from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, kind
-from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
+from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..units import format_duration, format_rate, format_size
 from ..migration.remote import follow, migration_body, start_migration
 from . import main
@@ -186,8 +186,10 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         click.echo(f"migrating {tenant_id}: {own.node} -> {target} ({mode}), migration {mid}", err=True)
 
     said = WaitNotice(show_progress)
+    gone = SourceGone(own.node, show_progress)
 
     def on_poll(d: dict) -> None:
+        gone.back(d)
         if show_progress:
             click.echo("\r" + progress_line(d).ljust(100), nl=False, err=True)
         said.poll(d)
@@ -195,7 +197,13 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             limit.poll(d)
 
     try:
-        doc = follow(source, doc, on_poll, POLL_S)
+        doc = follow(source, doc, on_poll, POLL_S, on_unreachable=gone.missing)
+    except NotFound as exc:
+        if gone.since is None:
+            raise
+        raise NotFound(f"migration {mid}: the source agent {own.node} restarted and no longer knows it",
+                       "it ended just before the agent stopped, so no journal entry was left to recover",
+                       f"see where {tenant_id} is now: `slacker locate {tenant_id}`, `slacker status`") from exc
     except KeyboardInterrupt:
         if show_progress:
             click.echo("", err=True)
@@ -250,6 +258,39 @@ class WaitNotice:
             click.echo(f"slacker: migration {doc['id']}: going on after {last.get('seconds', 0):.0f}s "
                        "past the flip", err=True)
         self.said = kind
+
+
+class SourceGone:
+    """The source agent stopped answering while the command follows its migration: the agent recovers the
+    migration from its journal when it restarts (under the same id), so the command waits for it and says
+    so, instead of quitting with an error for a move that may well finish."""
+
+    def __init__(self, node: str, on_progress_line: bool, clock=time.monotonic) -> None:
+        self.node, self.on_progress_line, self.clock = node, on_progress_line, clock
+        self.since: float | None = None
+
+    def message(self, doc: dict, why: str) -> str:
+        where = ("past the flip: the target takes over, and" if doc.get("epoch_after") is not None
+                 else "before the flip: the source keeps the tenant, and")
+        return (f"waiting for the source agent {self.node} to come back: it does not answer ({why}); {where} "
+                "the restarted agent recovers the migration (restart it: `slacker cluster up --dir DIR`, "
+                "or your service manager; Ctrl-C stops waiting)")
+
+    def missing(self, doc: dict, exc: SlackerError) -> None:
+        if self.since is None:
+            self.since = self.clock()
+            text = f"slacker: migration {doc['id']}: " + self.message(doc, exc.why or exc.what)
+            click.echo(("\r" + text.ljust(100) if self.on_progress_line else text), err=True)
+        elif self.on_progress_line:
+            click.echo(f"\rwaiting for the source agent {self.node}: {self.clock() - self.since:.0f}s".ljust(100),
+                       nl=False, err=True)
+
+    def back(self, doc: dict) -> None:
+        if self.since is None:
+            return
+        click.echo(("\r" if self.on_progress_line else "") + f"slacker: migration {doc['id']}: the source agent "
+                   f"{self.node} answers again after {self.clock() - self.since:.0f}s", err=True)
+        self.since = None
 
 
 class MaxDuration:

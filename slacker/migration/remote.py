@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..controller.settings import ControllerSettings
 from ..delta import parse_mpl
-from ..errors import InvalidInput
+from ..errors import AgentUnavailable, InvalidInput
 
 POLL_S = 0.5
 
@@ -76,11 +76,21 @@ def start_migration(source_agent, body: dict) -> dict:
 
 
 def follow(source_agent, doc: dict, on_poll: Callable[[dict], None] | None = None,
-           poll_s: float = POLL_S) -> dict:
-    """Poll the source agent until the migration is no longer active; returns its last document."""
+           poll_s: float = POLL_S, on_unreachable: Callable[[dict, AgentUnavailable], None] | None = None) -> dict:
+    """Poll the source agent until the migration is no longer active; returns its last document.
+
+    With `on_unreachable`, a source agent that does not answer is waited for (it may be restarting:
+    it recovers the migration from its journal under the same id), and `on_unreachable(last document,
+    the error)` is called at each poll it misses; without it the error is raised."""
     while doc["active"]:
         time.sleep(poll_s)
-        doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}")
+        try:
+            doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}")
+        except AgentUnavailable as exc:
+            if on_unreachable is None:
+                raise
+            on_unreachable(doc, exc)
+            continue
         if on_poll is not None:
             on_poll(doc)
     return doc

@@ -285,3 +285,59 @@ def test_migrate_and_status_say_what_a_step_past_the_flip_waits_for(routed_once)
     doc = json.loads(out)
     assert doc["result"] == "succeeded" and doc["waiting"] is None
     assert [w["for"] for w in doc["waited"]] == ["target-agent"] and doc["waited"][0]["seconds"] >= 2, doc["waited"]
+
+
+@pytest.mark.parametrize("point", ["delta", "flipped"])
+def test_migrate_waits_for_a_restarted_source_agent(routed_once, point):
+    """The source agent SIGKILLed while `slacker migrate` follows it (before the flip: at the delta rounds;
+    past it: at the flip): the command says it waits for the agent instead of quitting with "cannot reach
+    agent", and once the agent is back it ends with the migration's real result and exit code: failed
+    (the source keeps the tenant) before the flip, succeeded past it."""
+    cluster, listen, admin = routed_once
+    tenant = f"bk-src-{point}"
+    ep = _tenant(cluster, admin, tenant, SOURCE)
+    servers = {n.name: (n.tenant_host, ep.port) for n in cluster.nodes.values()}
+    writer = RoutedWriter(listen, tenant, ep.password).start()
+    prober = WriteProber(servers, mariadb.APP_USER, ep.password).start()
+    proc = subprocess.Popen([sys.executable, "-m", "slacker", "migrate", tenant, "--to", TARGET, "--hold",
+                             f"{point}=30s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        agents, directory = cluster_clients(cluster)
+        deadline = time.monotonic() + 120
+        mid = None
+        while mid is None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            mid = next((m["id"] for m in agents[SOURCE].request("GET", "/v1/migrations")["migrations"]
+                        if m["tenant"] == tenant and m.get("active") and m.get("source")), None)
+        _wait_at(cluster, mid, "source", point)
+        _kill_agent(cluster, SOURCE)
+        time.sleep(3)  # several polls missed: the command must still be waiting
+        assert proc.poll() is None, proc.communicate()
+        _start_agent(cluster, SOURCE)
+        out, err = proc.communicate(timeout=180)
+        time.sleep(1)
+    finally:
+        writer.stop()
+        prober.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert prober.double_writable == [], f"two writable servers at once: {prober.double_writable[:3]}"
+    lost = acked_ids_present(cluster, tenant, [i for i, _ in writer.acked], table="w.t")
+    assert not lost, f"{len(lost)} acknowledged writes lost"
+    assert f"waiting for the source agent {SOURCE} to come back" in err, err
+    assert f"the source agent {SOURCE} answers again" in err, err
+    assert "cannot reach agent" not in err, err
+    doc = json.loads(out)
+    owner = directory.lookup(tenant).node
+    if point == "flipped":
+        assert proc.returncode == 0 and doc["result"] == "succeeded", err
+        assert owner == TARGET
+    else:
+        assert proc.returncode != 0 and doc["result"] == "failed", err
+        assert "source agent restarted before" in json.dumps(doc["error"]), doc["error"]
+        assert owner == SOURCE
+    deadline = time.monotonic() + 30
+    while _writable(servers, ep.password) != [owner]:  # one writable server, the directory's
+        assert time.monotonic() < deadline, (owner, _writable(servers, ep.password))
+        time.sleep(0.2)

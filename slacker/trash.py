@@ -101,7 +101,13 @@ def _ensure_dir(path: Path) -> None:
 
 def remove_tree(root: Path, pause: Pause | None = None) -> None:
     """Delete a directory tree bottom-up, without following symlinks; `pause("removing")` once,
-    halfway through its entries. A missing entry is fine (a sweep before us); other errors raise."""
+    halfway through its entries. A missing entry is fine (a sweep before us); other errors raise.
+    A `root` that is a symlink is unlinked: os.walk would follow it to files that are not ours."""
+    if os.path.islink(root):
+        if pause is not None:
+            pause("removing")
+        os.unlink(root)
+        return
     entries: list[tuple[str, bool]] = []
     for dirpath, dirnames, filenames in os.walk(root, topdown=False):
         entries += [(os.path.join(dirpath, f), False) for f in filenames]

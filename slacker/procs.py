@@ -46,3 +46,36 @@ def read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def pids_naming(path: Path) -> list[int]:
+    """Processes whose command line names `path` or a file under it (a tool left running by a
+    killed agent, still writing there)."""
+    needle = str(path).encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmdline = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(d.name))
+    return found
+
+
+def kill_orphan(pid: int) -> None:
+    """SIGKILL a process left running by an earlier agent, and its group when that is not ours."""
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    if group != os.getpgrp():
+        kill_group(pid)
+    else:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_gone(pid, 10)

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from .procs import kill_orphan, pids_naming
+
 log = logging.getLogger("slacker.trash")
 
 TRASH = ".trash"
@@ -214,6 +216,9 @@ def sweep_building(parent: Path) -> list[str]:
         return []
     done = []
     for entry in sorted(staging.iterdir()):
+        for pid in pids_naming(entry):  # a tool the killed agent ran there (mariadb-install-db) writes on
+            log.warning("stopping process %d, left running in the half-built %s", pid, entry)
+            kill_orphan(pid)
         try:
             remove_tree(entry)
         except OSError as exc:

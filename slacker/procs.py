@@ -48,19 +48,18 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def pids_naming(path: Path) -> list[int]:
-    """Processes whose command line names `path` or a file under it (a tool left running by a
-    killed agent, still writing there)."""
-    needle = str(path).encode()
+def pids_with_arg(prefix: str) -> list[int]:
+    """Processes with a command-line argument starting with `prefix` (say, the --defaults-file of a
+    tool a killed agent left running)."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            cmdline = (d / "cmdline").read_bytes()
+            args = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if needle in cmdline:
+        if any(a.decode(errors="replace").startswith(prefix) for a in args):
             found.append(int(d.name))
     return found
 

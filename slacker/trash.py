@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .procs import kill_orphan, pids_naming
+from .procs import kill_orphan, pids_with_arg
 
 log = logging.getLogger("slacker.trash")
 
@@ -216,7 +216,8 @@ def sweep_building(parent: Path) -> list[str]:
         return []
     done = []
     for entry in sorted(staging.iterdir()):
-        for pid in pids_naming(entry):  # a tool the killed agent ran there (mariadb-install-db) writes on
+        # mariadb-install-db (and its bootstrap server) outlive a killed agent and write on: stopped first.
+        for pid in pids_with_arg(f"--defaults-file={entry}/"):
             log.warning("stopping process %d, left running in the half-built %s", pid, entry)
             kill_orphan(pid)
         try:

@@ -13,7 +13,7 @@ from slacker import local_cluster
 from slacker.agent.client import AgentClient, cluster_clients
 from slacker.cli import main
 from slacker.errors import NotFound, SlackerError
-from slacker.procs import read_pid, wait_gone
+from slacker.procs import pids_with_arg, read_pid, wait_gone
 
 from .migration_helpers import node_dir
 
@@ -27,17 +27,26 @@ def test_tenant_delete_clears_what_a_create_killed_midway_left(cluster):
     t = threading.Thread(target=lambda: answer.append(_create(agents["node-2"], "half")), daemon=True)
     t.start()
     deadline = time.monotonic() + 60
-    while not (building.is_dir() and any(p.name.startswith("half~") for p in building.iterdir())):
-        assert time.monotonic() < deadline, "the create never started laying out its files"
+    while not (tools := pids_with_arg(f"--defaults-file={building}/half~")):
+        assert time.monotonic() < deadline, "mariadb-install-db never ran for the new tenant"
         time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)  # inside the layout (mariadb-install-db runs for seconds)
+    os.kill(pid, signal.SIGKILL)  # inside the layout
     assert wait_gone(pid, 10)
-    t.join(30)
-    assert directory.lookup("half").node == "node-2"  # registered before the layout began
-    spec = cluster.node("node-2")
-    local_cluster._spawn_agent(d)
-    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), d)
-    assert not (d / "tenants" / "half").exists() and list(building.iterdir()) == []
+    try:
+        # The killed agent's mariadb-install-db runs on: held still, so it is surely there when the
+        # agent comes back (it would otherwise race the restart, writing as the sweep deletes).
+        for tool in tools:
+            os.kill(tool, signal.SIGSTOP)
+        t.join(30)
+        assert directory.lookup("half").node == "node-2"  # registered before the layout began
+        spec = cluster.node("node-2")
+        local_cluster._spawn_agent(d)
+        local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), d)
+        assert pids_with_arg(f"--defaults-file={building}/") == [], "the killed create's tools run on"
+        assert not (d / "tenants" / "half").exists() and list(building.iterdir()) == []
+    finally:
+        for tool in pids_with_arg(f"--defaults-file={building}/"):
+            os.kill(tool, signal.SIGKILL)
 
     cli = CliRunner()
     r = cli.invoke(main, ["tenant", "delete", "half", "--yes"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import mariadb
 from .errors import MigrationFailed, MissingDependency
-from .procs import kill_group
+from .procs import kill_group, pids_with_arg
 from .tenants import error_lines
 
 PREPARE_TIMEOUT_S = 1800.0
@@ -73,6 +73,10 @@ class BackupTool:
     def prepare_argv(self, backup_dir: Path) -> list[str]:
         """Command that applies crash recovery to an extracted backup."""
         return [mariadb.find_program(self.stream_program), "--prepare", f"--target-dir={backup_dir}"]
+
+    def stray_prepares(self, backup_dir: Path) -> list[int]:
+        """Prepares of `backup_dir` still running: one an agent killed midway left (its own session)."""
+        return pids_with_arg(f"--target-dir={backup_dir}")
 
     def prepare(self, backup_dir: Path, timeout_s: float = PREPARE_TIMEOUT_S, on_start=None) -> None:
         """Apply crash recovery in place. `on_start(proc)` learns the process (its own group) so an

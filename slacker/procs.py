@@ -46,3 +46,35 @@ def read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def pids_with_arg(prefix: str) -> list[int]:
+    """Processes with a command-line argument starting with `prefix` (say, the --defaults-file of a
+    tool a killed agent left running)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.decode(errors="replace").startswith(prefix) for a in args):
+            found.append(int(d.name))
+    return found
+
+
+def kill_orphan(pid: int) -> None:
+    """SIGKILL a process left running by an earlier agent, and its group when that is not ours."""
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    if group != os.getpgrp():
+        kill_group(pid)
+    else:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_gone(pid, 10)

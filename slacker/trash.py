@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from .procs import kill_orphan, pids_with_arg
+
 log = logging.getLogger("slacker.trash")
 
 TRASH = ".trash"
@@ -101,7 +103,13 @@ def _ensure_dir(path: Path) -> None:
 
 def remove_tree(root: Path, pause: Pause | None = None) -> None:
     """Delete a directory tree bottom-up, without following symlinks; `pause("removing")` once,
-    halfway through its entries. A missing entry is fine (a sweep before us); other errors raise."""
+    halfway through its entries. A missing entry is fine (a sweep before us); other errors raise.
+    A `root` that is a symlink is unlinked: os.walk would follow it to files that are not ours."""
+    if os.path.islink(root):
+        if pause is not None:
+            pause("removing")
+        os.unlink(root)
+        return
     entries: list[tuple[str, bool]] = []
     for dirpath, dirnames, filenames in os.walk(root, topdown=False):
         entries += [(os.path.join(dirpath, f), False) for f in filenames]
@@ -208,6 +216,10 @@ def sweep_building(parent: Path) -> list[str]:
         return []
     done = []
     for entry in sorted(staging.iterdir()):
+        # mariadb-install-db (and its bootstrap server) outlive a killed agent and write on: stopped first.
+        for pid in pids_with_arg(f"--defaults-file={entry}/"):
+            log.warning("stopping process %d, left running in the half-built %s", pid, entry)
+            kill_orphan(pid)
         try:
             remove_tree(entry)
         except OSError as exc:

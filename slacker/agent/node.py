@@ -6,6 +6,7 @@ The HTTP layer (server.py) only parses requests and calls these methods.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -127,6 +128,13 @@ class Node:
         validate_tenant_id(tenant_id)
         self._claim(tenant_id)
         try:
+            if not os.path.lexists(self.tenants.tenant_dir(tenant_id)):
+                # No files here at all, as a create killed midway leaves them (its half-built files are
+                # swept at start): only the directory's entry naming this node is left to delete.
+                own = self.directory.lookup(tenant_id)
+                if own.node == self.name:
+                    self.directory.remove(tenant_id, expected_epoch=own.epoch)
+                    return
             tenant = self.tenants.get(tenant_id)
             self.tenants.delete(tenant.id)
             self.supervisor.forget(tenant_id)

@@ -71,7 +71,12 @@ class Reconciler:
         retired = [t for t in local if t.info.desired_state == "retired"]
         for t in retired:
             log.warning("tenant %s is retired: stopping it and removing its files", t.id)
-            self.node.tenants.retire(t)
+            try:
+                self.node.tenants.retire(t)
+            except (OSError, SlackerError) as exc:  # retried next tick; the fencing below must still run
+                log.warning("could not remove retired tenant %s: %s", t.id,
+                            exc.one_line() if isinstance(exc, SlackerError) else exc)
+                continue
             self.node.supervisor.forget(t.id)
         local = [t for t in local if t.info.desired_state != "retired"]
         if not local:

@@ -24,7 +24,7 @@ from ..delta.applier import ReplicationApplier, SourceLink
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..mariadb import ops, replication
 from ..mariadb.rowsums import table_sums
-from ..procs import kill_group
+from ..procs import kill_group, kill_orphan
 from ..router.freeze import RouterHold
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
@@ -326,6 +326,11 @@ class IncomingMigration:
         proc = self._prepare_proc
         if proc is not None:
             kill_group(proc.pid)
+        try:
+            for pid in select_tool().stray_prepares(self.tenant.datadir):  # a killed agent's: writes on by path
+                kill_orphan(pid)
+        except SlackerError as exc:  # no backup tool here: nothing was prepared
+            log.warning("looking for a prepare of %s left running: %s", self.tenant_id, exc.one_line())
         if self.applier is not None:
             self.applier.abort()
         try:

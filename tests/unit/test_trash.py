@@ -174,3 +174,25 @@ def test_quarantine_keeps_every_file_and_lists_it(tmp_path):
     assert contents(dest) == whole - {"tenant.json"}
     [q] = trash.quarantined(tmp_path)
     assert q["path"] == str(dest) and q["subject"] == "evch" and q["bytes"] == 20 * 100 + 2
+
+
+def test_a_trash_entry_that_is_a_symlink_is_unlinked_not_followed(tmp_path):
+    """A tenant directory that was a symlink (say, to another disk) and went to the trash: the sweep
+    removes the link; the files it points at are not this removal's to delete."""
+    outside = tmp_path / "elsewhere"
+    whole = tenant_tree(outside)
+    parent = tmp_path / "tenants"
+    parent.mkdir()
+    (parent / "t1").symlink_to(outside)
+    trash.discard(parent / "t1", TrashName("tenant", "t1", "retired"))
+    assert contents(outside) == whole
+    assert os.listdir(parent / trash.TRASH) == []
+    stray = parent / trash.TRASH / TrashName("tenant", "t2", "retired").format()
+    stray.symlink_to(outside)
+    assert trash.sweep(parent) == [stray.name]
+    assert contents(outside) == whole and not os.path.lexists(stray)
+    staging = parent / trash.BUILDING
+    staging.mkdir()
+    (staging / "t3~x").symlink_to(outside)
+    trash.sweep_building(parent)
+    assert contents(outside) == whole

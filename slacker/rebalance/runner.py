@@ -123,6 +123,7 @@ def make_plan(agents: dict, directory, settings: Settings, lock_holder: str | No
     nodes, running = collect(agents, owners_of(directory))
     state = read_state(directory, running, settings, now)
     state.lock_holder, state.lock_expires_in_s = lock_holder, lock_expires_in_s
+    state.cordoned = frozenset(directory.cordons())
     return plan(nodes, state, settings, now)
 
 

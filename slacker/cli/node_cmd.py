@@ -160,7 +160,7 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, r
         print_drain_result(res)
     if res.outcome == "interrupted":
         if not as_json:
-            click.echo(f"slacker: {res.reason}", err=True)
+            click.echo(f"slacker: interrupted: {res.reason}", err=True)
         sys.exit(INTERRUPTED_EXIT)
     if res.outcome in ("failed", "stopped"):
         bad = [t for t in res.tenants.values() if t.state in ("failed", "unplaced")]

@@ -193,16 +193,16 @@ def drain(agents: dict, directory, node: str, settings: Settings, opts: DrainOpt
     try:
         prev = directory.state_get(state_key) or {}
         if resuming and prev.get("outcome") != "drained":  # the same drain, run again: show what it moved
-            res.earlier = dict(prev.get("moved") or {})
+            res.earlier = _moved_earlier(directory, node, prev)
         runner = MoveRunner(agents, opts.max_parallel)
         try:
             _loop(agents, directory, node, settings, opts, res, runner, state_key, update, say)
         except KeyboardInterrupt:
             res.outcome = "interrupted"
             left = len(runner.running)
-            res.reason = (f"interrupted: {left} migration{'s' if left != 1 else ''} go on in the agents; "
+            res.reason = (f"{left} migration{'s' if left != 1 else ''} go on in the agents; "
                           f"run the same command again to continue" if left else
-                          "interrupted; run the same command again to continue")
+                          "run the same command again to continue")
         res.finished_at = time.time()
         _record(directory, state_key, res, opts)
         return res
@@ -213,13 +213,30 @@ def drain(agents: dict, directory, node: str, settings: Settings, opts: DrainOpt
             log.warning("could not release the drain lock: %s", exc.one_line())
 
 
+def _moved_earlier(directory, node: str, prev: dict) -> dict[str, dict]:
+    """Tenants an earlier run of this drain started moving (recorded before each start, so a killed run
+    leaves them too) that are no longer on the node: where the directory has them now."""
+    out = {}
+    for tid, v in {**(prev.get("started") or {}), **(prev.get("moved") or {})}.items():
+        try:
+            own = directory.lookup(tid)
+        except NotFound:
+            continue
+        if own.node != node:
+            out[tid] = {"target": own.node, "migration": v.get("migration")}
+    return out
+
+
 def _record(directory, key: str, res: DrainResult, opts: DrainOptions) -> None:
     moved = dict(res.earlier)
+    started = {}
     for t in res.tenants.values():
         if t.state == "moved":
-            moved[t.tenant] = {"target": t.target, "migration": t.migration, "at": time.time()}
+            moved[t.tenant] = {"target": t.target, "migration": t.migration}
+        elif t.migration:
+            started[t.tenant] = {"target": t.target, "migration": t.migration}
     doc = {"node": res.node, "holder": opts.holder, "started_at": res.started_at, "finished_at": res.finished_at,
-           "outcome": res.outcome, "reason": res.reason, "moved": moved,
+           "outcome": res.outcome, "reason": res.reason, "moved": moved, "started": started,
            "failed": {t.tenant: t.error for t in res.tenants.values() if t.state in ("failed", "unplaced")}}
     try:
         directory.state_put(key, doc)
@@ -250,6 +267,7 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
                 t.state, t.target, t.migration, t.resumed = "moving", r.target, r.mid, True
                 t.attempts = max(t.attempts, 1)
                 say(f"{tid}: following migration {r.mid} to {r.target}, started by an earlier run")
+                _record(directory, state_key, res, opts)
         on_node = {o.tenant for o in directory.list() if o.node == node}
         for tid in on_node:
             t = res.tenants.setdefault(tid, TenantMove(tid))
@@ -262,7 +280,9 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
             _show(res.tenants[tid], r)
         waiting = sorted(t for t, m in res.tenants.items() if m.state == "waiting" and t in on_node)
         if res.outcome != "stopped" and waiting and runner.may_start(node, ""):
-            _start_some(agents, directory, node, settings, opts, res, runner, set(waiting), say)
+            # Each start is recorded before it is made: a run killed right after still leaves it.
+            _start_some(agents, directory, node, settings, opts, res, runner, set(waiting), say,
+                        lambda: _record(directory, state_key, res, opts))
         update(res)
         if not runner.running and not any(m.state == "waiting" and t in on_node for t, m in res.tenants.items()):
             if res.outcome == "stopped":
@@ -287,7 +307,7 @@ def _show(t: TenantMove, r: Running) -> None:
     t.rate_bytes_per_s = d.get("throughput_bytes_per_s")
 
 
-def _start_some(agents, directory, node, settings, opts, res, runner, waiting: set[str], say) -> None:
+def _start_some(agents, directory, node, settings, opts, res, runner, waiting: set[str], say, record) -> None:
     p = plan_drain(agents, directory, node, settings, runner.running, only=waiting)
     res.plan = p
     src = next((n for n in p.nodes if n.name == node), None)
@@ -313,6 +333,8 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
         body = migration_body(pl.tenant, pl.target, setpoint=setpoint, max_rate=opts.max_rate_bytes_per_s,
                               force=True, max_freeze=opts.max_freeze_s)
         t.attempts += 1
+        t.migration = t.migration or "(starting)"
+        record()
         try:
             r = runner.start(pl.tenant, node, pl.target, body)
         except SlackerError as exc:

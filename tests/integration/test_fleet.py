@@ -1,0 +1,261 @@
+"""`slacker node cordon|uncordon|drain` on a real three-node cluster with a router.
+
+A cordoned node receives no tenant from `tenant create` (with or without --on) and is never the
+rebalancer's target; a drain moves every tenant off a node live, two at a time, while clients write
+through the router (no failed request, every acknowledged write present), spreading them over the
+open nodes, and leaves the node empty and cordoned; a drain interrupted by SIGINT and by SIGKILL of
+the CLI, run again, finishes with every tenant moved exactly once (epoch 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pymysql
+import pytest
+
+from slacker.agent.client import cluster_clients
+from slacker.client import resolve
+from slacker.router import local as local_router
+
+from .test_cli import one_line_error, slacker
+from .test_router import _connect, _wait_route
+
+
+class RoutedWriter:
+    """Inserts ids one at a time through the router (autocommit), reconnecting after an error; keeps
+    what was acknowledged and every failed request."""
+
+    def __init__(self, listen: str, tenant: str, password: str, rate_per_s: float = 25.0) -> None:
+        self.listen, self.tenant, self.password, self.period = listen, tenant, password, 1.0 / rate_per_s
+        self.acked: list[int] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        conn = _connect(listen, f"app@{tenant}", password)
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE IF NOT EXISTS k")
+            cur.execute("CREATE TABLE IF NOT EXISTS k.t (id INT PRIMARY KEY, pad VARCHAR(200))")
+        conn.close()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "RoutedWriter":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        conn, n = None, 0
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    conn = _connect(self.listen, f"app@{self.tenant}", self.password, read_timeout=60,
+                                    write_timeout=60)
+                with conn.cursor() as cur:
+                    cur.execute("INSERT INTO k.t VALUES (%s, REPEAT('x', 200))", (n + 1,))
+                n += 1
+                self.acked.append(n)
+            except pymysql.MySQLError as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                conn = None
+                # The id's outcome is unknown: never reuse it.
+                n += 1
+            time.sleep(self.period)
+
+    def stop_and_check(self) -> set[int]:
+        self._stop.set()
+        self._thread.join(90)
+        conn = _connect(self.listen, f"app@{self.tenant}", self.password)
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM k.t")
+            present = {r[0] for r in cur.fetchall()}
+        conn.close()
+        return set(self.acked) - present
+
+
+@pytest.fixture
+def fleet(make_cluster):
+    cluster = make_cluster(nodes=3, stats_interval_s=1)
+    admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
+    yield cluster, local_router.listening(cluster.path.parent), admin
+    local_router.stop(cluster.path.parent)
+
+
+def _create(admin: str, tenant: str, *on: str) -> str:
+    rc, out, err = slacker("tenant", "create", tenant, *on)
+    assert rc == 0, out + err
+    _wait_route(admin, tenant)
+    return out.split(" on ", 1)[1].split()[0]
+
+
+def _owners(cluster) -> dict:
+    return {o.tenant: o for o in cluster_clients(cluster)[1].list()}
+
+
+def _writers(cluster, listen, tenants) -> dict:
+    return {t: RoutedWriter(listen, t, resolve(t, cluster).password).start() for t in tenants}
+
+
+def _check_writers(writers: dict) -> None:
+    for t, w in writers.items():
+        lost = w.stop_and_check()
+        assert not w.errors, f"{t}: {len(w.errors)} failed requests through the router: {w.errors[:3]}"
+        assert not lost, f"{t}: acknowledged writes missing: {sorted(lost)[:10]}"
+        assert len(w.acked) > 20, f"{t}: the writer hardly wrote ({len(w.acked)})"
+
+
+def test_cordon_keeps_tenants_away_and_drain_moves_every_tenant_live(fleet):
+    cluster, listen, admin = fleet
+    rc, out, err = slacker("node", "cordon", "node-2", "--reason", "disk check")
+    assert rc == 0 and "node-2 cordoned" in out, out + err
+    rc, out, _ = slacker("node", "list", "--json")
+    nodes = {n["node"]: n for n in json.loads(out)["nodes"]}
+    assert nodes["node-2"]["cordoned"]["reason"] == "disk check" and nodes["node-1"]["cordoned"] is None
+    rc, out, _ = slacker("status", "--json")
+    assert {n["node"]: bool(n["cordoned"]) for n in json.loads(out)["nodes"]} == \
+        {"node-1": False, "node-2": True, "node-3": False}
+    rc, out, _ = slacker("status")
+    assert "up, cordoned" in next(line for line in out.splitlines() if line.startswith("node-2"))
+
+    # tenant create: refused on a cordoned node, and never placed there without --on.
+    rc, _, err = slacker("tenant", "create", "nope", "--on", "node-2")
+    one_line_error(rc, err, "cannot create tenant nope on node-2", "cordoned", "slacker node uncordon node-2")
+    assert rc == 4
+    busy = ("a1", "a2", "a3")
+    for t in busy:
+        _create(admin, t, "--on", "node-1")
+    assert _create(admin, "n1") == "node-3"   # node-1 carries three, node-2 is cordoned
+    writers = _writers(cluster, listen, busy)
+    try:
+        # The rebalancer: node-1 is hot by load; node-2 is never its target while cordoned.
+        rules = ["--sla", "5s", "--samples", "2", "--hot-threshold", "25%", "--load-floor", "0.005",
+                 "--min-tenant-load", "0.0005", "--min-tenant-share", "1%"]
+        deadline = time.monotonic() + 45
+        seen_move = None
+        while time.monotonic() < deadline:
+            rc, out, err = slacker("rebalance", "--json", *rules)
+            assert rc == 0, err
+            plan = json.loads(out)["plan"]
+            reports = {n["name"]: n for n in plan["nodes"]}
+            assert "cordoned (never a target)" in reports["node-2"]["reason"]
+            if plan["decision"] == "move":
+                seen_move = plan["move"]
+                break
+            time.sleep(1)
+        assert seen_move is not None, plan["reason"]
+        assert seen_move["source"] == "node-1" and seen_move["target"] == "node-3", seen_move
+
+        # The drain, with node-2 open again: every tenant of node-1 leaves it, spread over node-2 and node-3.
+        rc, out, err = slacker("node", "uncordon", "node-2")
+        assert rc == 0 and "uncordoned" in out
+        assert _create(admin, "n2") == "node-2"   # open again, and the emptiest
+        rc, out, err = slacker("node", "drain", "node-1", "--dry-run", "--json")
+        assert rc == 0, err
+        planned = {t["tenant"]: t["target"] for t in json.loads(out)["tenants"]}
+        assert set(planned) == set(busy) and "node-1" not in planned.values()
+        assert set(planned.values()) == {"node-2", "node-3"}, planned  # spread over both open nodes
+        assert _owners(cluster)["a1"].node == "node-1"  # a dry run moves nothing and cordons nothing
+        assert "node-1" not in cluster_clients(cluster)[1].cordons()
+        t0 = time.monotonic()
+        rc, out, err = slacker("node", "drain", "node-1", "--sla", "5s", "--max-parallel", "2", "--max-freeze", "3s")
+        print(out, err)
+        assert rc == 0, out + err
+        assert "drained: node-1 is empty and stays cordoned" in out
+        assert "3 of 3 moved" in out
+        print(f"drain of 3 tenants: {time.monotonic() - t0:.1f}s")
+        _check_writers(writers)
+    finally:
+        for w in writers.values():
+            w._stop.set()
+    owners = _owners(cluster)
+    assert not [t for t, o in owners.items() if o.node == "node-1"]
+    assert {owners[t].node for t in busy} == {"node-2", "node-3"}  # spread, not all on one
+    assert all(owners[t].epoch == 2 for t in busy)
+    rc, out, _ = slacker("node", "list")
+    assert "cordoned" in next(line for line in out.splitlines() if line.startswith("node-1"))
+    rc, _, err = slacker("tenant", "create", "n3", "--on", "node-1")
+    assert rc == 4 and "cordoned" in err
+
+    # Uncordoned, node-1 is the emptiest: the next tenant goes there.
+    rc, out, err = slacker("node", "uncordon", "node-1")
+    assert rc == 0, err
+    assert _create(admin, "n3") == "node-1"
+
+
+def _drain_proc(*extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "slacker", "node", "drain", "node-1", "--sla", "5s",
+                             "--max-parallel", "2", "--max-freeze", "3s", "--lock-ttl", "5s", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def _wait_active(agent, n: int, timeout_s: float = 90) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        migs = [m for m in agent.request("GET", "/v1/migrations")["migrations"]
+                if m.get("active") and m.get("direction") != "incoming" and m.get("phase") == "snapshot"]
+        if len(migs) >= n:
+            return migs
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} migrations copying on node-1")
+
+
+def test_drain_interrupted_by_sigint_and_sigkill_resumes_and_moves_each_tenant_once(fleet):
+    cluster, listen, admin = fleet
+    agents, directory = cluster_clients(cluster)
+    tenants = ("b1", "b2", "b3", "b4")
+    for t in tenants:
+        _create(admin, t, "--on", "node-1")
+    writers = _writers(cluster, listen, tenants)
+    try:
+        # A slow copy (a rate cap) leaves time to interrupt each run while its moves copy.
+        slow = ("--max-rate", "3MB/s")
+        p = _drain_proc(*slow)
+        first = _wait_active(agents["node-1"], 2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        print(out, err)
+        assert p.returncode == 130, out + err
+        assert "go on in the agents; run the same command again to continue" in err
+        assert "node-1" in directory.cordons()
+
+        # Run again: it follows the two migrations the first run started (not started twice) ...
+        p = _drain_proc(*slow)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            started = {m["tenant"] for m in agents["node-1"].request("GET", "/v1/migrations")["migrations"]
+                       if m.get("active") and m.get("direction") != "incoming"} - {m["tenant"] for m in first}
+            if started:
+                break
+            time.sleep(0.2)
+        assert started, "the second run started no move"
+        p.send_signal(signal.SIGKILL)  # ... and is killed while a move of its own copies
+        p.communicate(timeout=30)
+
+        # The third run waits the killed run's lock out, follows what runs, and moves the rest.
+        p = _drain_proc()
+        try:
+            out, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            print(agents["node-1"].request("GET", "/v1/migrations"))
+        print(out, err)
+        assert p.returncode == 0, out + err
+        assert "drained: node-1 is empty and stays cordoned" in out
+        assert "4 of 4 moved" in out
+        _check_writers(writers)
+    finally:
+        for w in writers.values():
+            w._stop.set()
+    owners = _owners(cluster)
+    assert not [t for t, o in owners.items() if o.node == "node-1"]
+    # Each tenant moved exactly once: created at epoch 1, one flip.
+    assert {t: owners[t].epoch for t in tenants} == {t: 2 for t in tenants}
+    rc, out, _ = slacker("node", "uncordon", "node-1")
+    assert rc == 0
+    rc, out, _ = slacker("node", "list", "--json")
+    assert next(n for n in json.loads(out)["nodes"] if n["node"] == "node-1")["cordoned"] is None

@@ -82,7 +82,7 @@ def test_cli_error_paths(cluster):
     junk = cluster.path.parent / "node-1" / "tenants" / "junk"
     junk.mkdir(parents=True)
     (junk / "ibdata1").write_text("precious")
-    one_line_error(*slacker("tenant", "create", "junk")[::2], "not empty")
+    one_line_error(*slacker("tenant", "create", "junk", "--on", "node-1")[::2], "not empty")
     assert (junk / "ibdata1").read_text() == "precious"
     one_line_error(*slacker("locate", "junk")[::2], "not found")  # and it was not registered
 

@@ -12,16 +12,9 @@ from ..units import format_duration, format_rate, format_size
 from . import main
 from .common import DURATION, RATE, CliContext, pass_cli, print_json, print_table
 from .rebalance_cmd import FRACTION
+from .tenant_cmd import _clients
 
 INTERRUPTED_EXIT = 130
-
-
-def _clients(cli: CliContext):
-    from ..agent.client import cluster_clients
-
-    cluster = cli.cluster()
-    agents, directory = cluster_clients(cluster)
-    return cluster, agents, directory
 
 
 @main.group("node")

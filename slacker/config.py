@@ -271,11 +271,14 @@ def _toml_value(v) -> str:
     return f'"{s}"'
 
 
-def write_toml(path: Path, top: dict, tables: dict[str, list[dict]] | None = None, header: str = "") -> None:
-    """A tiny TOML writer for our flat files (scalars and arrays of tables)."""
+def write_toml(path: Path, top: dict, tables: dict[str, list[dict] | dict] | None = None, header: str = "") -> None:
+    """A tiny TOML writer for our flat files (scalars, tables, and arrays of tables)."""
     lines = [f"# {line}" for line in header.splitlines()]
     lines += [f"{k} = {_toml_value(v)}" for k, v in top.items()]
     for name, rows in (tables or {}).items():
+        if isinstance(rows, dict):
+            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in rows.items()]
+            continue
         for row in rows:
             lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
     tmp = path.with_suffix(".tmp")

@@ -37,6 +37,20 @@ class InvalidInput(SlackerError):
     exit_code = 2
 
 
+class LatencySourceError(InvalidInput):
+    """A latency source that cannot be read: no answer, a wrong metric, performance_schema off. A failed
+    LatencySample says which kind in `failure`; the migration refuses to start on one (nothing copied)."""
+
+
+class BlindLatencySource(LatencySourceError):
+    """The servers commit transactions the latency source does not see (a filter or a source that misses
+    them): it would report an idle tenant while the tenants wait."""
+
+
+class TargetLatencyError(LatencySourceError):
+    """The target node's latency (the target guard, read from its agent) cannot be read."""
+
+
 class NotFound(SlackerError):
     """A tenant, node or migration that does not exist."""
 

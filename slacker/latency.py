@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import InvalidInput
+from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
 from .mariadb.perfschema import PFS_TABLES as _PFS_TABLES
 from .mariadb.perfschema import check_enabled, handler_commits, latency_totals, performance_schema_sql
 
@@ -54,6 +54,14 @@ class LatencySample:
     # Transactions the source completed in the newest step, when last_count counts something else (the
     # target guard's worse side): the load the copy shares the source with (None: last_count is it).
     last_load: float | None = None
+    # What kind of failure (slacker.errors), when not ok: set from `blind` when not given.
+    failure: type[LatencySourceError] | None = None
+
+    def __post_init__(self) -> None:
+        if self.blind and not (self.failure and issubclass(self.failure, BlindLatencySource)):
+            object.__setattr__(self, "failure", BlindLatencySource)
+        elif not self.ok and self.failure is None:
+            object.__setattr__(self, "failure", LatencySourceError)
 
     @property
     def newest_load(self) -> float | None:
@@ -80,8 +88,9 @@ class LatencySample:
         return self.ok and self.count <= 0
 
     @classmethod
-    def failed(cls, source: str, t: float, error: str) -> "LatencySample":
-        return cls(source=source, t=t, ok=False, error=error)
+    def failed(cls, source: str, t: float, error: str,
+               failure: type[LatencySourceError] = LatencySourceError) -> "LatencySample":
+        return cls(source=source, t=t, ok=False, error=error, failure=failure)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -839,7 +848,7 @@ class GuardedSource(LatencySource):
         if not s.ok:
             return s
         if not g.ok:
-            return replace(LatencySample.failed(s.source, min(s.t, g.t), f"target guard: {g.error}"),
+            return replace(LatencySample.failed(s.source, min(s.t, g.t), f"target guard: {g.error}", TargetLatencyError),
                            server_commits=s.server_commits)
         ratios = {}
         if s.latency_s is not None:

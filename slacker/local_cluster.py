@@ -112,7 +112,13 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
                                   source_addresses=(net.root_address,) if net else ("127.0.0.1",))
         endpoints = local_etcd.start(run_dir / "etcd", members)
         top |= {"directory_backend": "etcd", "etcd_endpoints": endpoints, "etcd_prefix": "/slacker"}
-    write_toml(cluster_file, top, {"nodes": specs}, header="Slacker cluster file, written by `slacker cluster up`.")
+    asked = {"nodes": nodes, "first_address": str(base), "api_port": api_port, "port_range": port_range,
+             "directory": directory, "directory_node": directory_node, "etcd_client_port": etcd_client_port,
+             "etcd_peer_port": etcd_peer_port, "cpu_per_node": cpu_per_node, "disk_read_per_node": disk_read_per_node,
+             "netns": netns, "netns_subnet": netns_subnet, "stats_interval_s": stats_interval_s, "tls": tls,
+             "fault_injection": fault_injection, "router": router or ""}
+    write_toml(cluster_file, top, {"up": {k: v for k, v in asked.items() if v is not None}, "nodes": specs},
+               header="Slacker cluster file, written by `slacker cluster up` ([up]: the options it was run with).")
     for spec in specs:
         node_dir = run_dir / spec["name"]
         node_dir.mkdir(exist_ok=True)
@@ -147,6 +153,50 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     return cluster_file
 
 
+UP_OPTIONS = ("nodes", "first_address", "api_port", "port_range", "directory", "directory_node",
+              "etcd_client_port", "etcd_peer_port", "cpu_per_node", "disk_read_per_node", "netns", "netns_subnet",
+              "stats_interval_s", "tls", "fault_injection", "router")
+
+
+def recorded_options(run_dir: Path) -> dict:
+    """The options of `up` that made the cluster in `run_dir` (its cluster file's [up] table; for a
+    file written before that table existed, what its cluster file and agent configs show), {} if
+    there is no cluster there. `router` is "" for none."""
+    cluster_file = Path(run_dir).resolve() / "cluster.toml"
+    if not cluster_file.exists():
+        return {}
+    import tomllib
+    doc = tomllib.loads(cluster_file.read_text())
+    if isinstance(doc.get("up"), dict):
+        return {k: v for k, v in doc["up"].items() if k in UP_OPTIONS}
+    c = load_cluster(str(cluster_file))
+    first = c.node("node-1") if "node-1" in c.nodes else next(iter(c.nodes.values()))
+    url = urlsplit(first.url)
+    out = {"nodes": len(c.nodes), "directory": c.directory_backend, "directory_node": c.directory_node,
+           "netns": bool(c.local_subnet), "tls": c.tls_ca is not None, "api_port": url.port}
+    if c.local_subnet:
+        out["netns_subnet"] = c.local_subnet
+    else:
+        out["first_address"] = url.hostname
+    if c.etcd_endpoints:
+        out["etcd_client_port"] = urlsplit(c.etcd_endpoints[0]).port
+    agent_file = cluster_file.parent / first.name / "agent.toml"
+    if agent_file.exists():
+        agent = tomllib.loads(agent_file.read_text())
+        out |= {k: agent[k] for k in ("port_range", "fault_injection") if k in agent}
+        if "stats_interval" in agent:
+            out["stats_interval_s"] = float(agent["stats_interval"])
+    return out
+
+
+def with_recorded(run_dir: Path, asked: dict, given: set[str]) -> dict:
+    """`asked` (options of `up`) with every option not in `given` (left at its default) taken from
+    the cluster already in `run_dir`: `cluster up --dir DIR` alone brings it back as it was made.
+    Options given that differ in the cluster's shape are still refused by `up`."""
+    recorded = recorded_options(run_dir)
+    return {k: (recorded[k] if k not in given and k in recorded else v) for k, v in asked.items()}
+
+
 def _shape(nodes: int, directory: str, netns: bool, tls: bool, subnet: str = "", address: str = "",
            api_port: int = 0) -> str:
     """The options that fix a local cluster's shape, as `cluster up` spells them."""
@@ -179,7 +229,8 @@ def _check_same_cluster(run_dir: Path, existing, nodes: int, directory: str, net
     if had != (nodes, directory, netns, tls) or not same_subnet or where != asked:
         raise Conflict(f"the cluster in {run_dir} was set up with {_shape(*had, was_subnet, *where)}",
                        f"you asked for {_shape(nodes, directory, netns, tls, netns_subnet if netns else '', *asked)}",
-                       f"repeat its options to bring it back with its tenants, or run "
+                       f"leave those options out to bring it back as it was, with its tenants: "
+                       f"`slacker cluster up --dir {run_dir}`; or run "
                        f"`slacker cluster down --purge --dir {run_dir}` first (deletes every tenant)")
 
 

@@ -3,6 +3,8 @@
 A tenant lives in `<data_root>/tenants/<id>/`: the generated `my.cnf`, `data/`,
 `log/`, `secrets/` (0600 password files) and `tenant.json` (its metadata). Its
 socket sits in `<data_root>/sock/` to stay within the unix socket path limit.
+A tenant directory appears whole and goes whole (slacker/trash.py): laid out
+under `tenants/.building/`, removed through `tenants/.trash/`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket as socketlib
 import subprocess
@@ -25,6 +26,8 @@ from . import mariadb
 from .mariadb import ops
 from .procs import kill_group as _kill_group, wait_gone as _wait_gone
 from .errors import Conflict, InvalidInput, NotFound, TenantError
+from . import trash
+from .trash import TrashName, fsync_dir
 
 TENANT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,31})$")
 DEFAULT_PORT_RANGE = (13306, 23305)
@@ -225,14 +228,6 @@ class Tenant:
         )
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def error_lines(text: str, lines: int = 8) -> str:
     """The lines of a server log that say what went wrong (its [ERROR] lines), else its tail."""
     all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -276,7 +271,7 @@ class TenantManager:
     def list(self) -> list[Tenant]:
         out = []
         for d in sorted(self.tenants_dir.iterdir()):
-            if (d / "tenant.json").exists():
+            if not d.name.startswith(".") and (d / "tenant.json").exists():
                 try:
                     out.append(self.get(d.name))
                 except (InvalidInput, ValueError, TypeError):
@@ -289,7 +284,8 @@ class TenantManager:
     # ---- create -----------------------------------------------------------------
     def new_tenant(self, tenant_id: str, port: int, buffer_pool_bytes: int,
                    desired_state: str = "running") -> Tenant:
-        """Lay out an empty tenant directory (config, secrets dir) without a datadir."""
+        """Lay out an empty tenant (config, secrets dir) without a datadir, under `tenants/.building/`:
+        the caller writes what it needs, then `put_in_place` renames it to its name, whole."""
         validate_tenant_id(tenant_id)
         root = self.tenant_dir(tenant_id)
         if self.exists(tenant_id):
@@ -298,7 +294,8 @@ class TenantManager:
         if root.exists() and any(root.iterdir()):
             raise Conflict(f"data directory {root} is not empty",
                            "it holds files of no known tenant",
-                           "inspect it and remove it by hand if it is not needed")
+                           "its agent moves them aside into tenants/.quarantine/ within seconds "
+                           "(`slacker status` names them): retry")
         sock = self.sock_dir / f"{tenant_id}.sock"
         if len(str(sock)) > _MAX_SOCKET_PATH:
             raise InvalidInput(f"data root {self.data_root} is too deep",
@@ -311,10 +308,25 @@ class TenantManager:
                           server_id=mariadb.server_id_for(self.node, tenant_id),
                           buffer_pool_bytes=buffer_pool_bytes, created_at=time.time(),
                           desired_state=desired_state)
+        built = trash.building_dir(self.tenants_dir, tenant_id)
         for sub in ("log", "run", "secrets", "tmp"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(root / "secrets", 0o700)
-        return Tenant(root, info, self.sock_dir, self.tls, self.require_tls)
+            (built / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(built / "secrets", 0o700)
+        return Tenant(built, info, self.sock_dir, self.tls, self.require_tls)
+
+    def put_in_place(self, tenant: Tenant) -> None:
+        """A tenant laid out by `new_tenant` (its tenant.json written) takes its name in one rename;
+        its config is rendered again for its final paths."""
+        final = self.tenant_dir(tenant.id)
+        if tenant.root == final:
+            return
+        try:
+            trash.put_in_place(tenant.root, final)
+        except OSError as exc:
+            raise Conflict(f"data directory {final} is not empty", f"it appeared while tenant {tenant.id} was "
+                           f"being created ({exc.strerror})", "retry; see `slacker status`") from None
+        tenant.root = final
+        tenant.write_config()
 
     def _automatic_port(self, tenant_id: str, taken: set[int]) -> int:
         """The id's port in the range, stepping over ports another process holds (say, a
@@ -350,6 +362,7 @@ class TenantManager:
             tenant.write_config()
             tenant.save()
             self._install_db(tenant, install_db)
+            self.put_in_place(tenant)
             init_file = tenant.root / "secrets" / "init.sql"
             mariadb.write_secret(init_file, mariadb.bootstrap_sql(tenant.admin_password(), tenant.app_password(),
                                                                  tenant.backup_password(), tenant.repl_password()))
@@ -359,7 +372,7 @@ class TenantManager:
                 init_file.unlink(missing_ok=True)
             return tenant
         except BaseException:
-            self._destroy(tenant)
+            self._destroy(tenant, reason="failed-create")
             raise
 
     def _install_db(self, tenant: Tenant, install_db: str) -> None:
@@ -479,27 +492,49 @@ class TenantManager:
             finally:
                 own.close()
 
-    def retire(self, tenant: Tenant) -> None:
+    def retire(self, tenant: Tenant, migration: str = "", pause: trash.Pause | None = None) -> None:
         """A migration source past the flip: marked retired (and fenced) on disk before it is
-        stopped, so nothing starts it again; then stopped and its files removed."""
+        stopped, so nothing starts it again; then stopped and its files removed crash-atomically."""
         if tenant.meta_file.exists():
             tenant.info.fenced = True
             tenant.info.desired_state = "retired"
             tenant.save()
             tenant.write_config()
         self.kill_tenant(tenant)
-        shutil.rmtree(tenant.root, ignore_errors=True)
+        self.remove_files(tenant, "retired", migration, pause)
+
+    def remove_files(self, tenant: Tenant, reason: str, migration: str = "",
+                     pause: trash.Pause | None = None) -> None:
+        """Remove a stopped tenant's directory: renamed into `tenants/.trash/` first, so a crash
+        leaves an entry the agent's sweep finishes, never a directory without its tenant.json."""
+        trash.discard(tenant.root, TrashName("tenant", tenant.id, reason, migration), pause)
         tenant.socket.unlink(missing_ok=True)
+
+    def sweep(self) -> list[str]:
+        """Finish removals a crash cut short (at start and on every supervisor tick)."""
+        return trash.sweep(self.tenants_dir)
+
+    def unaccounted(self) -> list[Path]:
+        """Entries of the tenants directory that are no tenant: no tenant.json (what a removal cut
+        short by an older agent left), or not a directory. Nothing this agent lays out looks so."""
+        return [d for d in sorted(self.tenants_dir.iterdir())
+                if not d.name.startswith(".") and not (d / "tenant.json").exists()]
+
+    def quarantine(self, path: Path) -> Path:
+        """Move files of no known tenant aside (never deleted), so they block no later step."""
+        return trash.quarantine(path, TrashName("tenant", trash.as_field(path.name), "unknown"))
+
+    def quarantined(self) -> list[dict]:
+        return trash.quarantined(self.tenants_dir)
 
     # ---- delete -----------------------------------------------------------------
     def delete(self, tenant_id: str) -> None:
         tenant = self.get(tenant_id)
         self._destroy(tenant)
 
-    def _destroy(self, tenant: Tenant) -> None:
+    def _destroy(self, tenant: Tenant, reason: str = "deleted") -> None:
         self.stop_tenant(tenant, timeout_s=10)
-        shutil.rmtree(tenant.root, ignore_errors=True)
-        tenant.socket.unlink(missing_ok=True)
+        self.remove_files(tenant, reason)
         if tenant.root.exists():
             raise TenantError(f"could not remove {tenant.root}", "files remain", "remove it by hand")
 

@@ -9,22 +9,19 @@ they answer and that the setpoint is above the latency measured before the copy
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from . import mariadb
-from .controller.baselines import FixedRate, ThresholdThrottle
 from .controller.loop import RatePolicy
 from .controller.metrics import ControllerMetrics
-from .controller.pid import ThrottleConfig
-from .controller.model import ModelController
-from .controller.slack import SlackController
-from .errors import InvalidInput
-from .latency import (CommitCounter, FollowingTenants, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
+from .controller.settings import ControllerSettings
+from .controller.verdict import load_latency
+from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
+from .latency import (FollowingTenants, LatencySample, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
                       PerformanceSchemaSource, PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
 
-DEFAULT_MAX_RATE = 200_000_000
 # Per transaction, server-side, all of the node's tenants (an SLA per server).
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
-KINDS = ("slack", "model", "pid", "threshold", "fixed")
 
 
 def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
@@ -83,96 +80,112 @@ def _connector(tenant):
 
 
 def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
-    """Validate the controller settings and measure the latency before any byte moves."""
-    c = dict(options.controller or {})
-    kind = c.get("kind") or "slack"
-    if kind not in KINDS:
-        raise InvalidInput(f"unknown controller {kind!r}", f"choose {', '.join(KINDS)}", "")
-    if c.get("setpoint_s") is None:
-        raise InvalidInput("a latency-targeting migration needs --setpoint", "", "for example --setpoint 1500ms")
-    cfg = ThrottleConfig.from_options(float(c["setpoint_s"]), float(c.get("max_rate_bytes_per_s") or DEFAULT_MAX_RATE),
-                                      c.get("gains"), c.get("window_s"), c.get("step_s"))
-    specs = list(c.get("latency_sources") or DEFAULT_SOURCES)
-    sources = [build_source(node, s, cfg.window_s, cfg.step_s, tenant_id) for s in specs]
+    """Build the latency source(s) and the controller `options.controller` (ControllerSettings) names, and
+    measure the latency before any byte moves."""
+    c: ControllerSettings = options.controller
+    specs = list(c.latency_sources or DEFAULT_SOURCES)
+    sources = [build_source(node, s, c.window_s, c.step_s, tenant_id) for s in specs]
     source = sources[0] if len(sources) == 1 else MaxOf(sources)
-    target_sp = c.get("target_setpoint_s")
-    if target_sp is not None:
-        target_sp = ThrottleConfig.from_options(float(target_sp), cfg.max_rate_bytes_per_s).setpoint_s
-    if c.get("target_guard", True) and kind != "fixed" and getattr(options, "target", None):
+    if c.target_guard and c.steered and getattr(options, "target", None):
         # Both ends guarded by default (paper §6): the target node's tenants against their own setpoint.
         holder: dict = {}
-        source = GuardedSource(source, build_target_guard(node, options.target, tenant_id, cfg.window_s, cfg.step_s),
-                               setpoint=lambda: holder["ctl"].setpoint_s if "ctl" in holder else cfg.setpoint_s,
-                               target_setpoint=lambda: target_sp or (
-                                   holder["ctl"].setpoint_s if "ctl" in holder else cfg.setpoint_s))
+        source = GuardedSource(source, build_target_guard(node, options.target, tenant_id, c.window_s, c.step_s),
+                               setpoint=lambda: holder["ctl"].setpoint_s if "ctl" in holder else c.setpoint_s,
+                               target_setpoint=lambda: c.target_setpoint_s or (
+                                   holder["ctl"].setpoint_s if "ctl" in holder else c.setpoint_s))
     else:
         holder = None
-    baseline = measure(source, cfg.window_s, cfg.step_s)
-    if baseline.ok is False:
+    baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s)
+    if not baseline.ok:
         source.close()
-        if baseline.blind or "cannot see this tenant's traffic" in (baseline.error or ""):
-            raise InvalidInput("the latency source sees no transactions", baseline.error,
-                               "nothing was copied; check --latency-source (user=/exclude-user= filters, "
-                               "or the tenant's performance_schema)")
-        if "target guard:" in (baseline.error or ""):
-            raise InvalidInput(f"cannot read the target node's latency ({options.target})", baseline.error,
-                               "nothing was copied; check the target agent, or pass --no-target-guard")
-        raise InvalidInput("cannot read the latency source", baseline.error or "no answer",
-                           "check --latency-source; nothing was copied")
-    if (baseline.latency_s is not None and baseline.latency_s >= cfg.setpoint_s and not c.get("force")
-            and kind != "fixed"):
+        if issubclass(baseline.failure, BlindLatencySource):
+            raise BlindLatencySource("the latency source sees no transactions", baseline.error,
+                                     "nothing was copied; check --latency-source (user=/exclude-user= filters, "
+                                     "or the tenant's performance_schema)")
+        if issubclass(baseline.failure, TargetLatencyError):
+            raise TargetLatencyError(f"cannot read the target node's latency ({options.target})", baseline.error,
+                                     "nothing was copied; check the target agent, or pass --no-target-guard")
+        raise LatencySourceError("cannot read the latency source", baseline.error or "no answer",
+                                 "check --latency-source; nothing was copied")
+    if (baseline.latency_s is not None and baseline.latency_s >= c.setpoint_s and not c.force and c.steered):
         source.close()
         sides = getattr(source, "sides", None) or {}
+        how = f"the median of {baseline.seconds} one-second means before any copying"
         if sides.get("binding") == "target":
             raise InvalidInput(f"the target node {options.target} is already over its setpoint",
                                f"its tenants' latency is {sides['target_latency_s'] * 1000:.0f}ms against "
-                               f"{sides['target_setpoint_s'] * 1000:.0f}ms before any copying",
+                               f"{sides['target_setpoint_s'] * 1000:.0f}ms ({how})",
                                "the copy could never run: raise --target-setpoint, pass --no-target-guard or --force")
-        raise InvalidInput(f"setpoint {cfg.setpoint_s * 1000:.0f}ms is below the latency measured now",
-                           f"{baseline.latency_s * 1000:.0f}ms before any copying",
+        raise InvalidInput(f"setpoint {c.setpoint_s * 1000:.0f}ms is below the latency measured now",
+                           f"{baseline.latency_s * 1000:.0f}ms, {how}",
                            "the copy could never run: raise --setpoint, or pass --force")
-    if kind == "slack":
-        controller = SlackController(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
-    elif kind == "model":
-        controller = ModelController(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
-    elif kind == "pid":
-        controller = cfg.controller()
-    elif kind == "threshold":
-        controller = ThresholdThrottle(cfg.setpoint_s, cfg.max_rate_bytes_per_s, step_s=cfg.step_s)
-    else:
-        controller = FixedRate(float(c.get("rate_bytes_per_s") or options.rate_bytes_per_s or 0),
-                               setpoint_s=cfg.setpoint_s)
+    controller = c.build()
     if holder is not None:
         holder["ctl"] = controller
-    options.step_s = cfg.step_s
+    options.step_s = c.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
     policy.baseline_latency_s = baseline.latency_s
     policy.baseline_idle = baseline.empty
-    policy.kind = kind
+    policy.kind = c.kind
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
     # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
     # when nothing binds). A --max-rate the operator gave stays a cap.
-    policy.unthrottled_at_max = c.get("max_rate_bytes_per_s") is None and kind in ("slack", "model", "pid", "threshold")
+    policy.unthrottled_at_max = c.max_rate_bytes_per_s is None and c.steered
     return policy
 
 
-def measure(source: LatencySource, window_s: float, step_s: float | None = None, enough: int = 20):
-    """The latency before any byte moves: a first read sets the counters' baseline, then one read per
-    step until `enough` transactions were seen (or the window is over, or the source fails).
+@dataclass(frozen=True)
+class Baseline:
+    """The latency before any byte moves: `latency_s` the median of `seconds` one-second means (the load's own
+    latency as the controller's verdict reads it, slacker.controller.verdict.load_latency), or the failed or
+    empty sample that ended the measure."""
 
-    A busy tenant answers after one step instead of a whole window (on a copy of a few seconds
-    the window was a large part of the migration); a quiet or blind one still gets the whole
-    window before it is called idle or blind."""
+    sample: LatencySample
+    latency_s: float | None
+    seconds: int
+
+    @property
+    def ok(self) -> bool:
+        return self.sample.ok
+
+    @property
+    def empty(self) -> bool:
+        return self.latency_s is None and self.sample.ok
+
+    @property
+    def failure(self):
+        return self.sample.failure
+
+    @property
+    def error(self) -> str:
+        return self.sample.error
+
+
+def measure(source: LatencySource, window_s: float, step_s: float | None = None, seconds: int = 5,
+            setpoint_s: float | None = None) -> Baseline:
+    """The load's own latency before any byte moves: one read per step for `seconds` steps (at least the
+    window), the median of the steps' own means. One noisy second neither refuses nor admits a setpoint.
+    Every second already under `setpoint_s` after three: no need to wait for the rest."""
     first = source.read()
     if not first.ok:
-        return first
+        return Baseline(first, None, 0)
     step = window_s if step_s is None else max(0.05, min(step_s, window_s))
-    deadline = time.monotonic() + window_s
+    deadline = time.monotonic() + max(window_s, (seconds + 1) * step)  # a quiet tenant: no longer
+    means: list[float] = []
     while True:
         time.sleep(max(0.0, min(step, deadline - time.monotonic())))
         sample = source.read()
-        if not sample.ok or time.monotonic() >= deadline - 0.01 or (sample.count >= enough and not sample.empty):
-            return sample
+        if not sample.ok:
+            return Baseline(sample, None, len(means))
+        y = sample.last_latency_s
+        if y is None and sample.last_count is None:
+            y = sample.latency_s  # a source that gives no per-step share: its window
+        if y is not None:
+            means.append(y)
+        done = len(means) >= seconds or time.monotonic() >= deadline - 0.01
+        early = setpoint_s is not None and len(means) >= 3 and max(means) < setpoint_s
+        if done or early:
+            return Baseline(sample, load_latency(means), len(means))
 
 
 def apply_settings(migration, body: dict) -> None:

@@ -11,7 +11,7 @@ from .analysis import key, mbs, migration_series, ms, oracle_rates
 from .runner import Bench
 
 
-KINDS = ("model", "slack", "pid", "threshold", "oracle")  # run at each binding setpoint, in this order (rotated)
+KINDS = ("model", "pid", "threshold", "oracle")  # run at each binding setpoint, in this order (rotated)
 
 
 def parse_controllers(text: str) -> list[str]:
@@ -63,7 +63,7 @@ def run(bench: Bench, binding: list[float]) -> dict:
         for sp in binding:
             for kind in order:
                 one(rep, kind, sp)
-        for kind in ("model", "slack", "pid"):
+        for kind in ("model", "pid"):
             if kind in kinds:
                 one(rep, kind, c["nonbinding"])
     if a.cannot_setpoint:

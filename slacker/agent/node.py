@@ -181,4 +181,5 @@ class Node:
                "tenants": self.list_tenants()}
         if self.migrations is not None:
             doc["migrations"] = self.migrations.list()
+            doc["warnings"] = self.migrations.reconciler.warnings()  # leftovers a person should look at
         return doc

@@ -30,7 +30,8 @@ class TenantHealth:
 
 
 class Supervisor:
-    """Every `interval_s`: start tenants that should run but don't, and sample their counters.
+    """Every `interval_s`: start tenants that should run but don't, sample their counters, and
+    finish removals of tenant files that a crash cut short.
 
     Tenants whose desired state is not "running" (stopped by the operator, or
     incoming/outgoing in a migration) are left alone.
@@ -79,6 +80,10 @@ class Supervisor:
                 hook()
             except Exception:
                 log.exception("supervisor hook failed")
+        try:
+            self.tenants.sweep()  # finish a removal a crash cut short (slacker/trash.py)
+        except OSError as exc:
+            log.warning("sweeping the tenants' trash: %s", exc)
         seen = set()
         for tenant in self.tenants.list():
             seen.add(tenant.id)

@@ -15,6 +15,10 @@ def cluster() -> None:
     """Start or stop a local cluster (N agents on 127.0.0.x, one machine)."""
 
 
+# `cluster up` options under the names local_cluster.up takes them.
+_UP_NAMES = {"address": "first_address", "stats_interval": "stats_interval_s", "no_router": "router"}
+
+
 @cluster.command("up")
 @click.option("--nodes", default=2, show_default=True, type=int, help="How many nodes (node-1 ... node-N).")
 @click.option("--dir", "run_dir", default="run", show_default=True, type=click.Path(file_okay=False),
@@ -65,8 +69,10 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
     Idempotent: agents (and etcd members) already running are left alone, and
-    after `cluster down` the same options bring the same cluster back with every
-    tenant (other options are refused: `cluster down --purge` first). With
+    after `cluster down` it brings the same cluster back with every tenant: an
+    option not given is the one the cluster was made with (the cluster file's
+    [up] table), so `cluster up --dir DIR` alone is enough; a given option that
+    changes its shape is refused (`cluster down --purge` first). With
     the default SQLite directory node-1 serves it unless --directory-node names
     another; `--directory etcd` starts three etcd members on the first three
     node addresses and every agent uses them. `--netns` gives every node a
@@ -74,17 +80,24 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     and implies --tls (say --no-tls for plain text); `cluster down` removes them.
     """
     from ..config import load_cluster
-    from ..local_cluster import up
+    from ..local_cluster import up, with_recorded
     from ..tenants import parse_port_range
 
     parse_port_range(port_range)
-    if tls is None:
-        tls = netns  # separate network hosts: everything that crosses them is encrypted unless told not to
-    path = up(Path(run_dir), nodes=nodes, first_address=address, api_port=api_port, port_range=port_range,
-              directory=directory, directory_node=directory_node, etcd_client_port=etcd_client_port,
-              etcd_peer_port=etcd_peer_port, fault_injection=fault_injection, cpu_per_node=cpu_per_node,
-              netns=netns, netns_subnet=netns_subnet, stats_interval_s=stats_interval, tls=tls,
-              disk_read_per_node=disk_read_per_node, router=None if no_router else router)
+    ctx = click.get_current_context()
+    given = {_UP_NAMES.get(p, p) for p in ctx.params
+             if ctx.get_parameter_source(p) is not click.core.ParameterSource.DEFAULT}
+    opts = with_recorded(Path(run_dir), {
+        "nodes": nodes, "first_address": address, "api_port": api_port, "port_range": port_range,
+        "directory": directory, "directory_node": directory_node, "etcd_client_port": etcd_client_port,
+        "etcd_peer_port": etcd_peer_port, "fault_injection": fault_injection, "cpu_per_node": cpu_per_node,
+        "netns": netns, "netns_subnet": netns_subnet, "stats_interval_s": stats_interval, "tls": tls,
+        "disk_read_per_node": disk_read_per_node, "router": "" if no_router else router}, given)
+    if opts["tls"] is None:
+        opts["tls"] = opts["netns"]  # separate network hosts: what crosses them is encrypted unless told not to
+    opts["router"] = opts["router"] or None
+    path = up(Path(run_dir), **opts)
+    cpu_per_node, disk_read_per_node, no_router = opts["cpu_per_node"], opts["disk_read_per_node"], not opts["router"]
     c = load_cluster(str(path))
     from ..router.local import listening
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
@@ -118,7 +131,7 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
 def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
     """Stop every agent of a local cluster and its tenants, its etcd and namespaces.
 
-    The data is kept: `cluster up` with the same options brings the same cluster
+    The data is kept: `cluster up --dir DIR` (no options needed) brings the same cluster
     back, every tenant on the node that served it. --purge deletes it all.
     """
     from ..local_cluster import down

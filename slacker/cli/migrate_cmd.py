@@ -7,6 +7,7 @@ import time
 
 import click
 
+from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, kind
 from ..errors import Conflict, InvalidInput, MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from ..migration.remote import follow, migration_body, start_migration
@@ -14,6 +15,13 @@ from . import main
 from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
 
 POLL_S = 0.5
+
+
+def _controller_kind(ctx, param, value: str | None) -> str | None:
+    """--controller, checked against the registry as it is parsed (one line for an unknown or removed kind)."""
+    if value is not None and kind(value).name not in CLI_KINDS:
+        raise InvalidInput(f"--controller {value} is not offered here", "a fixed rate is --rate", "for example --rate 20MB/s")
+    return value
 
 
 @main.command("migrate")
@@ -31,12 +39,9 @@ POLL_S = 0.5
                    "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
                    "Default: per-transaction latency from performance_schema, over every tenant on the source "
                    "node. A source that sees nothing while the tenant commits is refused (blind).")
-@click.option("--controller", "controller_kind", type=click.Choice(["slack", "model", "pid", "threshold"]),
-              default=None,
-              help="How the rate follows latency: slack (default: multiplicative ramp, cut on overshoot, "
-                   "remembers the knee), model (experimental: fits latency against the copy rate online and "
-                   "sets the rate where the fit meets the setpoint, docs/controller.md), pid (the paper's "
-                   "velocity PID, the baseline), threshold (on/off).")
+@click.option("--controller", "controller_kind", default=None, metavar="|".join(CLI_KINDS), callback=_controller_kind,
+              help=f"How the rate follows latency (default {DEFAULT_KIND}): "
+                   + "; ".join(f"{k}: {KINDS[k].summary}" for k in CLI_KINDS) + ". See docs/controller.md.")
 @click.option("--target-setpoint", type=DURATION, default=None,
               help="Latency target for the target node's tenants (default: the same as --setpoint). The copy "
                    "follows whichever node is further over its own setpoint.")
@@ -88,6 +93,9 @@ POLL_S = 0.5
               help="Abort the migration (the source keeps serving) if it has not finished this long after it "
                    "started, and fail with the copy's figures (e.g. the cannot-finish verdict's). Enforced by this "
                    "command while it follows the migration (not with --detach).")
+@click.option("--hold", "hold", multiple=True, metavar="POINT=DURATION",
+              help="Rehearsals only (agents started with --fault-injection, refused otherwise): pause at a named "
+                   "step, e.g. flipped=5s (docs/migration.md, fault injection) to kill a process there.")
 @click.option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
 @pass_cli
@@ -98,7 +106,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             mode: str,
             pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
-            handover_wait: float, settings: tuple[str, ...], max_duration: float | None,
+            handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
 
@@ -163,7 +171,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                           pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
                           delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
                           handover_wait=handover_wait, catchup_mode=catchup_mode, target_setpoint=target_setpoint,
-                          target_guard=not no_target_guard)
+                          target_guard=not no_target_guard, hold=hold)
     doc = start_migration(source, body)
     mid = doc["id"]
     if detach:
@@ -177,9 +185,12 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     if not as_json:
         click.echo(f"migrating {tenant_id}: {own.node} -> {target} ({mode}), migration {mid}", err=True)
 
+    said = WaitNotice(show_progress)
+
     def on_poll(d: dict) -> None:
         if show_progress:
             click.echo("\r" + progress_line(d).ljust(100), nl=False, err=True)
+        said.poll(d)
         if limit is not None:
             limit.poll(d)
 
@@ -216,6 +227,29 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             hint = "; ".join(x for x in (hint, "the source keeps serving") if x)
         raise MigrationFailed(f"migration {mid} {doc['result']} in phase {e.get('phase') or doc['phase']}",
                               f"{e.get('what', '')}" + (f": {e['why']}" if e.get("why") else ""), hint)
+
+
+class WaitNotice:
+    """Past the flip, a step that cannot go on says what it waits for: on the progress line (a terminal),
+    else one line on stderr when the wait begins and when it ends (stdout keeps its one JSON document)."""
+
+    def __init__(self, on_progress_line: bool) -> None:
+        self.on_progress_line = on_progress_line
+        self.said: str | None = None  # the kind of wait last told
+
+    def poll(self, doc: dict) -> None:
+        w = doc.get("waiting")
+        kind = w["for"] if w else None
+        if kind == self.said or self.on_progress_line:
+            self.said = kind
+            return
+        if w:
+            click.echo(f"slacker: migration {doc['id']}: {w['message']}", err=True)
+        elif self.said is not None:
+            last = (doc.get("waited") or [{}])[-1]
+            click.echo(f"slacker: migration {doc['id']}: going on after {last.get('seconds', 0):.0f}s "
+                       "past the flip", err=True)
+        self.said = kind
 
 
 class MaxDuration:
@@ -318,7 +352,9 @@ def progress_line(doc: dict) -> str:
         line += f"  table {v.get('tables_done', 0)}/{v.get('tables_total', 0)}"
     if doc.get("rounds") and doc["phase"] == "delta":
         line += f"  round {len(doc['rounds'])}"
-    if doc.get("finishing_reason"):
+    if doc.get("waiting"):  # past the flip, a step cannot go on: what it waits for, whether writes go on
+        line += f"  {doc['waiting']['message']} [{format_duration(doc['waiting']['seconds'])}]"
+    elif doc.get("finishing_reason"):
         line += f"  ({doc['finishing_reason']})"
     if doc.get("waiting_for"):
         line += f"  (handover waits for {doc['waiting_for']})"
@@ -350,6 +386,8 @@ def print_summary(doc: dict) -> None:
     interrupted = sum(a.get("interrupted") or 0 for a in doc.get("handover_attempts") or [])
     if interrupted:
         rows.append(["statements interrupted", f"{interrupted}  <- waiting on row locks when the freeze began"])
+    for w in doc.get("waited") or []:
+        rows.append(["waited past the flip", f"{format_duration(w['seconds'])}: {w['message']}"])
     if doc.get("directory_outage_s"):
         rows.append(["directory outage", f"{doc['directory_outage_s']:.1f} s (writes refused meanwhile)"])
     for w in doc.get("warnings") or []:

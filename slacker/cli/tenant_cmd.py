@@ -157,6 +157,8 @@ def status(cli: CliContext, as_json: bool) -> None:
                 click.echo(_migration_line(m))
         if not n["reachable"]:
             click.echo(f"{n['node']}: {n['error']}")
+        for w in n.get("warnings", []) or []:
+            click.echo(f"{n['node']}: WARNING: {w}")
     click.echo(_directory_line(cluster, health))
     for m in health.get("members", []):
         state = ("leader" if m.get("leader") else "follower") if m.get("reachable") else "UNREACHABLE"
@@ -197,7 +199,9 @@ def _migration_line(m: dict) -> str:
         line += f", verified {pct:.0f}% (table {v.get('tables_done', 0)}/{v.get('tables_total', 0)})"
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
-    if m.get("finishing_reason"):
+    if m.get("waiting"):  # past the flip, a step cannot go on: what it waits for, whether writes go on
+        line += f"; {m['waiting']['message']} (for {m['waiting']['seconds']:.0f}s)"
+    elif m.get("finishing_reason"):
         line += f"; {'finishing' if m.get('past_point_of_no_return') else 'waiting'}: {m['finishing_reason']}"
     if m.get("waiting_for"):
         line += f"; the handover waits for {m['waiting_for']}"

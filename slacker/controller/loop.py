@@ -1,17 +1,18 @@
 """The glue the migration's tick calls: read latency, step the controller, report.
 
-`RatePolicy.step(now, bytes_done)` returns the rate to apply and the step as a
-dict for the run's time series; it never raises, whatever the source does.
+`RatePolicy.step(now, bytes_done)` returns the rate to apply and the step's report
+(slacker.controller.report.StepReport); it never raises, whatever the source does.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import replace
 
 from ..latency import LatencySample, LatencySource
 from .base import ControllerStep, RateController
 from .metrics import ControllerMetrics
+from .report import StepReport
 from .verdict import Feasibility
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class RatePolicy:
         return self.controller.rate_bytes_per_s
 
     def step(self, now: float, bytes_done: int, warming: bool = False, mark: str | None = None,
-             bytes_total: float | None = None) -> tuple[int | None, dict[str, Any]]:
+             bytes_total: float | None = None) -> tuple[int | None, StepReport]:
         """`mark`: why this step's latency is not the copy's doing (see RateController.set_mark);
         `warming` is the read-in's mark by its old name. `bytes_total`: the copy's size as known now
         (it grows with the backup's redo log), for the verdict on whether the copy can finish."""
@@ -71,30 +72,22 @@ class RatePolicy:
             sample = LatencySample.failed(getattr(self.source, "name", "?"), now, f"source raised: {exc}")
         out = self.controller.step(sample, now, bytes_done)
         self.last = out
-        if self.metrics is not None:
-            self.metrics.update(out, self.migration, self.tenant)
-        state = out.to_dict()
-        state.update(self.controller.state())
-        state["source"] = sample.source
-        state["window_count"] = sample.count
-        state["last_latency_s"] = sample.last_latency_s  # the newest step alone (the start hold reads it)
-        state["server_commits"] = sample.server_commits
-        state["source_state"] = source_state(sample)
-        if not sample.ok:
-            state["source_error"] = sample.error
-        sides = getattr(self.source, "sides", None)
-        if sides:  # both ends guarded: each side's latency, and which one steered this step
-            state.update(sides)
-        if mark:
-            state["mark"] = mark
-        verdict = self.feasibility.update(now, state, bytes_done, bytes_total, bool(mark) or self.controller.paused)
+        report = StepReport(
+            t=out.t, latency_s=out.latency_s, setpoint_s=out.setpoint_s, p=out.p, i=out.i, d=out.d,
+            fraction=out.fraction, rate_bytes_per_s=out.rate_bytes_per_s, bytes_done=out.bytes_done, note=out.note,
+            source_ok=out.source_ok, source=sample.source, source_state=source_state(sample),
+            source_error=None if sample.ok else sample.error, window_count=sample.count,
+            last_latency_s=sample.last_latency_s,  # the newest step alone
+            server_commits=sample.server_commits, mark=mark, controller=self.controller.state(),
+        ).with_sides(getattr(self.source, "sides", None))  # both ends guarded: each side, and which steered
+        verdict = self.feasibility.update(now, report, bytes_done, bytes_total, bool(mark) or self.controller.paused)
         if verdict is not None:
-            state["verdict"] = verdict
+            report = replace(report, verdict=verdict)
         if self.unthrottled_at_max and out.fraction >= 1.0 and not self.controller.paused:
-            state["note"] = "at max: copying unthrottled"
-            state["rate_bytes_per_s"] = None
-            return None, state
-        return out.rate_bytes_per_s, state
+            report = replace(report, note="at max: copying unthrottled", rate_bytes_per_s=None)
+        if self.metrics is not None:
+            self.metrics.update(report, self.migration, self.tenant)
+        return report.rate_bytes_per_s, report
 
     def close(self) -> None:
         if self.metrics is not None:

@@ -18,10 +18,6 @@ from __future__ import annotations
 
 BACKUP_START_S = 6.0  # the longest start stall measured (issue 14, sessions 5-7: 2-6 s)
 
-# The model's state in the time series and status (slacker.controller.model.ModelController.state).
-MODEL_KEYS = ("model_lag_s", "model_load_latency_s", "model_knee_bytes_per_s", "model_allowed_bytes_per_s",
-              "model_noise", "model_confidence", "model_queue_bytes_per_s")
-
 
 def copy_mark(migration, now: float) -> str | None:
     pipe = migration.pipe

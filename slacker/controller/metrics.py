@@ -12,7 +12,7 @@ import weakref
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from .base import ControllerStep
+from .report import StepReport
 
 _LABELS = ("migration", "tenant")
 
@@ -27,7 +27,7 @@ class ControllerMetrics:
 
         self.latency = gauge("slacker_controller_latency_seconds", "Windowed transaction latency the controller saw (NaN: none).")
         self.setpoint = gauge("slacker_controller_setpoint_seconds", "Latency setpoint.")
-        self.rate = gauge("slacker_controller_rate_bytes_per_second", "Copy rate set by the controller (0: paused).")
+        self.rate = gauge("slacker_controller_rate_bytes_per_second", "Copy rate set by the controller (0: paused; NaN: unthrottled).")
         self.fraction = gauge("slacker_controller_rate_fraction", "Copy rate as a fraction of the max rate.")
         self.p_term = gauge("slacker_controller_p_term", "Proportional contribution to the last rate change (fraction of max).")
         self.i_term = gauge("slacker_controller_i_term", "Integral contribution to the last rate change (fraction of max).")
@@ -44,11 +44,11 @@ class ControllerMetrics:
                 metrics = cls._by_registry[registry] = cls(registry)
             return metrics
 
-    def update(self, step: ControllerStep, migration: str, tenant: str) -> None:
+    def update(self, step: StepReport, migration: str, tenant: str) -> None:
         labels = {"migration": migration, "tenant": tenant}
         self.latency.labels(**labels).set(math.nan if step.latency_s is None else step.latency_s)
         self.setpoint.labels(**labels).set(math.nan if step.setpoint_s is None else step.setpoint_s)
-        self.rate.labels(**labels).set(step.rate_bytes_per_s)
+        self.rate.labels(**labels).set(math.nan if step.rate_bytes_per_s is None else step.rate_bytes_per_s)
         self.fraction.labels(**labels).set(step.fraction)
         self.p_term.labels(**labels).set(step.p)
         self.i_term.labels(**labels).set(step.i)

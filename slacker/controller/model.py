@@ -1,4 +1,4 @@
-"""The model controller (`--controller model`): an explicit, online model of latency against copy rate,
+"""The model controller (`--controller model`, the default): an explicit, online model of latency against copy rate,
 and an integral law whose gain is the model's slope.
 
 The server is a queue: far below its knee the copy costs the tenants little, near it latency
@@ -19,14 +19,18 @@ Each step (docs/controller.md, "The model controller"):
    A second in a queue (it or the window over OVER x the setpoint) is not fitted, except at the rate
    that built the queue (censored at OVER x the setpoint), and that rate bounds later rises (for
    `horizon_s`). Seconds the migration marks as not the copy's doing (slacker.controller.marks) are
-   not fitted unless the copy built a queue in them. The lag is measured: the delay at which
-   latency's changes follow the rate's most;
+   not fitted, but for one in which a queue built: fitted provisionally, and dropped (with the queue's
+   bound) once the unmarked seconds' line misses it by more than SPREAD x their noise -- the start's
+   burst was not the copy's cost; a queue the copy did build stays in line and is kept. The lag is
+   measured: the delay at which latency's changes follow the rate's most;
 2. act — a Newton step on the line towards the aim, spread over the loop's delay:
    Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
    ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
-   rate the copy moved over the lag (no knee in sight: doubling); a window over OVER x the setpoint
-   is a queue: half the rate, or the model's rate for the aim if lower.
+   rate the copy moved over the lag -- with latency under FREE x the aim (no knee in sight) x its limit
+   and x FREE·aim / latency more (the further under, the larger); a window over OVER x the setpoint
+   is a queue: half the rate, or the model's rate for the aim if lower. The start is a rate in bytes/s
+   (a server's knee is), whatever the max rate.
 
 Its state — the load's own latency, the knee, the rate the aim allows, the lag, the noise, a
 confidence and the queue's rate bound — is in `state()` (status, `--json`, the time series).
@@ -39,16 +43,18 @@ from collections import deque
 
 from ..errors import InvalidInput
 from ..latency import DEFAULT_STEP_S, LatencySample
+from .base import check_max_rate, check_positive
 from .pid import DEFAULT_GAINS, Gains, ThrottleController
 
 
 class _Fit:
     """z = a − b·x by least squares over the last `horizon` fitted seconds (older evidence is forgotten:
     the load drifts). z = 1 / latency in 1/s, x a fraction of max. Unweighted: a second near a queue
-    (z small) counts as much as any, no more."""
+    (z small) counts as much as any, no more. A point may be provisional (a marked second: the backup's
+    start, a pause): fitted like the others until `judge()` keeps it or drops it."""
 
     def __init__(self, horizon: int) -> None:
-        self.pts: deque[tuple[float, float]] = deque(maxlen=horizon)
+        self.pts: deque[tuple[float, float, bool]] = deque(maxlen=horizon)  # (x, z, provisional)
         self.a = self.b = 0.0
         self.sd_b = math.inf  # the slope's standard error (inf: no spread of rates yet)
         self.sd_z = 0.0  # the residuals' standard deviation
@@ -58,24 +64,52 @@ class _Fit:
     def n(self) -> int:
         return len(self.pts)
 
-    def add(self, x: float, z: float) -> None:
-        self.pts.append((x, z))
-        n = len(self.pts)
-        mx = sum(p[0] for p in self.pts) / n
-        mz = self.mean_z = sum(p[1] for p in self.pts) / n
-        sxx = sum((p[0] - mx) ** 2 for p in self.pts)
-        sxz = sum((p[0] - mx) * (p[1] - mz) for p in self.pts)
+    @property
+    def provisional(self) -> int:
+        return sum(1 for p in self.pts if p[2])
+
+    def add(self, x: float, z: float, provisional: bool = False) -> None:
+        self.pts.append((x, z, provisional))
+        self.a, self.b, self.sd_b, self.sd_z, self.mean_z = self._solve(self.pts, self.b, self.sd_b)
+
+    @staticmethod
+    def _solve(pts, b_kept: float, sd_b_kept: float) -> tuple[float, float, float, float, float]:
+        """(a, b, se(b), residuals' sd, mean z) of the points."""
+        n = len(pts)
+        mx = sum(p[0] for p in pts) / n
+        mz = sum(p[1] for p in pts) / n
+        sxx = sum((p[0] - mx) ** 2 for p in pts)
+        sxz = sum((p[0] - mx) * (p[1] - mz) for p in pts)
         if sxx <= 1e-6 * max(1e-6, mx * mx) * n or n < 3:
             # No spread of rates in the horizon: the slope is what it was (no evidence moved it), the
             # intercept follows the load.
-            self.a = mz + self.b * mx
-            self.sd_z = math.sqrt(sum((p[1] - mz) ** 2 for p in self.pts) / max(1, n - 1))
-            return
+            return mz + b_kept * mx, b_kept, sd_b_kept, math.sqrt(sum((p[1] - mz) ** 2 for p in pts) / max(1, n - 1)), mz
         b = max(0.0, -sxz / sxx)  # the copy never makes the tenants faster
-        self.a, self.b = mz + b * mx, b
-        rss = sum((p[1] - (self.a - b * p[0])) ** 2 for p in self.pts)
-        self.sd_z = math.sqrt(rss / (n - 2)) if n > 2 else 0.0
-        self.sd_b = self.sd_z / math.sqrt(sxx) if n > 2 else math.inf
+        a = mz + b * mx
+        sd_z = math.sqrt(sum((p[1] - (a - b * p[0])) ** 2 for p in pts) / (n - 2))
+        return a, b, sd_z / math.sqrt(sxx), sd_z, mz
+
+    def judge(self, spread: float) -> int:
+        """Drop the provisional points the others say were not the copy's cost: latency higher than the line
+        of the others explains by more than `spread` x their noise (the residuals' sd and the line's own error
+        at that rate). Asked every unmarked second while any is left, until they leave the horizon. Returns
+        how many were dropped (none while the others are under 3)."""
+        rest = [p for p in self.pts if not p[2]]
+        if len(rest) < 3 or len(rest) == len(self.pts):
+            return 0
+        a, b, sd_b, sd_z, _ = self._solve(rest, self.b, self.sd_b)
+        mx = sum(p[0] for p in rest) / len(rest)
+
+        def out_of_line(x: float, z: float) -> bool:
+            se = math.sqrt(sd_z ** 2 * (1 + 1 / len(rest)) + (0.0 if math.isinf(sd_b) else (sd_b * (x - mx)) ** 2))
+            return z < a - b * x - spread * max(se, 1e-9)
+
+        keep = deque((p for p in self.pts if not (p[2] and out_of_line(p[0], p[1]))), maxlen=self.pts.maxlen)
+        dropped = len(self.pts) - len(keep)
+        if dropped:
+            self.pts = keep
+            self.a, self.b, self.sd_b, self.sd_z, self.mean_z = self._solve(self.pts, self.b, self.sd_b)
+        return dropped
 
     def rate_for(self, z: float) -> float | None:
         """The rate at which the line gives z; None with no slope."""
@@ -90,6 +124,7 @@ class ModelController(ThrottleController):
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
+    SPREAD = 3.0  # a marked second whose latency the others' line misses by this many sd was not the copy's
 
     def __init__(
         self,
@@ -98,7 +133,7 @@ class ModelController(ThrottleController):
         gains: Gains = DEFAULT_GAINS,  # unused; accepted so configs can pass them
         *,
         step_s: float = DEFAULT_STEP_S,
-        initial_fraction: float = 0.05,
+        start_rate_bytes_per_s: float = 10e6,
         max_lag: int = 5,
         horizon_s: float = 30.0,
         margin: float = 0.5,
@@ -106,8 +141,9 @@ class ModelController(ThrottleController):
         catch_up: float = 0.3,
         **safety: float,
     ) -> None:
+        start = check_positive("start rate", start_rate_bytes_per_s, "for example 10MB/s")
         super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
-                         initial_fraction=initial_fraction, **safety)
+                         initial_fraction=min(1.0, start / check_max_rate(max_rate_bytes_per_s)), **safety)
         for label, value, lo, hi in (("horizon", horizon_s, 3.0, 1e5), ("margin", margin, 0.0, 10.0),
                                      ("rise", rise, 1.0, 100.0), ("catch-up", catch_up, 0.0, 0.9)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -117,7 +153,7 @@ class ModelController(ThrottleController):
             raise InvalidInput(f"invalid maximum lag {max_lag!r}", "expected a whole number of steps, 1-30")
         self.max_lag, self.horizon_s = max_lag, float(horizon_s)
         self.margin, self.rise, self.catch_up = float(margin), float(rise), float(catch_up)
-        self._initial = float(initial_fraction)
+        self.start_rate_bytes_per_s = start
         self._reset_model()
 
     # --- the model ---------------------------------------------------------------------------
@@ -132,12 +168,19 @@ class ModelController(ThrottleController):
         self._marked: deque[bool] = deque(maxlen=self.max_lag + 2)  # ... and whether that second was marked
         self._queue_x: float | None = None  # the lowest rate that built a queue (over the last horizon_s)
         self._queue_t = 0.0  # seconds since it did
+        self._queue_marked = False  # ... and whether it was built in a marked second (provisional)
+        self._dropped = 0  # marked seconds the fit of the others dropped
         self._in_queue = False
         self._bytes: tuple[float, int] | None = None
         self._sum_y, self._n_y = 0.0, 0
         self._mark: str | None = None
         self._allowed: float | None = None
         self._last_sample: LatencySample | None = None
+
+    @property
+    def _start(self) -> float:
+        """The start rate as a fraction of max (the server's knee is in bytes/s, not a share of the cap)."""
+        return min(1.0, self.start_rate_bytes_per_s / self.max_rate_bytes_per_s)
 
     def set_mark(self, mark: str | None) -> None:
         self._mark = mark or None
@@ -155,8 +198,9 @@ class ModelController(ThrottleController):
             s = old / self.max_rate_bytes_per_s
             self._flows = deque((f * s for f in self._flows), maxlen=self._flows.maxlen)
             self._queue_x = None if self._queue_x is None else self._queue_x * s
+            self._allowed = None if self._allowed is None else self._allowed * s
             fit = self._fit
-            fit.pts = deque(((x * s, z) for x, z in fit.pts), maxlen=fit.pts.maxlen)
+            fit.pts = deque(((x * s, z, p) for x, z, p in fit.pts), maxlen=fit.pts.maxlen)
             fit.b /= s
             fit.sd_b /= s
 
@@ -182,8 +226,10 @@ class ModelController(ThrottleController):
         marked = any(list(self._marked)[-self._lag - 1:])
         if queue and not self._in_queue and x > 0:
             # A queue built: the rate that built it is past the server's saturation. Remember it (the
-            # lowest such rate over the horizon) as a bound on the rate.
-            self._queue_x = min(self._queue_x or x, x)
+            # lowest such rate over the horizon) as a bound on the rate -- provisionally if built in a
+            # marked second (dropped with the marked seconds if the fit says they were not the copy's cost).
+            if self._queue_x is None or x < self._queue_x:
+                self._queue_x, self._queue_marked = x, marked
             self._queue_t = 0.0
         self._in_queue = queue
         self._queue_t += self.step_s
@@ -192,16 +238,23 @@ class ModelController(ThrottleController):
         if not marked:
             self._sum_y += y
             self._n_y += 1
-        if self._mark == "read-in" or (marked and not queue):
-            # Not the copy's doing (in the read-in no data moves: the rate is not known) -- unless the copy
-            # built a queue: the rate that overran the server is evidence whatever else went on.
-            return
+        if self._mark == "read-in":
+            return  # no data moves in the read-in: the rate is not known
+        # A marked second (the backup's start, a pause) in which a queue built is fitted provisionally: the
+        # queue may be the copy's (a start that overran the server) or not (the tool's own burst); the fit of
+        # the others decides once the mark has ended (judge()). One with no queue restricts nothing: left out.
         if not queue:
-            self._fit.add(x, z)
+            if not marked:
+                self._fit.add(x, z)
         elif self._queue_x is not None and x >= self._queue_x:
             # The rate that built the queue: its latency is at least OVER x the setpoint (censored there:
             # how far past it is the backlog's). The seconds that drain it at lower rates are not fitted.
-            self._fit.add(x, 1.0 / (self.OVER * self.setpoint_s))
+            self._fit.add(x, 1.0 / (self.OVER * self.setpoint_s), provisional=marked)
+        if not marked and self._fit.provisional:
+            dropped = self._fit.judge(self.SPREAD)
+            self._dropped += dropped
+            if dropped and self._queue_marked:
+                self._queue_x = None  # built in the seconds just dropped: not the copy's rate
 
     def _measure_lag(self, z: float) -> None:
         """The loop's lag: the delay d at which latency's changes follow the rate's most (the sum of
@@ -238,7 +291,7 @@ class ModelController(ThrottleController):
         aim = sp * max(1.0 - self.catch_up, min(1.0 + self.catch_up, sp / mean))
         self._allowed = fit.rate_for(1.0 / aim)
         mb = self.max_rate_bytes_per_s / 1e6
-        recent = max(max(list(self._flows)[-self._lag - 1:]), self._initial)
+        recent = max(max(list(self._flows)[-self._lag - 1:]), self._start)
         if self._mark == "read-in":
             recent = max(recent, u)  # the pipe reads the tool's program at the rate: no data counted yet
         steps = self._lag + 2  # the loop's delay: the lag and the window's mean age
@@ -259,18 +312,24 @@ class ModelController(ThrottleController):
             # A rise: at most `rise` x the rate the copy moved over the lag -- or x its limit while latency
             # is under half the aim (no knee in sight: a copy running under its limit, the pipe being the
             # bottleneck, goes unthrottled in a few steps).
-            cap = self.rise * (max(recent, u) if latency_s < aim * self.FREE else recent)
+            # The further under it, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency below.
+            y_hi = max(latency_s, y1)
+            cap = self.rise * (max(recent, u) * aim * self.FREE / y_hi if y_hi < aim * self.FREE else recent)
             if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
                 self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:
                 cap = min(cap, max(u, self._queue_x * (1 - 1 / steps)))
-            if new > cap:
+            # No knee in sight -- latency under FREE x the aim, no queue remembered, and no line that meets the
+            # aim under the cap -- the rise is the cap: the Newton step's slope is then a guess (a knee at
+            # twice the max), the cap what the copy has shown.
+            free = y_hi < aim * self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
+            if new > cap or free:
                 new = max(u, cap)
                 note = f"rising, at most x{self.rise:g} the rate moved ({new * mb:.1f} MB/s)"
         if self._marked and self._marked[-1]:
             # Not the copy's doing: no cut under the starting rate but for a queue.
-            if self._mark != "read-in" and latency_s <= self.OVER * sp and new < min(u, self._initial):
-                new = min(u, self._initial)
+            if self._mark != "read-in" and latency_s <= self.OVER * sp and new < min(u, self._start):
+                new = min(u, self._start)
             note += f" ({self._mark}: not fitted)"
         if new >= 1.0:
             new, note = 1.0, "at max rate"

@@ -15,6 +15,7 @@ copy's rate) and what to do. The ETA it gives is None (infinite) for a copy that
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from typing import Any
 
@@ -22,6 +23,12 @@ STOPPED_SHARE = 0.02  # a copy moving under this share of its top rate is stoppe
 AFTER_S = 5.0  # ... counted from this long after it last moved (the loop's longest lag: its queue shows meanwhile) ...
 STILL_SHARE = 0.5  # ... in at least this share of the window's seconds ...
 OVER_SHARE = 0.5  # ... and latency over the setpoint in at least this share of those seconds: the load's
+
+
+def load_latency(seconds: list[float]) -> float | None:
+    """The load's own latency from per-step readings: their median (one noisy second moves it little). The
+    verdict reads it over the seconds the copy stood still; the start-up check over the seconds before it."""
+    return statistics.median(seconds) if seconds else None
 
 
 class Feasibility:
@@ -33,15 +40,16 @@ class Feasibility:
         self._top = 0.0
         self.verdict: dict[str, Any] | None = None
 
-    def update(self, now: float, state: dict, bytes_done: int, bytes_total: float | None,
+    def update(self, now: float, report, bytes_done: int, bytes_total: float | None,
                marked: bool) -> dict[str, Any] | None:
-        if marked or state.get("note") == "paused":
+        """`report`: this step's StepReport (slacker.controller.report)."""
+        if marked or report.note == "paused":
             return self.verdict
-        sp = state.get("setpoint_s")
+        sp = report.setpoint_s
         if sp is None:
             return self.verdict
-        self._seen.append((now, state.get("latency_s"), sp, int(bytes_done), bytes_total,
-                           state.get("model_allowed_bytes_per_s")))
+        self._seen.append((now, report.latency_s, sp, int(bytes_done), bytes_total,
+                           report.controller.get("model_allowed_bytes_per_s")))
         if len(self._seen) < self.n:
             return self.verdict
         (t0, _, _, b0, tot0, _), (t1, _, _, b1, tot1, allowed) = self._seen[0], self._seen[-1]
@@ -62,7 +70,7 @@ class Feasibility:
             since = 0.0 if moving else since + (tb - ta)
             if y is not None and since >= AFTER_S:  # still long enough that its last bytes no longer show
                 still.append(y)
-        alone = sum(still) / len(still) if still else None
+        alone = load_latency(still)
         figures = {"load_latency_s": own, "setpoint_s": sp, "copy_rate_bytes_per_s": round(rate),
                    "growth_bytes_per_s": round(growth), "allowed_bytes_per_s": allowed}
         verdict = None

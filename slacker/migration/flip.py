@@ -30,6 +30,7 @@ class Flip:
                 if since is not None or time.monotonic() - t0 > 1:
                     m.outage_s = round(time.monotonic() - t0, 1)
                 m.finishing_reason = ""
+                m.end_wait()
                 return own
             except AgentUnavailable as exc:
                 self._report_outage(why, t0, exc)
@@ -40,6 +41,11 @@ class Flip:
         m.outage_s = round(time.monotonic() - t0, 1)
         m.finishing_reason = (f"directory unreachable for {m.outage_s:.0f}s ({why}); the source stays "
                               f"fenced until it answers: {exc.why or exc.what}")
+        cluster = m.node.cluster
+        where = "etcd" if getattr(cluster, "directory_backend", "") == "etcd" else getattr(cluster, "directory_node", "")
+        m.wait_on("directory", where, False,
+                  f"waiting for the directory to answer ({why}; unreachable for {m.outage_s:.0f}s); the tenant is "
+                  "not writable until it does (`slacker status`)")
         if m.outage_s > m.opts.max_freeze_s:
             m.src.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
 
@@ -64,6 +70,7 @@ class Flip:
                 own = m.node.directory.compare_and_set(m.tenant_id, m.epoch_before, target.name,
                                                        target.tenant_host, port)
                 m.finishing_reason = ""
+                m.end_wait()
                 if deadline is not None and time.monotonic() > deadline:
                     # Sent in time, answered late: the freeze outlasted its bound waiting on the directory.
                     # A resend after an outage must not shrink the outage already measured.

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import shutil
 import threading
 import time
 from dataclasses import asdict
@@ -30,8 +29,10 @@ from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
+from ..controller.report import StepReport
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
+from ..trash import TrashName, discard
 from ..transfer.protocol import new_token
 from .flip import Flip
 from ..router.freeze import RouterHold
@@ -49,7 +50,8 @@ from ..verify.online import OnlineVerification
 log = logging.getLogger("slacker.migration")
 
 MIN_ETA_THROUGHPUT_BYTES_PER_S = 1000.0
-FINISH_BACKOFF_MAX_S = 10.0
+FINISH_BACKOFF_MAX_S = 2.0  # past the flip: the longest pause between two retries of a forward step
+TARGET_HOLD_POINTS = ("activating", "started", "unfenced")  # hold_s points honoured by the target's activation
 
 
 class Migration:
@@ -91,14 +93,17 @@ class Migration:
         self.epoch_before: int | None = recovered.epoch_before if recovered else None
         self.epoch_after: int | None = recovered.epoch_after if recovered else None
         self.finishing_reason = ""
+        self.waiting: dict | None = None  # past the flip: what a forward step waits for (see _wait_for)
+        self.waited: list[dict] = []  # the waits past the flip that are over, with their seconds
         self.waiting_for = ""  # what the handover waits for before it may freeze (a long transaction, DDL)
         self.handover_step = ""  # the last step the current handover attempt reached (locked, fenced, ...)
+        self.holding = ""  # the fault-injection point (hold_s) it pauses at now
         self.outage_s: float | None = None  # directory unreachable at the flip, source fenced meanwhile
         self.created = time.monotonic()
         self.finished_at: float | None = None
         self.pipe = None
         self.rate_policy = rate_policy  # None: fixed rate from options
-        self.controller_state: dict | None = None
+        self.controller_state: StepReport | None = None  # the controller's last step (slacker.controller.report)
         self._abort = threading.Event()
         self._abort_reason = ""
         # Held while deciding to send the compare-and-set, so an abort is either before it or refused.
@@ -171,7 +176,7 @@ class Migration:
         # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
         total = self.verification.bytes_total if self._verifying() else self.bytes_total
         if (self.phase not in ("snapshot", "copy", "verify") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
-                or (self.controller_state or {}).get("verdict")
+                or (self.controller_state is not None and self.controller_state.verdict)
                 or not total or self.current_rate() == 0):
             return None
         return max(0.0, (total - self.bytes_done()) / self.telemetry.throughput)
@@ -194,16 +199,23 @@ class Migration:
             "verified": self.verified, "verify": self.verification.to_dict() if self.verification else None,
             "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
             "past_point_of_no_return": self.past_point_of_no_return, "finishing_reason": self.finishing_reason,
-            "waiting_for": self.waiting_for, "handover_step": self.handover_step,
+            "waiting": self._waiting_doc(), "waited": self.waited,
+            "waiting_for": self.waiting_for, "handover_step": self.handover_step, "holding": self.holding,
             "directory_outage_s": self.outage_s, "warnings": self.warnings, "recovered": self.recovered,
             "series_path": str(self.series_path), "pipe": self.opts.pipe,
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
-            "controller": self.controller_state,
+            "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
             # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
                           applier=self.opts.delta_applier, durable=self.durable_ms),
         }
+
+    def _waiting_doc(self) -> dict | None:
+        w = self.waiting
+        if w is None:
+            return None
+        return {k: v for k, v in w.items() if k != "since"} | {"seconds": round(time.monotonic() - w["since"], 1)}
 
     def run(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -280,7 +292,7 @@ class Migration:
     def _end(self) -> None:
         self._end_phase()
         self.finished_at = time.monotonic()
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        discard(self.work_dir, TrashName("work", self.id, "finished"))
 
     def _fail(self, exc: BaseException) -> None:
         if self._abort.is_set() and not isinstance(exc, MigrationAborted):
@@ -329,22 +341,33 @@ class Migration:
         self.journal.remove(self.entry)
 
     def _go_forward(self, reason: str) -> None:
-        """Past the flip: make the target writable and retire the source, retrying until both are done."""
+        """Past the flip: make the target writable and retire the source, retrying until both are done.
+        Retries back off to FINISH_BACKOFF_MAX_S at most: the target agent may come back any moment
+        (it also activates itself when it starts, slacker.migration.target), and the routers are
+        released as soon as it answers."""
         self.lease.stop()
         self.src.unfreeze()
         backoff = self.finish_backoff_s
+        holds = self._target_holds()  # fault injection: the first activation only
+        active = False
         while True:
             try:
-                self.peer.step("activate", {"epoch": self.epoch_after, "tenant": self.tenant_id}, timeout_s=120,
-                               phase="cleanup")
-                self.handover.release_routers(after_flip=True)  # the target takes writes now
-                self.src.retire()
+                if not active:
+                    body, holds = {"epoch": self.epoch_after, "tenant": self.tenant_id, **holds}, {}
+                    self.peer.step("activate", body, timeout_s=120, phase="cleanup")
+                    active = True
+                    self.end_wait()
+                    self._hold("activated")
+                    self.handover.release_routers(after_flip=True)  # the target takes writes now
+                self.src.retire(self.id, pause=lambda step: self._hold(f"retire-{step}"))
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""
+                self.end_wait()
                 self.result = "succeeded"
                 return
             except BaseException as exc:  # noqa: BLE001 - every failure here is retried, never rolled back
                 self.finishing_reason = one_line(exc)
+                self._wait_for(active)
                 if self.phase != "finishing":
                     self._phase("finishing")
                 log.warning("migration %s finishing (%s): %s; retrying in %.1fs", self.id, reason,
@@ -352,6 +375,42 @@ class Migration:
                 self._finish_now.wait(backoff)
                 self._finish_now.clear()
                 backoff = min(FINISH_BACKOFF_MAX_S, backoff * 2)
+
+    def _wait_for(self, active: bool) -> None:
+        """Past the flip, a step cannot go on: say what the migration waits for, and whether the tenant
+        takes writes meanwhile (`waiting` in status, the progress line of `slacker migrate`)."""
+        target = self.opts.target
+        if active:
+            what, node = "source-retire", self.source
+            text = (f"past the flip: the tenant takes writes on {target}; retiring the old copy on {self.source} "
+                    f"failed ({self.finishing_reason}); retried every {FINISH_BACKOFF_MAX_S:.0f}s at most")
+        elif self._target_down() is not None:
+            what, node = "target-agent", target
+            text = (f"past the flip: waiting for the target agent {target} to come back; the tenant is not "
+                    f"writable until it does (`slacker status`)")
+        else:
+            what, node = "target-activation", target
+            text = (f"past the flip: the target agent {target} could not activate the tenant "
+                    f"({self.finishing_reason}); retried every {FINISH_BACKOFF_MAX_S:.0f}s at most; the tenant is "
+                    f"not writable until it does")
+        self.wait_on(what, node, active, text)
+
+    def wait_on(self, what: str, node: str, writable: bool, text: str) -> None:
+        """Say what the migration waits for (`waiting`); a new kind of wait ends the one before."""
+        if self.waiting is None or self.waiting["for"] != what:
+            self.end_wait()
+            self.waiting = {"for": what, "node": node, "writable": writable, "message": text,
+                            "since": time.monotonic()}
+            log.warning("migration %s: %s", self.id, text)
+        else:
+            self.waiting["message"] = text
+
+    def end_wait(self) -> None:
+        """The wait past the flip is over: kept in the record (`waited` in the migration's document)."""
+        if self.waiting is not None:
+            w, self.waiting = self.waiting, None
+            self.waited.append({"for": w["for"], "node": w["node"], "writable": w["writable"],
+                                "message": w["message"], "seconds": round(time.monotonic() - w["since"], 1)})
 
     # ---- phases -----------------------------------------------------------------
     def _phase(self, name: str) -> None:
@@ -367,11 +426,22 @@ class Migration:
     def _hold(self, point: str) -> None:
         hold = (self.opts.hold_s or {}).get(point)
         if hold and getattr(self.node.config, "fault_injection", False):
-            if self.past_point_of_no_return:
-                time.sleep(float(hold))
-            else:
-                self._abort.wait(float(hold))
+            log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
+            self.holding = point
+            try:
+                if self.past_point_of_no_return:
+                    time.sleep(float(hold))
+                else:
+                    self._abort.wait(float(hold))
+            finally:
+                self.holding = ""
+            if not self.past_point_of_no_return:
                 self._check_abort()
+
+    def _target_holds(self) -> dict:
+        """The fault-injection points of the target's activation (slacker.migration.target), passed on."""
+        holds = {k: v for k, v in (self.opts.hold_s or {}).items() if k in TARGET_HOLD_POINTS}
+        return {"hold_s": holds} if holds else {}
 
     def _end_phase(self) -> None:
         if self.phases and self.phases[-1].duration_s is None:
@@ -425,7 +495,8 @@ class Migration:
             "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
-            "expected_bytes": self.bytes_total}, phase="preflight")
+            "expected_bytes": self.bytes_total,
+            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase="preflight")
         self.lease.granted_now()
         self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))

@@ -95,7 +95,7 @@ class MigrationCollector(Collector):
             rate.add_metric(key, math.nan if r is None else r)
             throughput.add_metric(key, m.telemetry.throughput)
             progress.add_metric(key, m.telemetry.progress_at)
-            unreachable.add_metric(key, 1 if (m.controller_state or {}).get("verdict") else 0)
+            unreachable.add_metric(key, 1 if m.controller_state is not None and m.controller_state.verdict else 0)
             freeze.add_metric(key, last_freeze_s(m))
             budget.add_metric(key, m.opts.max_freeze_s)
             past.add_metric(key, past_flip_s(m, now))

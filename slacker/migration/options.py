@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..controller.settings import ControllerSettings
 from ..errors import InvalidInput, MigrationFailed
 from ..delta import APPLIERS, DEFAULT_APPLIER, DEFAULT_MPL, parse_mpl
 from ..transfer import DEFAULT_PIPE
@@ -34,10 +35,12 @@ class MigrationOptions:
     snapshot_timeout_s: float = 24 * 3600.0
     # The source renews a lease on the target this often; a target whose lease ran out asks the directory.
     lease_ttl_s: float = 10.0
-    controller: dict | None = None  # latency-targeting settings, see slacker.throttle
+    controller: ControllerSettings | None = None  # latency-targeting settings (a dict is checked in validate())
     # Fault injection for tests and rehearsals, honoured only when the agent's config enables it:
     # {"delta": 5} holds 5 s when that phase begins; {"frozen": 2} with the source frozen;
-    # {"fenced": 2} fenced, before the compare-and-set; {"flipped": 2} right after it.
+    # {"fenced": 2} fenced, before the compare-and-set; {"flipped": 2} right after it; {"activated": 2} after
+    # the target took writes, before the routers are released. The target's activation pauses at
+    # "activating", "started" and "unfenced" (slacker.migration.target.IncomingMigration.activate).
     hold_s: dict | None = None
     delta_applier: str = DEFAULT_APPLIER  # serial | concurrent (see docs/delta.md)
     delta_mpl: int | str = DEFAULT_MPL    # auto | parallel appliers
@@ -45,6 +48,10 @@ class MigrationOptions:
     delta_catchup: bool = True
 
     def validate(self) -> "MigrationOptions":
+        if isinstance(self.controller, dict):
+            self.controller = ControllerSettings.from_dict(self.controller)
+        elif self.controller is not None and not isinstance(self.controller, ControllerSettings):
+            raise InvalidInput("invalid controller settings", "expected an object", "")
         if self.mode not in MODES:
             raise InvalidInput(f"unknown mode {self.mode!r}", f"modes are {', '.join(MODES)}", "")
         if not 0.05 <= self.max_freeze_s <= 60:

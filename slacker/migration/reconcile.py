@@ -5,7 +5,10 @@ leader key before acting as primary): a tenant the directory assigns to
 another node is fenced; a fenced tenant the directory assigns here, with no
 migration holding it, is unfenced; a retired one is stopped and removed.
 Tenants held by a migration (running or being recovered from its journal) are
-left to it. While the directory cannot be reached, nothing changes.
+left to it. While the directory cannot be reached, nothing changes. Files in
+the tenants directory that are no tenant (no tenant.json) are moved aside into
+`tenants/.quarantine/`, never deleted, unless the directory names this node as
+that tenant's owner: then they stay, and `slacker status` says so.
 """
 
 from __future__ import annotations
@@ -20,8 +23,48 @@ log = logging.getLogger("slacker.reconcile")
 class Reconciler:
     def __init__(self, node) -> None:
         self.node = node
+        # Unaccounted tenant directories of a tenant the directory places here: left for a person.
+        self.blocked: dict[str, str] = {}
+
+    def warnings(self) -> list[str]:
+        """One line per leftover a person should look at (shown by `slacker status`)."""
+        out = [f"files of no known tenant moved aside to {q['path']} ({q['bytes'] / 1e6:.0f} MB): nothing uses "
+               "them; inspect them, then delete them" for q in self.node.tenants.quarantined()]
+        return out + list(self.blocked.values())
+
+    def unaccounted(self) -> None:
+        """Move aside what a crash of an older agent left in the tenants directory (no tenant.json),
+        so it blocks no later move of that tenant here; its data is kept."""
+        found = self.node.tenants.unaccounted()
+        self.blocked = {k: v for k, v in self.blocked.items() if k in {p.name for p in found}}
+        if not found:
+            return
+        try:
+            owners = {o.tenant: o.node for o in self.node.directory.list()}
+        except AgentUnavailable:
+            return
+        busy = set(self.node.supervisor.busy)
+        for path in found:
+            if path.name in busy:
+                continue
+            if owners.get(path.name) == self.node.name:
+                if path.name not in self.blocked:
+                    log.error("%s holds no tenant.json, but the directory names this node as the owner of %s: "
+                              "left as it is", path, path.name)
+                self.blocked[path.name] = (f"{path} holds no tenant.json but the directory names this node as "
+                                           f"{path.name}'s owner: restore its tenant.json from a backup, or "
+                                           "delete the tenant")
+                continue
+            try:
+                dest = self.node.tenants.quarantine(path)
+            except OSError as exc:
+                log.warning("could not move %s aside: %s", path, exc)
+                continue
+            log.warning("%s held files of no known tenant: moved aside to %s (kept; delete it when not needed)",
+                        path, dest)
 
     def tick(self) -> None:
+        self.unaccounted()
         busy = set(self.node.supervisor.busy)
         local = [t for t in self.node.tenants.list()
                  if t.id not in busy and t.info.desired_state != "incoming"]

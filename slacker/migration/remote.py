@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..controller.settings import ControllerSettings
 from ..delta import parse_mpl
 from ..errors import InvalidInput
 
@@ -24,7 +25,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
                    delta_mpl: str | int | None = None, handover_attempts: int = 3,
                    handover_wait: float = 60.0, catchup_mode: bool = True, target_setpoint: float | None = None,
-                   target_guard: bool = True) -> dict:
+                   target_guard: bool = True, hold: tuple[str, ...] = ()) -> dict:
     """The body of POST /v1/migrations on the source agent."""
     chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
                                     ("--setpoint", setpoint is not None)) if on]
@@ -40,20 +41,33 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                   "rate_bytes_per_s": rate}
     if pipe:
         body["pipe"] = pipe
+    if hold:
+        body["hold_s"] = parse_holds(hold)
     if setpoint is not None:
-        body["controller"] = {"setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate,
-                              "latency_sources": list(latency_sources), "gains": gains, "window_s": window,
-                              "step_s": step, "force": force, "target_guard": target_guard}
-        if target_setpoint is not None:
-            body["controller"]["target_setpoint_s"] = target_setpoint
-        if controller_kind:
-            body["controller"]["kind"] = controller_kind
+        # Checked here too, so the CLI refuses a bad setting (an unknown --controller) before any agent is asked.
+        body["controller"] = ControllerSettings.from_dict({
+            "setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate, "latency_sources": list(latency_sources),
+            "gains": gains, "window_s": window, "step_s": step, "force": force, "target_guard": target_guard,
+            "target_setpoint_s": target_setpoint, "kind": controller_kind}).to_dict()
     elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
           or latency_sources or force or not target_guard):
         raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
                            "--latency-source, --target-setpoint, --no-target-guard and --force only apply to a "
                            "latency-targeting migration", "")
     return body
+
+
+def parse_holds(holds: tuple[str, ...]) -> dict:
+    """--hold POINT=DURATION (repeatable): the fault-injection pauses a rehearsal asks for."""
+    from ..units import parse_duration
+
+    out = {}
+    for h in holds:
+        point, sep, value = h.partition("=")
+        if not sep or not point.strip() or not value.strip():
+            raise InvalidInput(f"invalid --hold {h!r}", "expected POINT=DURATION", "for example --hold flipped=5s")
+        out[point.strip()] = parse_duration(value)
+    return out
 
 
 def start_migration(source_agent, body: dict) -> dict:

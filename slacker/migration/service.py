@@ -4,12 +4,12 @@ after a restart, the reconciliation of local tenants with the directory, and the
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from pathlib import Path
 
 from ..errors import Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
+from ..trash import TrashName, as_field, discard, sweep, sweep_building
 from .machine import Migration
 from .metrics import MigrationCollector, Tally
 from .options import MigrationOptions
@@ -27,6 +27,9 @@ class MigrationService:
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self.tally = Tally()  # counters of ended migrations for /metrics
+        # Before anything else looks at the disk: what a crash left half built or half removed.
+        sweep_building(node.tenants.tenants_dir)
+        node.tenants.sweep()
         self.incoming = IncomingRegistry(node)
         self._clean_work_dirs()
         self._recover_outgoing()
@@ -36,13 +39,18 @@ class MigrationService:
     def _clean_work_dirs(self) -> None:
         """Work directories (backup defaults file with credentials, temp files) of migrations that
         died with the previous agent."""
-        root = Path(self.node.config.data_root) / "migrations"
+        root = self.work_root
         if not root.is_dir():
             return
+        sweep(root)
         for d in root.iterdir():
-            if d.is_dir():
+            if d.is_dir() and not d.name.startswith("."):
                 log.warning("removing the work directory of an interrupted migration: %s", d.name)
-                shutil.rmtree(d, ignore_errors=True)
+                discard(d, TrashName("work", as_field(d.name), "interrupted"))
+
+    @property
+    def work_root(self) -> Path:
+        return Path(self.node.config.data_root) / "migrations"
 
     def _recover_outgoing(self) -> None:
         for entry in self.node.journal.entries("source"):
@@ -82,6 +90,7 @@ class MigrationService:
         if options.hold_s and not self.node.config.fault_injection:
             raise InvalidInput("fault injection is disabled on this agent",
                                "hold_s is a test and rehearsal aid", "set fault_injection = true in agent.toml")
+        options.validate()  # the controller's settings typed before anything is measured
         if rate_policy is None and options.controller:
             from ..throttle import build_rate_policy
             rate_policy = build_rate_policy(self.node, tenant_id, options)
@@ -126,9 +135,11 @@ class MigrationService:
             return {m.tenant_id for m in self._outgoing.values() if m.active}
 
     def tick(self) -> None:
-        """From the supervisor: settle expired incoming leases, reconcile idle tenants with the directory."""
+        """From the supervisor: settle expired incoming leases, reconcile idle tenants with the directory,
+        finish removals of work directories a crash cut short."""
         self.incoming.tick()
         self.reconciler.tick()
+        sweep(self.work_root)
 
     def shutdown(self) -> None:
         """Abort what can still be aborted; a migration past its flip is left to the journal."""
@@ -279,7 +290,7 @@ def attach(node, server) -> None:
 
     @server.route("POST", f"/v1/incoming/{MID}/activate")
     def inc_activate(srv, body, q, mid):
-        return inc.activate(mid, str(body.get("tenant") or mid.rsplit("-", 2)[0]))
+        return inc.activate(mid, str(body.get("tenant") or mid.rsplit("-", 2)[0]), hold_s=body.get("hold_s"))
 
     @server.route("DELETE", f"/v1/incoming/{MID}")
     def inc_delete(srv, body, q, mid):

@@ -109,7 +109,7 @@ class SourceSide:
                 log.warning("tenant %s: unfenced on disk, server not told (%s)", self.tenant_id, exc)
         self.fenced = False
 
-    def retire(self) -> None:
+    def retire(self, migration: str = "", pause=None) -> None:
         if self.node.tenants.exists(self.tenant_id):
-            self.node.tenants.retire(self.tenant())
+            self.node.tenants.retire(self.tenant(), migration, pause)
         self.node.supervisor.forget(self.tenant_id)

@@ -25,6 +25,7 @@ from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, 
 from ..mariadb import ops, replication
 from ..mariadb.rowsums import table_sums
 from ..procs import kill_group
+from ..router.freeze import RouterHold
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
 from .journal import Entry
@@ -49,7 +50,10 @@ class IncomingMigration:
         self.state = entry.state
         self._prepare_proc = None
         self._verifier = None  # online verification's snapshot (slacker.verify), while one runs
+        self.holding = ""  # the fault-injection point the activation pauses at now (tests, rehearsals)
+        self.recovered = False  # read back from the journal when this agent started
         self._lock = threading.RLock()
+        self.hold_s: dict | None = None  # fault injection: the source's hold points, for this side's steps
 
     # ---- creation -------------------------------------------------------------------
     @classmethod
@@ -71,6 +75,7 @@ class IncomingMigration:
         tenant.info.fenced = True
         inc = cls(node, entry, tenant, str(body.get("source_host", "")))
         inc.mode = body.get("mode", "live")
+        inc.hold_s = body.get("hold_s") or None
         try:
             mariadb.write_secret(tenant.admin_password_file, body["admin_password"] + "\n")
             mariadb.write_secret(tenant.app_password_file, body["app_password"] + "\n")
@@ -78,6 +83,8 @@ class IncomingMigration:
                 if body.get(key):  # the accounts come with the copy; their passwords with this request
                     mariadb.write_secret(f, body[key] + "\n")
             tenant.save()
+            # Whole, or not at all: a crash before this leaves only `tenants/.building/`, swept at start.
+            node.tenants.put_in_place(tenant)
             tenant.datadir.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(tenant.datadir).free
             expected = int(body.get("expected_bytes") or 0)
@@ -102,7 +109,7 @@ class IncomingMigration:
                 "receiver_host": self.node.config.tenant_host,
                 "receiver_port": self.receiver.port if self.receiver else None,
                 "bytes_received": self.receiver.bytes_received if self.receiver else 0,
-                "lease_left_s": round(self.entry.lease_until - time.time(), 1)}
+                "lease_left_s": round(self.entry.lease_until - time.time(), 1), "holding": self.holding}
 
     def _move(self, new: TargetState) -> None:
         check(TARGET_MOVES, self.state, new, f"incoming migration {self.id}")
@@ -235,9 +242,23 @@ class IncomingMigration:
             self.node.journal.update(self.entry, state="receiving")
             self._move(TargetState.CATCHING_UP)
 
+    def _hold(self, hold_s: dict | None, point: str) -> None:
+        """Fault injection (tests, rehearsals; only with `fault_injection` on): pause at a named step of the
+        activation, so a test can kill this agent exactly there."""
+        seconds = (hold_s or {}).get(point)
+        if seconds and self.node.config.fault_injection:
+            self.holding = point
+            try:
+                time.sleep(float(seconds))
+            finally:
+                self.holding = ""
+
     # ---- the endings ------------------------------------------------------------------
-    def activate(self) -> None:
-        """The directory names this node: make the tenant writable and ours. Checked here, not trusted."""
+    def activate(self, hold_s: dict | None = None) -> None:
+        """The directory names this node: make the tenant writable and ours. Checked here, not trusted.
+        `hold_s` (fault injection): pause at "activating" (the directory checked, nothing changed yet),
+        "started" (the server runs without replication, still fenced) or "unfenced" (writable, the
+        journal not yet cleared)."""
         with self._lock:
             if self.state == "owned":
                 return
@@ -247,6 +268,7 @@ class IncomingMigration:
             if own.node != self.node.name or own.epoch <= (self.entry.epoch_before or 0):
                 raise Conflict(f"tenant {self.tenant_id} is not ours to activate",
                                f"the directory names {own.node} at epoch {own.epoch}", "")
+            self._hold(hold_s, "activating")
             if self.receiver is not None:
                 self.receiver.abort()
             dropped = False
@@ -266,13 +288,32 @@ class IncomingMigration:
                 replication.forget_replication(conn)
             finally:
                 conn.close()
+            self._hold(hold_s, "started")
             self.node.tenants.set_fenced(self.tenant, False, desired_state="running")
+            self._hold(hold_s, "unfenced")
+            # It takes writes: routers still holding the tenant's statements send them here now, whoever
+            # asked for this activation (the source, or this agent on its own after a restart).
+            RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id).release(after_flip=True,
+                                                                                                  own=own)
             self.node.journal.remove(self.entry)
             self._move(TargetState.OWNED)
             log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
 
+    def flipped(self) -> bool:
+        """Promoted and the directory names this node: nothing is left to decide, only to activate.
+        False while the directory cannot be reached."""
+        if self.state != TargetState.PROMOTED.value:
+            return False
+        try:
+            own = self.node.directory.lookup(self.tenant_id)
+        except SlackerError:
+            return False
+        return own.node == self.node.name and own.epoch > (self.entry.epoch_before or 0)
+
     def remove(self) -> None:
-        """Remove every trace of the incoming tenant; never raises. Never once it is owned."""
+        """Remove every trace of the incoming tenant; never raises. Never once it is owned.
+        Its files go through the trash (crash-atomic); the journal entry goes last, so a restart in
+        between finds either the journaled tenant again or nothing under its name."""
         with self._lock:
             if self.state in ("owned", "aborted"):
                 return
@@ -291,9 +332,19 @@ class IncomingMigration:
             self.node.tenants.kill_tenant(self.tenant)
         except Exception:
             log.exception("killing incoming tenant %s failed", self.tenant_id)
-        shutil.rmtree(self.tenant.root, ignore_errors=True)
-        self.tenant.socket.unlink(missing_ok=True)
+        try:
+            self.node.tenants.remove_files(self.tenant, "rolled-back", self.id, self._pause)
+        except OSError:
+            log.exception("removing incoming tenant %s failed", self.tenant_id)
+            return  # journaled still: the next start (or settle) removes it
         self.node.journal.remove(self.entry)
+
+    def _pause(self, step: str) -> None:
+        """Fault injection (tests): hold inside the removal of the partial copy, at `remove-STEP`."""
+        hold = (self.hold_s or {}).get(f"remove-{step}")
+        if hold and getattr(self.node.config, "fault_injection", False):
+            log.warning("incoming migration %s: holding at remove-%s for %ss (fault injection)", self.id, step, hold)
+            time.sleep(float(hold))
 
     def settle(self) -> str:
         """The source's lease ran out (or this agent restarted or stops): let the directory decide.
@@ -345,8 +396,13 @@ class IncomingRegistry:
         for e in self.node.journal.entries("target"):
             if self.node.tenants.exists(e.tenant) and self.node.tenants.get(e.tenant).info.desired_state == "incoming":
                 journaled[e.tenant] = e
-            else:
-                self.node.journal.remove(e)
+                continue
+            if self.node.tenants.exists(e.tenant) and e.state == "promoted":
+                info = self.node.tenants.get(e.tenant).info
+                if info.desired_state == "running" and not info.fenced:
+                    # An activation cut short after it unfenced: the routers may still hold the tenant.
+                    RouterHold.everywhere(self.node.directory, self.node.token, e.tenant).release(after_flip=True)
+            self.node.journal.remove(e)
         for t in self.node.tenants.list():
             if t.info.desired_state != "incoming":
                 continue
@@ -354,10 +410,10 @@ class IncomingRegistry:
             if e is None:
                 log.warning("removing unjournaled incoming tenant %s", t.id)
                 self.node.tenants.kill_tenant(t)
-                shutil.rmtree(t.root, ignore_errors=True)
-                t.socket.unlink(missing_ok=True)
+                self.node.tenants.remove_files(t, "unjournaled")
                 continue
             inc = IncomingMigration(self.node, e, t)
+            inc.recovered = True
             if e.state != "promoted":
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
             self.node._claim(t.id)
@@ -397,7 +453,7 @@ class IncomingRegistry:
             if self._items.pop(inc.id, None) is not None:
                 self.node._release(inc.tenant_id)
 
-    def activate(self, mid: str, tenant_id: str) -> dict:
+    def activate(self, mid: str, tenant_id: str, hold_s: dict | None = None) -> dict:
         with self._lock:
             inc = self._items.get(mid)
         if inc is None:
@@ -408,7 +464,7 @@ class IncomingRegistry:
                 if t.info.desired_state == "running" and not t.info.fenced and own.node == self.node.name:
                     return {"activated": True, "already": True}
             raise NotFound(f"no incoming migration {mid} on {self.node.name}", "", "")
-        inc.activate()
+        inc.activate(hold_s)
         self._drop(inc)
         return {"activated": True}
 
@@ -421,12 +477,17 @@ class IncomingRegistry:
         self._drop(inc)
 
     def tick(self) -> None:
-        """Settle every incoming migration whose lease ran out."""
+        """Settle every incoming migration whose lease ran out, and activate at once every promoted one
+        read back from the journal that the directory already names (the flip done while this agent was
+        down: the source's request was lost). Runs when the agent starts, before its API answers, and on
+        every supervisor tick after (while the directory cannot be reached): the tenant takes writes as
+        soon as this agent is back, not after its lease or the source's next retry."""
         with self._lock:
-            expired = [i for i in self._items.values() if time.time() > i.entry.lease_until]
-        for inc in expired:
-            if inc.settle() in ("activated", "removed", "done"):
-                self._drop(inc)
+            items = list(self._items.values())
+        for inc in items:
+            if time.time() > inc.entry.lease_until or (inc.recovered and inc.flipped()):
+                if inc.settle() in ("activated", "removed", "done"):
+                    self._drop(inc)
 
     def list(self) -> list[dict]:
         with self._lock:

@@ -9,7 +9,10 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from ..controller.marks import MODEL_KEYS, copy_mark
+from dataclasses import replace
+
+from ..controller.marks import copy_mark
+from ..controller.report import StepReport
 
 log = logging.getLogger("slacker.migration.telemetry")
 
@@ -56,31 +59,29 @@ class Telemetry:
         self._note_progress(done)
         if m.rate_policy is not None:
             if m.phase == "snapshot" and m.pipe is not None and not m.pipe.done:
-                rate, state = m.rate_policy.step(now, done, mark=copy_mark(m, now), bytes_total=m.bytes_total)
+                rate, report = m.rate_policy.step(now, done, mark=copy_mark(m, now), bytes_total=m.bytes_total)
                 m.pipe.set_rate(rate)
                 if m.pipe.commit_locked:
-                    state["note"] = "backup holds the commit lock: copying unthrottled" + (
-                        f" ({state['note']})" if state.get("note") else "")
+                    report = report.with_note("backup holds the commit lock: copying unthrottled")
                 elif m.pipe.prereading:
-                    state["note"] = (f"reading the backup tool into memory at this rate "
-                                     f"({m.pipe.preread_bytes / 1e6:.1f} MB)") + (
-                        f" ({state['note']})" if state.get("note") else "")
-                m.controller_state = state
+                    report = report.with_note(f"reading the backup tool into memory at this rate "
+                                              f"({m.pipe.preread_bytes / 1e6:.1f} MB)")
+                m.controller_state = report
             elif m.phase == "verify" and m.verification is not None and m.verification.result is None:
                 # Verification reads every row on both servers: paced like the copy, same setpoint and guard.
                 v = m.verification
-                rate, state = m.rate_policy.step(now, v.bytes_done, bytes_total=v.bytes_total)
+                rate, report = m.rate_policy.step(now, v.bytes_done, bytes_total=v.bytes_total)
                 v.set_rate(rate)
-                state["note"] = "verifying" + (f" ({state['note']})" if state.get("note") else "")
-                m.controller_state = state
+                m.controller_state = report.with_note("verifying")
             elif m.result is None and m.phase not in ("pending", "preflight"):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
                 # what prepare, delta and the freeze cost the clients: keep recording it.
                 sample = m.rate_policy.source.read()
-                state = dict(m.controller_state or {})
-                state.update(latency_s=sample.latency_s, note="observing (no copy in this phase)")
-                state.update(getattr(m.rate_policy.source, "sides", None) or {})
-                m.controller_state = state
+                prev = m.controller_state or StepReport(t=now, setpoint_s=m.rate_policy.controller.setpoint_s,
+                                                        rate_bytes_per_s=None)
+                m.controller_state = replace(prev, t=now, latency_s=sample.latency_s,
+                                             note="observing (no copy in this phase)").with_sides(
+                    getattr(m.rate_policy.source, "sides", None))
         self.record()
 
     def _note_progress(self, done: int) -> None:
@@ -106,12 +107,8 @@ class Telemetry:
             sample["note"] = m.finishing_reason
         if m.finished_at is not None:  # the last sample: the duration the summary shows (slacker plot's title)
             sample["duration_s"] = round(m.finished_at - m.created, 3)
-        if m.controller_state:
-            for k in ("latency_s", "last_latency_s", "setpoint_s", "p", "i", "d", "fraction", "aim", "knee_bytes_per_s",
-                      "note", "source_state", "binding", "source_latency_s", "target_latency_s", "target_setpoint_s",
-                      *MODEL_KEYS, "mark", "verdict"):
-                if k in m.controller_state:
-                    sample[k] = m.controller_state[k]
+        if m.controller_state is not None:
+            sample.update(m.controller_state.series())
         if m.phase == "verify" and m.verification is not None:  # bytes_done above is the verification's
             sample["bytes_total"] = m.verification.bytes_total
             sample["verify_tables_done"] = m.verification.tables_done

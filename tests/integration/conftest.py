@@ -73,6 +73,12 @@ def _free_port(host: str) -> int:
 _next_block = [0]
 
 
+def next_loopback_block() -> str:
+    """The first node address of a 127.0.x.0/24 block of its own: sockets of earlier tests stay apart."""
+    _next_block[0] += 1
+    return f"127.0.{100 + (os.getpid() + _next_block[0]) % 150}.2"
+
+
 @pytest.fixture
 def make_cluster(short_tmp):
     """Factory: a local cluster (real agents as daemons) on a loopback block of its own."""
@@ -87,10 +93,7 @@ def make_cluster(short_tmp):
         if netns:
             return _make_netns(run_dir, nodes, port_range, directory_node, directory, cpu_per_node, tls,
                                stats_interval_s)
-        # A distinct 127.0.x.0/24 block per cluster keeps sockets of earlier tests apart.
-        _next_block[0] += 1
-        block = 100 + (os.getpid() + _next_block[0]) % 150
-        first = f"127.0.{block}.2"
+        first = next_loopback_block()
         port = _free_port(first)
         etcd_ports = {}
         if directory == "etcd":  # three members on the block's first three addresses, ports of their own
@@ -110,17 +113,22 @@ def make_cluster(short_tmp):
     yield make
     os.environ.pop("SLACKER_CLUSTER", None)
     for run_dir in made:
-        try:
-            local_cluster.down(run_dir)
-        except Exception:
-            pass
-        # Whatever a fault left behind (an agent killed mid-step), no process of this cluster survives it.
-        for pid, _ in processes_mentioning(str(run_dir)):
-            kill_group(pid)
-        try:
-            netns.teardown(run_dir)  # namespaces, veths and the bridge, even if `down` failed
-        except Exception:
-            pass
+        tear_down(run_dir)
+
+
+def tear_down(run_dir: Path) -> None:
+    """A test cluster down, whatever state a fault left it in."""
+    try:
+        local_cluster.down(run_dir)
+    except Exception:
+        pass
+    # Whatever a fault left behind (an agent killed mid-step), no process of this cluster survives it.
+    for pid, _ in processes_mentioning(str(run_dir)):
+        kill_group(pid)
+    try:
+        netns.teardown(run_dir)  # namespaces, veths and the bridge, even if `down` failed
+    except Exception:
+        pass
 
 
 def _make_netns(run_dir: Path, nodes: int, port_range, directory_node: str, directory: str,

@@ -152,6 +152,8 @@ class Scenario:
             if n != owner and (d / "tenants" / self.tenant).exists():
                 found.append(str(d / "tenants" / self.tenant))
                 found += [cmd for _, cmd in processes_mentioning(str(d / "tenants" / self.tenant))]
+            for area in (d / "tenants" / ".trash", d / "tenants" / ".building", d / "migrations" / ".trash"):
+                found += [str(p) for p in area.glob("*")]  # a removal or creation a crash cut short
         found += [cmd for _, cmd in processes_mentioning(mid)]
         return found
 

@@ -90,12 +90,13 @@ def tenant_checksums(cluster, tenant_id: str) -> dict:
         conn.close()
 
 
-def acked_ids_present(cluster, tenant_id: str, ids: list[int]) -> set[int]:
+def acked_ids_present(cluster, tenant_id: str, ids: list[int], table: str = "acks.log") -> set[int]:
+    """The ids of `ids` missing from `table` on the owner the directory names."""
     ep = resolve(tenant_id, cluster)
     conn = ep.connect()
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT id FROM acks.log")
+            cur.execute(f"SELECT id FROM {table}")
             have = {r[0] for r in cur.fetchall()}
     finally:
         conn.close()

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pymysql
 import pytest
@@ -78,13 +79,30 @@ def test_cli_error_paths(cluster):
     one_line_error(*slacker("tenant", "delete", "nope", "--yes")[::2], "not found")
     one_line_error(*slacker("locate", "nope")[::2], "not found")
     one_line_error(*slacker("tenant", "create")[::2], "Missing argument")
-    # a directory left behind by someone else is not overwritten
+    # a directory left behind by someone else is never overwritten nor deleted: the agent moves it
+    # aside (a create racing it is refused), says so in `slacker status`, and the id is free again
     junk = cluster.path.parent / "node-1" / "tenants" / "junk"
     junk.mkdir(parents=True)
     (junk / "ibdata1").write_text("precious")
-    one_line_error(*slacker("tenant", "create", "junk", "--on", "node-1")[::2], "not empty")
-    assert (junk / "ibdata1").read_text() == "precious"
-    one_line_error(*slacker("locate", "junk")[::2], "not found")  # and it was not registered
+    created, _, err = slacker("tenant", "create", "junk", "--on", "node-1")
+    if created != 0:
+        one_line_error(created, err, "not empty")
+        one_line_error(*slacker("locate", "junk")[::2], "not found")  # and it was not registered
+    quarantine = junk.parent / ".quarantine"
+    deadline = time.monotonic() + 60
+    while not (quarantine.is_dir() and any(quarantine.iterdir())):
+        assert time.monotonic() < deadline, "the agent never moved the unaccounted directory aside"
+        time.sleep(0.2)
+    [moved] = quarantine.iterdir()
+    assert (moved / "ibdata1").read_text() == "precious" and moved.name.startswith("tenant~junk~unknown~")
+    rc, out, _ = slacker("status")
+    [line] = [ln for ln in out.splitlines() if "WARNING" in ln]
+    assert line.startswith("node-1: WARNING: files of no known tenant moved aside to ") and str(moved) in line
+    doc = json.loads(slacker("status", "--json")[1])
+    node1 = next(n for n in doc["nodes"] if n["node"] == "node-1")
+    assert len(node1["warnings"]) == 1 and str(moved) in node1["warnings"][0]
+    if created != 0:
+        assert slacker("tenant", "create", "junk", "--on", "node-1")[0] == 0
 
 
 def test_no_cluster_file(tmp_path):

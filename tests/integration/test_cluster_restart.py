@@ -1,4 +1,4 @@
-"""`slacker cluster down` keeps the data and the same `cluster up` brings the same cluster back:
+"""`slacker cluster down` keeps the data and `cluster up --dir DIR` (no option repeated) brings the same cluster back:
 every tenant served by the node that served it, with every row, on loopback, with TLS, and on
 network-namespace hosts with etcd; `cluster down --purge` then leaves nothing behind."""
 
@@ -85,12 +85,18 @@ def down_and_up_keeps_every_tenant(c, netns_hosts: bool = False) -> None:
     r = cli.invoke(main, ["cluster", "down", "--dir", str(run_dir)])
     assert r.exit_code == 0 and time.monotonic() - t0 < 10, (r.output, time.monotonic() - t0)
 
-    r = cli.invoke(main, ["cluster", "up", *flags])
+    r = cli.invoke(main, ["cluster", "up", "--dir", str(run_dir)])  # no option repeated: all from its file
     assert r.exit_code == 0, r.output
     again = load_cluster(str(c.path))
+    assert again.tls_ca == c.tls_ca and again.local_subnet == c.local_subnet
+    assert (again.directory_backend, again.etcd_endpoints) == (c.directory_backend, c.etcd_endpoints)
+    assert {n.name: n.url for n in again.nodes.values()} == {n.name: n.url for n in c.nodes.values()}
     assert {n.name: n.tenant_host for n in again.nodes.values()} == {n.name: n.tenant_host for n in c.nodes.values()}
     for tenant, node in placed.items():
         assert _rows(again, tenant) == (node, ROWS, ROWS * (ROWS - 1) // 2)
+
+    r = cli.invoke(main, ["cluster", "up", *flags])  # the same options repeated: accepted as before
+    assert r.exit_code == 0, r.output
 
     # A different shape is refused with both shapes named, and the cluster keeps running.
     other = [w if w != str(len(c.nodes)) else str(len(c.nodes) + 1) for w in flags]

@@ -39,7 +39,7 @@ def test_controller_steers_the_copy(cluster, tmp_path):
         # A setpoint nobody can meet is refused up front, with the measured latency in the message...
         rc, out, err = slacker("migrate", "pid1", "--to", "node-2", "--setpoint", "0.1ms",
                                "--latency-source", source)
-        one_line_error(rc, err, "below the latency measured now")
+        one_line_error(rc, err, "below the latency measured now", "the median of")
         # ... and a source that does not answer fails before any byte moves.
         one_line_error(*slacker("migrate", "pid1", "--to", "node-2", "--setpoint", "1s", "--latency-source",
                                 f"prometheus,url=http://127.0.0.1:{free_port()}/metrics")[::2],
@@ -100,12 +100,11 @@ def test_controller_steers_the_copy(cluster, tmp_path):
     assert all(s["latency_s"] is None or s["latency_s"] > s["setpoint_s"] for s in low)
     assert low[-1]["rate_bytes_per_s"] == 0
     assert max(s["bytes_done"] for s in low) <= paused_bytes + 2_000_000
-    # Latency far below the new setpoint: the controller raised the rate again.
-    assert max(s["rate_bytes_per_s"] for s in high) > 0
-    assert any(b["rate_bytes_per_s"] > a["rate_bytes_per_s"] for a, b in zip(high, high[1:]))
+    # Latency far below the new setpoint: the controller raised the rate again, within a few steps.
+    assert max(s["rate_bytes_per_s"] for s in high[:3]) > 0, [s["rate_bytes_per_s"] for s in high[:5]]
     assert all(0 <= s["rate_bytes_per_s"] <= 20_000_000 for s in snap)
-    # What the default controller has learnt is in every step and in status: the knee and the aim.
-    assert all("knee_bytes_per_s" in s and 0.85 <= s["aim"] <= 1.15 for s in snap)
-    assert "knee_bytes_per_s" in mig["controller"] and "aim" in mig["controller"]
+    # What the default controller (the model) has learnt is in every step and in status: its lag, its load.
+    assert all("model_lag_s" in s for s in snap)
+    assert "model_lag_s" in mig["controller"] and "model_load_latency_s" in mig["controller"]
     # The backup's start is marked in the series (the model controller leaves those seconds out).
     assert any(s.get("mark") in ("read-in", "backup start") for s in snap)

@@ -52,7 +52,7 @@ def test_the_shown_commands_are_found() -> None:
     assert ["slacker", "cluster", "up", "--nodes", "2"] in shown
     assert shown[-2:] == [["slacker", "tenant", "delete", "t42", "--yes"], ["slacker", "cluster", "down", "--purge"]]
     down = shown.index(["slacker", "cluster", "down"])
-    assert shown[down + 1] == shown[0]  # the round trip: the first `cluster up` again
+    assert shown[down + 1] == ["slacker", "cluster", "up", "--dir", "run"]  # the round trip, with no options
     assert ["slacker", "migrate", "t42", "--set", "setpoint=900ms"] in shown
     assert ["slacker", "migrate", "--abort", "t42"] in help_examples("migrate")
 
@@ -173,14 +173,29 @@ def _run_finish(sh: Shell, words: list[str]) -> None:
     assert json.loads(out)["node"] == doc["target"]
 
 
+def _shape_of(sh: Shell) -> dict:
+    """What `cluster up --json` says a cluster is: nodes and addresses, directory, TLS, subnet, router."""
+    _, out, _ = sh.run(["slacker", "status", "--json"])
+    doc = json.loads(out)
+    assert all(n["reachable"] for n in doc["nodes"]), doc["nodes"]
+    from slacker.router.local import listening
+    c = sh.cluster()
+    return {"nodes": {n.name: (n.url, n.tenant_host) for n in c.nodes.values()}, "tls": bool(c.tls_ca),
+            "directory": (c.directory_backend, c.directory_node, c.etcd_endpoints), "subnet": c.local_subnet,
+            "router": listening(sh.cwd / "run") is not None}
+
+
 def _run_other_cluster(sh_dir: Path, words: list[str]) -> None:
-    """A `cluster up` variant: up in a directory of its own, every node answering, then down."""
+    """A `cluster up` variant: up in a directory of its own, every node answering; down, and back
+    as it was made with `cluster up --dir run` alone (no option repeated); then down."""
     sh = Shell(sh_dir)
     try:
         sh.run(words, *_own_addresses(words))
-        _, out, _ = sh.run(["slacker", "status", "--json"])
-        doc = json.loads(out)
-        assert len(doc["nodes"]) == _nodes(words) and all(n["reachable"] for n in doc["nodes"]), doc["nodes"]
+        made = _shape_of(sh)
+        assert len(made["nodes"]) == _nodes(words) and made["router"], made
+        sh.run(["slacker", "cluster", "down"])
+        sh.run(["slacker", "cluster", "up", "--dir", "run"])
+        assert _shape_of(sh) == made
     finally:
         sh.down()
 
@@ -229,19 +244,18 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
     story = Shell(short_tmp / "story")
     ran_elsewhere: list[list[str]] = []
     story_up: list[str] = []  # the words that brought the story's cluster up
-    story_extra: list[str] = []  # ... and the options that kept it off other clusters
     stopped: tuple[str, int] | None = None  # while the story's cluster is down: t42's owner and rows
     try:
         for i, words in enumerate(shown):
             if words[1:3] == ["cluster", "up"] and stopped is not None:  # the round trip: the same cluster back
-                assert words == story_up, ("not the same options", words, story_up)
-                story.run(words, *story_extra)
-                assert _marked_rows(story) == stopped
+                assert words == ["slacker", "cluster", "up", "--dir", "run"], words  # no option repeated
+                story.run(words)  # made with a loopback block, ports, a router of its own: all from its file
+                assert _marked_rows(story) == stopped and _shape_of(story) == story_shape
                 stopped = None
             elif words[1:3] == ["cluster", "up"]:
                 if not story_up:  # the cluster the rest of the block runs on
-                    story_up, story_extra = words, [*_own_addresses(words), "--fault-injection"]
-                    story.run(words, *story_extra)
+                    story_up = words  # and the options that keep it off other clusters
+                    story.run(words, *_own_addresses(words), "--fault-injection")
                 elif "--netns" in words and os.geteuid() != 0:
                     continue  # shown with sudo: a non-root run cannot
                 else:
@@ -255,6 +269,7 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 _run_finish(story, words)
             elif words[1:3] == ["cluster", "down"]:
                 before = None if "--purge" in words else _mark_rows(story)
+                story_shape = _shape_of(story)
                 _, out, _ = story.run(words)
                 assert "cluster down: stopped" in out, out
                 assert processes_mentioning(str(story.cwd / "run")) == []

@@ -46,7 +46,10 @@ def test_create_write_restart_delete(tenants):
     tenants.delete("life")
     assert not alive(new_pid)
     assert not t.root.exists() and not t.socket.exists()
-    assert list((tenants.data_root / "tenants").iterdir()) == []
+    tdir = tenants.data_root / "tenants"
+    # Created under .building/, removed through .trash/: both empty, nothing else left.
+    assert sorted(p.name for p in tdir.iterdir()) == [".building", ".trash"]
+    assert list((tdir / ".building").iterdir()) == [] and list((tdir / ".trash").iterdir()) == []
 
 
 def test_two_tenants_side_by_side(tenants):
@@ -114,14 +117,14 @@ def test_mariadbd_failing_to_start_leaves_nothing(tenants, monkeypatch):
 
 
 def test_mariadbd_failing_after_install_shows_error_log(tenants, monkeypatch):
-    install = type(tenants)._install_db
+    place = type(tenants).put_in_place  # installed, renamed to its name, its config rendered: break that
 
-    def install_then_break(self, tenant, prog):
-        install(self, tenant, prog)
+    def place_then_break(self, tenant):
+        place(self, tenant)
         with open(tenant.config_file, "a") as f:
             f.write("innodb_no_such_thing = 1\n")
 
-    monkeypatch.setattr(type(tenants), "_install_db", install_then_break)
+    monkeypatch.setattr(type(tenants), "put_in_place", place_then_break)
     with pytest.raises(TenantError) as e:
         tenants.create("broken2")
     assert "exited during start" in str(e.value) and "innodb_no_such_thing" in str(e.value), str(e.value)

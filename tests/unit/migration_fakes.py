@@ -132,7 +132,7 @@ class FakeSource:
         self.w.frozen = False
         self.w.clients_write()
 
-    def retire(self) -> None:
+    def retire(self, migration: str = "", pause=None) -> None:
         self._step("retire")
         self.w.read_only = True
         self.w.retired = True

@@ -54,3 +54,34 @@ def test_summary_names_the_verified_position(capsys):
     doc.update(verified=True, verify={"position": "0-1-2345", "tables_total": 3, "rows": 8400, "duration_s": 0.31})
     print_summary(doc)
     assert "equal at 0-1-2345 (3 tables, 8,400 rows, 310ms)" in capsys.readouterr().out
+
+
+WAIT = ("past the flip: waiting for the target agent n2 to come back; the tenant is not writable until it does "
+        "(`slacker status`)")
+
+
+def test_a_wait_past_the_flip_is_said_on_the_progress_line_in_status_and_the_summary(capsys):
+    from slacker.cli.migrate_cmd import progress_line
+    from slacker.cli.tenant_cmd import _migration_line
+
+    doc = dict(VERIFYING, phase="finishing", verify=None, eta_s=None, past_point_of_no_return=True,
+               finishing_reason="target agent n2 failed: connection refused",
+               waiting={"for": "target-agent", "node": "n2", "writable": False, "message": WAIT, "seconds": 42.0})
+    assert WAIT in progress_line(doc) and "42.0s" in progress_line(doc)
+    assert WAIT in _migration_line(doc) and "(for 42s)" in _migration_line(doc)
+    done = _doc(applier="serial", mpl=0)
+    done["waited"] = [{"for": "target-agent", "node": "n2", "writable": False, "message": WAIT, "seconds": 42.0}]
+    print_summary(done)
+    assert "waited past the flip" in capsys.readouterr().out
+
+
+def test_without_a_terminal_the_wait_is_said_once_when_it_begins_and_once_when_it_ends(capsys):
+    from slacker.cli.migrate_cmd import WaitNotice
+
+    notice = WaitNotice(on_progress_line=False)
+    waiting = {"id": "m1", "waiting": {"for": "target-agent", "message": WAIT, "seconds": 1.0}, "waited": []}
+    for _ in range(3):
+        notice.poll(waiting)
+    notice.poll({"id": "m1", "waiting": None, "waited": [dict(waiting["waiting"], seconds=12.0)]})
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"slacker: migration m1: {WAIT}", "slacker: migration m1: going on after 12s past the flip"]

@@ -1,20 +1,26 @@
-"""The model controller (slacker.controller.model, `--controller model`) on a family of simulated plants.
+"""The model controller (slacker.controller.model, the default) on a family of simulated plants.
 
-The aggregate goals are the issue's (32): a binding copy's mean within ±10 % of the setpoint at a
-speed of at least 0.9x the best fixed rate's (the oracle); a copy that does not bind done in at
-most 1.15x the unthrottled time; a +40 % load step back within 1.1x the setpoint in 10 s; a
-setpoint the load alone exceeds said within a minute. The default (`slack`) runs beside it on the
-same plants: the model must do at least as well on each aggregate it is accepted on. (On the real
-disk-bound host it does not yet: docs/controller.md, "Why it is not the default".)
+The aggregate goals are issue 40's: a binding copy's mean within ±10 % of the setpoint at a speed of at
+least 0.9x the best fixed rate's (the oracle); a copy that does not bind done in at most 1.15x the
+unthrottled time; a +40 % load step back within 1.1x the setpoint in 10 s; a setpoint the load alone
+exceeds said within a minute. The PID (`--controller pid`, the paper's baseline) runs beside it.
+
+Seeds: the law was tuned on family seeds 0, 1 and 2 (bench/controller_plant --seed, commits 897f693 to
+this one); the acceptance below runs on seeds 7 and 8, never used for tuning (HELD_OUT). Its thresholds
+are the held-out figures (docs/controller.md, "The plant family") less about two standard errors of a
+share over that many plants, not one plant under what was measured.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
+import statistics
 
 import pytest
 
-from slacker.controller import ModelController, SlackController, ThrottleController
+from slacker.controller import ModelController, ThrottleController
 from slacker.controller.loop import RatePolicy
 from slacker.errors import InvalidInput
 from slacker.latency import LatencySample
@@ -25,72 +31,82 @@ except ModuleNotFoundError:  # tests/unit became a package
     from . import plant as plant_mod
 
 MAX = 200e6
-MAKERS = {"model": lambda sp, m: ModelController(sp, m), "slack": lambda sp, m: SlackController(sp, m),
-          "pid": lambda sp, m: ThrottleController(sp, m)}
+MAKERS = {"model": lambda sp, m: ModelController(sp, m), "pid": lambda sp, m: ThrottleController(sp, m)}
+TUNED = (0, 1, 2)  # the seeds the law's constants were chosen on
+HELD_OUT = (7, 8)
 
 
 @pytest.fixture(scope="module")
 def family_rows() -> list[dict]:
-    plants = plant_mod.family(120, seed=1, kinds=("binding", "nonbinding", "loadstep", "binding"))
-    return [plant_mod.evaluate(sc, MAKERS) for sc in plants]
+    rows = []
+    for seed in HELD_OUT:
+        plants = plant_mod.family(120, seed=seed, kinds=("binding", "nonbinding", "loadstep", "binding"))
+        rows += [plant_mod.evaluate(sc, MAKERS) for sc in plants]
+    return rows
 
 
 def test_the_family_has_every_class(family_rows):
     classes = [r["class"] for r in family_rows]
-    assert len(family_rows) >= 100
-    assert classes.count("binding") >= 40 and classes.count("nonbinding") >= 20 and classes.count("loadstep") >= 20
-    shapes = {r["shape"] for r in family_rows}
-    assert shapes == {"disk", "cpu"}
+    assert classes.count("binding") >= 80 and classes.count("nonbinding") >= 40 and classes.count("loadstep") >= 40
+    assert {r["shape"] for r in family_rows} == {"disk", "cpu"}
     assert {r["lag"] for r in family_rows} == {1, 2, 3, 4}
+    assert sum(1 for r in family_rows if r["burst"]) >= 20  # starts that are not the copy's doing
 
 
 def _goals(rows):
-    return (plant_mod.goals(rows, k) for k in ("model", "slack", "pid"))
+    return (plant_mod.goals(rows, k) for k in ("model", "pid"))
 
 
 def test_a_copy_that_does_not_bind_runs_at_the_pipes_speed(family_rows):
-    model, slack, pid = _goals(family_rows)
-    assert model["nonbinding_time_median"] <= 1.12
-    assert model["nonbinding_ok"] >= 0.75  # within 1.15x the unthrottled time: 81 % (seed 1, 120 plants)
-    # slack's start (2 % of max, x1.4 a second) and the PID's integral ramp cost them that goal.
-    assert max(slack["nonbinding_ok"], pid["nonbinding_ok"]) < 0.5 < model["nonbinding_ok"]
+    model, pid = _goals(family_rows)
+    assert model["nonbinding_time_median"] <= 1.15  # the goal, on the median plant (held out: 1.08)
+    assert model["nonbinding_ok"] >= 0.75  # held out: 92 % of 50 plants
+    assert model["nonbinding_ok"] >= pid["nonbinding_ok"] + 0.3  # the PID's integral ramp: 30 %
 
 
 def test_a_binding_copy_holds_the_setpoint_at_the_oracles_speed(family_rows):
-    model, slack, pid = _goals(family_rows)
-    assert 0.95 <= model["binding_mean_median"] <= 1.1
-    assert model["binding_speed_median"] >= 0.9
-    assert model["binding_within_10pct"] >= 0.6
-    assert model["binding_both"] >= 0.4  # both goals at once: 45 % (seed 1, 120 plants)
-    assert model["binding_both"] >= max(slack["binding_both"], pid["binding_both"])
-    assert model["binding_speed_median"] >= slack["binding_speed_median"]
+    model, pid = _goals(family_rows)
+    assert 0.9 <= model["binding_mean_median"] <= 1.1  # the goal, on the median plant (held out: 1.05)
+    assert model["binding_speed_median"] >= 0.9  # (held out: 0.97)
+    assert model["binding_within_10pct"] >= 0.45  # held out: 56 % of 95 plants (PID 51 %)
+    assert model["binding_speed_ok"] >= 0.5  # held out: 63 % (PID 54 %)
+    assert model["binding_both"] >= 0.3  # both at once, held out: 40 % (PID 33 %)
+    assert model["binding_both"] >= pid["binding_both"]
+    assert model["binding_speed_ok"] >= pid["binding_speed_ok"]
 
 
 def test_a_load_step_is_followed(family_rows):
-    model, slack, pid = _goals(family_rows)
-    assert model["loadstep_back_10s"] >= 0.4  # 43 % (seed 1, 120 plants; some steps take the load alone over)
-    assert model["loadstep_back_10s"] >= max(slack["loadstep_back_10s"], pid["loadstep_back_10s"])
+    model, pid = _goals(family_rows)
+    assert model["loadstep_back_10s"] >= 0.3  # held out: 40 % (some steps take the load alone over)
+    assert model["loadstep_back_10s"] >= pid["loadstep_back_10s"]
+
+
+def _on_seeds(name: str, n: int) -> dict[str, list[tuple[float, float]]]:
+    """(mean / setpoint, speed / the oracle's) per controller on `n` seeds of a real run's plant."""
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in MAKERS}
+    for i in range(n):
+        sc = copy.deepcopy(plant_mod.real_plants()[name])
+        sc.seed += i
+        o = plant_mod.oracle(sc)
+        for k in got:
+            r = plant_mod.run_copy(sc, MAKERS[k])
+            got[k].append((r.mean_ratio, r.rate / o.rate))
+    return got
 
 
 def test_the_real_failures_as_plants():
-    """The real runs' plants (plant.real_plants(): the disk-bound host whose queue outlives the copy, the
-    sysbench load): the model holds the disk-bound host near the setpoint where the PID cycles through
-    queues (the real runs: PID 1.70x at 0.48x the oracle's speed, the previous model 6.3x)."""
-    import copy
-    import statistics
-    sc = plant_mod.real_plants()["disk-host"]
-    got = {k: [] for k in ("model", "pid")}
-    for seed in range(4):
-        s = copy.deepcopy(sc)
-        s.seed = sc.seed + seed
-        o = plant_mod.oracle(s)
-        for k in got:
-            r = plant_mod.run_copy(s, MAKERS[k])
-            got[k].append((r.mean_ratio, r.rate / o.rate))
-    model_mean = statistics.median(m for m, _ in got["model"])
-    pid_mean = statistics.median(m for m, _ in got["pid"])
-    assert model_mean <= 1.3 and pid_mean >= 1.8, got
-    assert statistics.median(v for _, v in got["model"]) >= 0.75, got
+    """The real runs' plants (plant.real_plants()). The disk-bound host whose queue outlives the copy: the PID
+    cycles through queues (real: 1.4-1.8x at 0.48x the oracle's speed) and misses the mean on every seed; the
+    model meets it on few (2 of 8; real: 3 of 5 runs within ±10 %) and is nowhere near the PID's overshoot. The
+    sysbench load (CPU-bound, a gradual rise): the model holds the mean, the PID stays under it, slower."""
+    got = _on_seeds("disk-host", 8)
+    within = {k: sum(1 for m, _ in v if 0.9 <= m <= 1.1) for k, v in got.items()}
+    assert within["model"] > within["pid"] == 0, got  # measured: 2 of 8 (1.04, 1.07; median 1.19) and 0 of 8
+    assert statistics.median(m for m, _ in got["model"]) <= 0.7 * statistics.median(m for m, _ in got["pid"]), got
+    assert statistics.median(v for _, v in got["model"]) >= 0.75 >= statistics.median(v for _, v in got["pid"]), got
+    sb = _on_seeds("sysbench", 6)
+    assert 0.9 <= statistics.median(m for m, _ in sb["model"]) <= 1.1, sb
+    assert statistics.median(v for _, v in sb["model"]) >= statistics.median(v for _, v in sb["pid"]) + 0.1, sb
 
 
 def test_a_setpoint_under_the_loads_own_latency_is_said_within_a_minute():
@@ -140,15 +156,53 @@ def test_marked_seconds_are_not_fitted():
     """A burst during the backup's start (marked) that builds no queue teaches nothing: the model after it
     is the model without it."""
     c = _marked_run(0.15)
-    assert c._fit.n > 20 and all(abs(z - 1 / 0.15) > 1e-6 for _, z in c._fit.pts)
+    assert c._fit.n > 20 and all(abs(z - 1 / 0.15) > 1e-6 for _, z, _ in c._fit.pts)
     assert c.state()["model_load_latency_s"] == pytest.approx(0.02, rel=0.3)
 
 
-def test_a_queue_the_copy_built_in_a_marked_second_is_evidence():
-    """The real disk-bound host: the backup's start overran the disk at the rate allowed, a queue built.
-    The rate that built it bounds the rate, mark or not."""
-    assert _marked_run(0.5, seconds=12).state()["model_queue_bytes_per_s"] is not None
-    assert _marked_run(None, seconds=12).state().get("model_queue_bytes_per_s") is None
+def _start_run(sc, spread: float | None = None):
+    ctl = []
+
+    def make(sp, m):
+        c = ModelController(sp, m)
+        if spread is not None:
+            c.SPREAD = spread
+        ctl.append(c)
+        return c
+    return plant_mod.run_copy(sc, make, record=True), ctl[0]
+
+
+def _burst_plant(seed: int):
+    """A CPU-bound tenant whose backup tool's start alone costs 3x the setpoint (a queue by the law's test)
+    at any rate, while the copy could move at ~60 MB/s under the setpoint: the start is not the copy's doing."""
+    return plant_mod.Scenario(seed=seed, kind="binding", shape="cpu", setpoint_s=0.03, l0_s=0.015, rho0=0.5,
+                              knee_bps=400e6, h=0.5, p=1.0, lin=0.8, pipe_bps=150e6, lag=2, noise=0.15,
+                              noise_corr=0.3, stall_p=0.0, tps=400, total_bytes=4e9, start_s=6, start_x=6.0,
+                              start_burst=True)
+
+
+def test_a_start_burst_that_was_not_the_copys_is_dropped():
+    """The start's queue, fitted provisionally, is dropped once the seconds after the mark say the copy does not
+    cost that (the sysbench run of issue 40: the tool's start held the copy under 31 MB/s for 30 s)."""
+    for seed in range(3):
+        r, c = _start_run(_burst_plant(seed))
+        assert c._dropped > 0, seed
+        end = next(k for k, m in enumerate(r.marks) if k > 0 and m is None and r.marks[k - 1] == "backup start")
+        rates = [s["rate_bytes_per_s"] or 200e6 for s in r.states[end + 5:end + 30]]
+        assert min(rates) >= 30e6, (seed, [round(x / 1e6) for x in rates])  # 3x the 10 MB/s start
+
+
+def test_a_start_queue_the_copy_built_is_kept():
+    """The opposite case, the real disk-bound host: the start's rate overran a disk whose reads are capped; the
+    fit of the seconds after agrees, and the start's seconds stay in the fit (none dropped)."""
+    queued = 0
+    for seed in range(8):
+        sc = copy.deepcopy(plant_mod.real_plants()["disk-host"])
+        sc.seed += seed
+        r, c = _start_run(sc)
+        queued += any(s.get("model_queue_bytes_per_s") for s in r.states[:12])  # the start built a queue
+        assert c._dropped == 0, seed
+    assert queued >= 6
 
 
 def test_no_knee_in_sight_reaches_full_speed_in_seconds():
@@ -170,11 +224,11 @@ def test_the_load_alone_over_the_setpoint_stops_the_copy():
 
 
 def test_a_rise_is_capped_at_rise_times_the_fastest_rate_seen():
-    c = ModelController(1.0, MAX, initial_fraction=0.01, rise=2.0)
+    c = ModelController(1.0, MAX, start_rate_bytes_per_s=2e6, rise=2.0)
     done, rates = 0, []
-    for k in range(6):
+    for k in range(6):  # latency over half the aim: a knee may be near
         done += c.rate_bytes_per_s
-        rates.append(c.step(sample(0.01, float(k)), float(k), done).rate_bytes_per_s)
+        rates.append(c.step(sample(0.8, float(k)), float(k), done).rate_bytes_per_s)
     assert all(b <= 2.0 * max(rates[: i + 1]) + 1 for i, b in enumerate(rates[1:]))
 
 
@@ -189,7 +243,17 @@ def test_the_lag_is_measured():
     assert hits >= 0.6 * len(plants)
 
 
-@pytest.mark.parametrize("kw", [{"margin": -1}, {"rise": 0.5}, {"horizon_s": 0}, {"max_lag": 0},
+def test_the_start_rate_is_in_bytes_per_second_whatever_the_max():
+    """The start protects a server's knee, which is in bytes/s: the same 10 MB/s with no --max-rate (the 200 MB/s
+    scale), with scripts/demo's --max-rate 100MB/s, and never over a max under it."""
+    assert ModelController(0.05, MAX).rate_bytes_per_s == ModelController(0.05, 100e6).rate_bytes_per_s == 10_000_000
+    assert ModelController(0.05, 4e6).rate_bytes_per_s == 4_000_000
+    c = ModelController(0.05, 100e6)
+    c.set_max_rate(50e6)  # a live --set max-rate keeps the start (and the rates) in bytes/s
+    assert c._start == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("kw", [{"margin": -1}, {"rise": 0.5}, {"horizon_s": 0}, {"max_lag": 0}, {"start_rate_bytes_per_s": 0},
                                 {"catch_up": math.nan}, {"catch_up": 1}])
 def test_parameters_are_checked(kw):
     with pytest.raises(InvalidInput):
@@ -197,17 +261,47 @@ def test_parameters_are_checked(kw):
 
 
 def test_state_names_the_model_in_bytes_and_seconds():
+    """The state is in bytes/s and seconds, whatever the max rate: a live --set max-rate=... rescales the model's
+    fractions, so the knee and the rate the aim allows stay where the server put them."""
     c = ModelController(0.1, MAX)
     done = 0
-    for k in range(12):
-        done += c.rate_bytes_per_s
-        c.step(sample(0.02, float(k)), float(k), done)
+    for k in range(25):  # a server whose knee is at 40 MB/s: 1/latency falls in a line with the rate moved
+        rate = c.rate_bytes_per_s
+        done += rate
+        y = 1.0 / max(2.0, 100.0 * (1 - rate / 40e6))
+        c.step(sample(y, float(k)), float(k), done)
     st = c.state()
     assert set(st) >= {"model_lag_s", "model_load_latency_s", "model_knee_bytes_per_s", "model_allowed_bytes_per_s",
                        "model_noise", "model_confidence"}
-    assert st["model_allowed_bytes_per_s"] is None or st["model_allowed_bytes_per_s"] >= 0
-    c.set_max_rate(MAX / 2)  # the model's rates are fractions of max: rescaled, the same bytes/s
-    assert c.state()["model_load_latency_s"] == st["model_load_latency_s"]
+    assert st["model_knee_bytes_per_s"] > 20e6 and st["model_allowed_bytes_per_s"] > 0  # a slope was fitted
+    c.set_max_rate(MAX / 2)
+    after = c.state()
+    for k in ("model_load_latency_s", "model_knee_bytes_per_s", "model_allowed_bytes_per_s"):
+        assert after[k] == pytest.approx(st[k], rel=1e-6), k
+
+
+def test_a_copy_far_under_its_knee_reaches_the_pipes_speed_in_three_seconds():
+    """scripts/demo (issue 40): latency far under the setpoint (8-12 ms against 50 ms), the pipe (100 MB/s) the
+    only limit -- the copy reaches it within 3 s of its start, the backup tool's read-in included, with the max
+    rate the demo gives (--max-rate 100MB/s) or none."""
+    for max_rate, l0, seed in itertools.product((None, 100e6), (0.008, 0.012), range(3)):
+        sc = plant_mod.Scenario(seed=seed, kind="nonbinding", shape="cpu", setpoint_s=0.05, l0_s=l0, rho0=0.3,
+                                knee_bps=3e9, h=0.5, p=1.0, lin=0.1, pipe_bps=100e6, lag=2, noise=0.2,
+                                noise_corr=0.3, stall_p=0.0, tps=200, total_bytes=3e9)
+        p = plant_mod.FluidPlant(sc)
+        src = p.source()
+        for _ in range(3):  # the migration reads latency before the copy (slacker.throttle.measure)
+            p.advance(0)
+            src.read()
+        policy = RatePolicy(src, ModelController(sc.setpoint_s, max_rate or plant_mod.NOMINAL_MAX))
+        policy.unthrottled_at_max = max_rate is None
+        rate, start = policy.initial_rate(), len(p.flows)
+        for _ in range(10):
+            mark = p.advance(rate)
+            rate, _ = policy.step(p.t, int(p.bytes_done), mark=mark, bytes_total=p.total_bytes)
+        flows = p.flows[start:]
+        reached = next(k + 1 for k, f in enumerate(flows) if f >= 0.9 * 100e6)
+        assert reached <= 3, (max_rate, l0, seed, [round(f / 1e6) for f in flows])
 
 
 def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():

@@ -61,7 +61,7 @@ def test_rate_policy_glue_never_raises_and_reports() -> None:
         rate, state = policy.step(float(k), k * 100)
         rates.append(rate)
     assert rates == [500, 500, 250, 125, 62, 31]
-    assert state["source_ok"] is False and "plugin bug" in state["note"] and state["bytes_done"] == 500
+    assert state.source_ok is False and "plugin bug" in state.note and state.bytes_done == 500
     assert registry.get_sample_value("slacker_controller_rate_bytes_per_second", {"migration": "m2", "tenant": "t2"}) == 31
     policy.close()
     assert registry.get_sample_value("slacker_controller_rate_bytes_per_second", {"migration": "m2", "tenant": "t2"}) is None
@@ -70,7 +70,7 @@ def test_rate_policy_glue_never_raises_and_reports() -> None:
 def test_rate_policy_copies_unthrottled_at_a_nominal_max() -> None:
     # No --max-rate given: the max is a nominal scale, and at its maximum the pipe runs at full speed
     # (None = unthrottled), so a setpoint that does not bind costs nothing against the unthrottled copy.
-    from slacker.controller import SlackController
+    from slacker.controller import ModelController
     from slacker.controller.loop import RatePolicy
     from slacker.latency import LatencySource
 
@@ -81,11 +81,10 @@ def test_rate_policy_copies_unthrottled_at_a_nominal_max() -> None:
             return LatencySample("quiet", 0.0, sum_s=1.0, count=100)  # 10 ms against a 1 s setpoint
 
     for nominal in (True, False):
-        policy = RatePolicy(Quiet(), SlackController(1.0, 1000, initial_fraction=0.5, stale_after_s=1e9))
+        policy = RatePolicy(Quiet(), ModelController(1.0, 1000, start_rate_bytes_per_s=500, stale_after_s=1e9))
         policy.unthrottled_at_max = nominal
-        rates = [policy.step(float(k), 0)[0] for k in range(3)]
-        assert rates[0] == 1000 if not nominal else rates[0] is None
-        assert rates[-1] == (None if nominal else 1000)
+        rates = [policy.step(float(k), 500 * k)[0] for k in range(6)]
+        assert rates[-1] == (None if nominal else 1000), rates  # at its maximum: unthrottled, or the cap given
         policy.controller.pause()
         assert policy.step(3.0, 0)[0] == 0  # paused is 0, never unthrottled
 
@@ -93,11 +92,11 @@ def test_rate_policy_copies_unthrottled_at_a_nominal_max() -> None:
 def test_a_max_rate_set_live_is_a_cap_again() -> None:
     from types import SimpleNamespace
 
-    from slacker.controller import SlackController
+    from slacker.controller import ModelController
     from slacker.controller.loop import RatePolicy
     from slacker.throttle import apply_settings
 
-    policy = RatePolicy(None, SlackController(1.0, 1000))  # type: ignore[arg-type]
+    policy = RatePolicy(None, ModelController(1.0, 1000))  # type: ignore[arg-type]
     policy.unthrottled_at_max = True
     apply_settings(SimpleNamespace(rate_policy=policy, pipe=None), {"max_rate_bytes_per_s": 500})
     assert policy.unthrottled_at_max is False and policy.controller.max_rate_bytes_per_s == 500

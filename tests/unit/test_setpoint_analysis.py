@@ -242,13 +242,13 @@ def test_summarise_goals_against_the_oracle_and_unthrottled():
     res = {"runs": runs, "config": {"tail_exclude": 2.0},
            "compare": {"binding": ["50ms"], "binding_s": [0.05], "nonbinding": 0.4, "oracle": {"50ms": 20e6},
                        "runs": [{"rep": 1, "kind": "unthrottled", "setpoint_s": None, "name": "u"},
-                                {"rep": 1, "kind": "slack", "setpoint_s": 0.05, "name": "s"},
+                                {"rep": 1, "kind": "model", "setpoint_s": 0.05, "name": "s"},
                                 {"rep": 1, "kind": "oracle", "setpoint_s": 0.05, "name": "o"},
                                 {"rep": 1, "kind": "pid", "setpoint_s": 0.05, "name": "p"},
-                                {"rep": 1, "kind": "slack", "setpoint_s": 0.4, "name": "nb"}]}}
+                                {"rep": 1, "kind": "model", "setpoint_s": 0.4, "name": "nb"}]}}
     sm = an.summarise(res)
     goals = {(g["setpoint"], g["kind"]): g for g in sm["goals"]}
-    s = goals[("50ms", "slack")]
+    s = goals[("50ms", "model")]
     assert s["binds"] == pytest.approx(4.0)
     assert s["mean_within_10pct"] is True
     assert s["spread_vs_oracle"] == pytest.approx(1.5)
@@ -256,10 +256,10 @@ def test_summarise_goals_against_the_oracle_and_unthrottled():
     assert s["ramp_ok"] is True
     p = goals[("50ms", "pid")]
     assert p["mean_within_10pct"] is False and p["ramp_ok"] is False  # 90 % only after 12 s
-    nb = goals[("400ms", "slack")]
+    nb = goals[("400ms", "model")]
     assert nb["migration_vs_unthrottled"] == pytest.approx(1.1)
     table = an.report_compare(res)
-    assert "| 50ms | slack (default) | 1 | 1.04 [1.04-1.04] |" in table
+    assert "| 50ms | model (experimental) | 1 | 1.04 [1.04-1.04] |" in table
     assert "| 50ms | velocity PID | 4.00 | no |" in table
 
 
@@ -302,19 +302,19 @@ def test_compare_controllers_option_keeps_the_runs_order_and_rejects_unknown_nam
 
     from setpointlib.compare import parse_controllers
 
-    assert parse_controllers("oracle, slack, model") == ["model", "slack", "oracle"]
+    assert parse_controllers("oracle, pid, model") == ["model", "pid", "oracle"]
     for bad in ("slack,bogus", "", ","):
-        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of model,slack,pid,threshold,oracle"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a subset of model,pid,threshold,oracle"):
             parse_controllers(bad)
 
 
 def test_fig13a_repeats_are_summarised_with_medians_and_never():
-    one = {"setpoint_s": 0.1, "controller": "slack"}
+    one = {"setpoint_s": 0.1, "controller": "model"}
     reps = [dict(one, pid_analysis={"recovery_s": r}, fixed_analysis={"recovery_s": f})
             for r, f in ((7.0, 25.0), (15.0, None), (9.0, 21.0))]
     lines = an.fig13a_repeats_summary({"fig13a_repeats": reps})
     assert lines[0].startswith("over 3 repeats")
-    assert lines[1] == "  slack: 7, 15, 9 (median 9)"
+    assert lines[1] == "  model: 7, 15, 9 (median 9)"
     assert lines[2] == "  fixed: 25, never, 21 (median 25)"  # a run never back counts as the slowest
     assert an.fig13a_repeats_summary({"fig13a_repeats": reps[:1]}) == []  # one repeat: the table says it all
 

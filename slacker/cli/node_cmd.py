@@ -159,7 +159,7 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, r
         bad = [t for t in res.tenants.values() if t.state in ("failed", "unplaced")]
         first = f"{bad[0].tenant}: {bad[0].error}" if bad else res.reason
         raise MigrationFailed(f"the drain of {node_name} did not finish", first,
-                              f"{node_name} stays cordoned; fix the cause (docs/fleet.md) and run "
+                              f"{node_name} stays cordoned; fix the cause as docs/fleet.md says, then run "
                               f"`slacker node drain {node_name}` again")
 
 

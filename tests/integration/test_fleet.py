@@ -260,3 +260,43 @@ def test_drain_interrupted_by_sigint_and_sigkill_resumes_and_moves_each_tenant_o
     assert rc == 0
     rc, out, _ = slacker("node", "list", "--json")
     assert next(n for n in json.loads(out)["nodes"] if n["node"] == "node-1")["cordoned"] is None
+
+
+def test_a_move_that_keeps_failing_is_reported_the_node_stays_cordoned_and_a_rerun_finishes(make_cluster):
+    """f1 has a MyISAM table, so every live migration of it fails in preflight: it is tried 1 + --retries
+    times, reported with its one-line reason and exit 8, while f2 moves; node-1 stays cordoned with f1
+    serving on it. Once the table is InnoDB, the same command moves f1 (and only f1)."""
+    cluster = make_cluster(nodes=3, stats_interval_s=1)
+    for t in ("f1", "f2"):
+        rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
+        assert rc == 0, err
+    conn = resolve("f1", cluster).connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE m")
+        cur.execute("CREATE TABLE m.t (id INT PRIMARY KEY) ENGINE=MyISAM")
+    drain = ("node", "drain", "node-1", "--sla", "5s", "--retries", "1", "--max-freeze", "3s")
+    rc, out, err = slacker(*drain)
+    print(out, err)
+    # stderr: the drain's events, then the one-line error.
+    one_line_error(rc, err.strip().splitlines()[-1], "the drain of node-1 did not finish", "f1: migration f1-", "failed in phase preflight",
+                   "1 table(s) not in InnoDB: m.t", "node-1 stays cordoned")
+    assert rc == 8
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:2] in ("f1", "f2")}
+    assert " moved " in rows["f2"] and " failed " in rows["f1"] and "not in InnoDB" in rows["f1"]
+    assert rows["f1"].split()[5] == "2"  # tried once, retried once
+    owners = _owners(cluster)
+    assert owners["f1"].node == "node-1" and owners["f1"].epoch == 1 and owners["f2"].epoch == 2
+    assert "node-1" in cluster_clients(cluster)[1].cordons()
+    with conn.cursor() as cur:  # the source keeps serving
+        cur.execute("INSERT INTO m.t VALUES (1)")
+        cur.execute("ALTER TABLE m.t ENGINE=InnoDB")
+    conn.close()
+    rc, out, err = slacker(*drain)
+    assert rc == 0, out + err
+    assert "2 of 2 moved" in out and "by an earlier run" in next(ln for ln in out.splitlines() if ln.startswith("f2"))
+    owners = _owners(cluster)
+    assert owners["f1"].node != "node-1" and owners["f1"].epoch == 2 and owners["f2"].epoch == 2
+    conn = resolve("f1", cluster).connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT id FROM m.t")
+        assert cur.fetchall() == ((1,),)

@@ -325,8 +325,9 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
         if t.state != "unplaced":
             say(f"{tid}: {why}")
         t.state, t.error = "unplaced", why
+    batch = []
     for pl in p.placements:
-        if not runner.may_start(node, pl.target):
+        if not runner.may_start(node, pl.target, pending=len(batch)):
             break
         t = res.tenants[pl.tenant]
         t.target, t.data_bytes, t.setpoint_s = pl.target, pl.data_bytes, setpoint
@@ -334,12 +335,17 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
                               force=True, max_freeze=opts.max_freeze_s)
         t.attempts += 1
         t.migration = t.migration or "(starting)"
-        record()
-        try:
-            r = runner.start(pl.tenant, node, pl.target, body)
-        except SlackerError as exc:
-            _failed(t, exc.one_line(), opts, say)
+        batch.append((pl.tenant, node, pl.target, body))
+    if not batch:
+        return
+    record()
+    for tenant, got in runner.start_all(batch).items():
+        t = res.tenants[tenant]
+        if isinstance(got, SlackerError):
+            _failed(t, got.one_line(), opts, say)
             continue
+        r = got
+        pl = next(x for x in p.placements if x.tenant == tenant)
         t.state, t.migration, t.error = "moving", r.mid, ""
         t.phase, t.bytes_done, t.bytes_total, t.rate_bytes_per_s = r.doc.get("phase"), 0, 0, None
         say(f"{pl.tenant}: {node} -> {pl.target} started (migration {r.mid}, setpoint {setpoint * 1000:.0f}ms"

@@ -9,6 +9,7 @@ shared by a node's concurrent moves belongs here too, behind `may_start`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -43,15 +44,34 @@ class MoveRunner:
         self.max_parallel = max_parallel
         self.running: dict[str, Running] = {}
 
-    def may_start(self, source: str, target: str) -> bool:
-        """Whether one more move from `source` to `target` may start now."""
-        return len(self.running) < self.max_parallel
+    def may_start(self, source: str, target: str, pending: int = 0) -> bool:
+        """Whether one more move from `source` to `target` may start now, `pending` more being about to."""
+        return len(self.running) + pending < self.max_parallel
 
     def start(self, tenant: str, source: str, target: str, body: dict) -> Running:
         doc = start_migration(self.agents[source], body)
         r = Running(tenant, source, target, doc["id"], doc)
         self.running[tenant] = r
         return r
+
+    def start_all(self, moves: list[tuple[str, str, str, dict]]) -> dict[str, Running | SlackerError]:
+        """Start several moves at once (tenant, source, target, body): a start measures the source's
+        latency for a few seconds before it answers, and moves started one after another would lose that
+        time each. Returns tenant -> its Running, or the error that refused it."""
+        out: dict[str, Running | SlackerError] = {}
+
+        def one(tenant: str, source: str, target: str, body: dict) -> None:
+            try:
+                out[tenant] = self.start(tenant, source, target, body)
+            except SlackerError as exc:
+                out[tenant] = exc
+
+        threads = [threading.Thread(target=one, args=m, daemon=True, name=f"start-{m[0]}") for m in moves]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
 
     def adopt(self, source: str, doc: dict) -> Running:
         r = Running(str(doc["tenant"]), source, str(doc.get("target")), str(doc["id"]), doc, adopted=True)

@@ -225,14 +225,14 @@ def print_drain_plan(res) -> None:
                + ("; it is cordoned already)" if res.cordoned else "; the drain would cordon it first)"))
     click.echo("")
     print_table(["TENANT", "LOAD", "SIZE", "TARGET", "TARGET LOAD", "NOTE"],
-                [[x.tenant, f"{x.load:.2f}", format_size(x.data_bytes), x.target,
+                [[x.tenant, f"{x.load:.2f}", format_size(x.data_bytes) if x.data_bytes else "-", x.target,
                   f"{x.target_load_before:.2f} -> {x.target_load_after:.2f}",
                   "above the hot limit: no node had more room" if x.over_limit else ""] for x in p.placements]
                 + [[t, "-", "-", "-", "-", why] for t, why in p.unplaced.items()])
     click.echo("")
     print_table(["NODE", "LOAD AFTER", "TENANTS AFTER", "NOTE"],
                 [[n.name, f"{n.load:.2f}" if n.reachable else "-", n.tenants if n.reachable else "-",
-                  n.why_not() or ("being drained" if n.name == res.node else "")] for n in p.nodes])
+                  "being drained" if n.name == res.node else n.why_not()] for n in p.nodes])
     if p.hot_limit is not None:
         click.echo(f"\nhot limit {p.hot_limit:.2f} CPU s/s (the load spread evenly over the targets, + "
                    "the rebalancer's threshold)")

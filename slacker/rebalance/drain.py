@@ -107,7 +107,7 @@ class DrainResult:
         rate = sum(t.rate_bytes_per_s or 0 for t in self.tenants.values() if t.state == "moving")
         todo = sum(max(0, (t.bytes_total or t.data_bytes) - t.bytes_done) for t in self.tenants.values()
                    if t.state in ("moving", "waiting"))
-        return todo / rate if rate > 0 else None
+        return todo / rate if rate > 0 and todo > 0 else None  # copies done, none finished: not known yet
 
     def to_dict(self) -> dict:
         return {"node": self.node, "dry_run": self.dry_run, "started_at": self.started_at,

@@ -153,10 +153,15 @@ def plan_drain(agents: dict, directory, node: str, settings: Settings,
                in_flight: dict[str, Running] | None = None, only: set[str] | None = None) -> PlacementPlan:
     """Targets for the tenants still on `node` (or those of `only`), moves in flight counted on their targets."""
     in_flight = in_flight or {}
-    inputs, _ = collect(agents, owners_of(directory))
+    owners = owners_of(directory)
+    inputs, _ = collect(agents, owners)
     cordoned = set(directory.cordons()) | {node}
     src = next((n for n in inputs if n.name == node), None)
-    items = [] if src is None or not src.reachable else items_of(src, settings.samples)
+    if src is None or not src.reachable:  # a live move starts on the source's agent
+        left = only if only is not None else {t for t, n in owners.items() if n == node}
+        why = f"{node}'s agent does not answer ({src.error if src else 'unknown node'}): a live move starts there"
+        return PlacementPlan(unplaced={t: why for t in sorted(left)})
+    items = items_of(src, settings.samples)
     flying = [i for i in items if i.tenant in in_flight]
     items = [i for i in items if i.tenant not in in_flight and (only is None or i.tenant in only)]
     loads = node_loads(inputs, cordoned, settings.samples, flying, {t: r.target for t, r in in_flight.items()})

@@ -300,3 +300,24 @@ def test_a_move_that_keeps_failing_is_reported_the_node_stays_cordoned_and_a_rer
     with conn.cursor() as cur:
         cur.execute("SELECT id FROM m.t")
         assert cur.fetchall() == ((1,),)
+
+
+def test_drain_of_a_node_whose_agent_is_down_says_so(make_cluster):
+    """A live move starts on the source's agent: with node-1's agent down the drain says why in one line,
+    exit 8, and node-1 stays cordoned (the directory, on node-2, answers)."""
+    cluster = make_cluster(nodes=2, directory_node="node-2")
+    rc, _, err = slacker("tenant", "create", "g1", "--on", "node-1")
+    assert rc == 0, err
+    agents, directory = cluster_clients(cluster)
+    agents["node-1"].request("POST", "/v1/shutdown", {"stop_tenants": False})
+    deadline = time.monotonic() + 30
+    while slacker("status", "--json")[0] == 0 and time.monotonic() < deadline:
+        if not next(n for n in json.loads(slacker("status", "--json")[1])["nodes"] if n["node"] == "node-1")[
+                "reachable"]:
+            break
+        time.sleep(0.5)
+    rc, out, err = slacker("node", "drain", "node-1", "--sla", "5s")
+    one_line_error(rc, err.strip().splitlines()[-1], "the drain of node-1 did not finish",
+                   "g1: node-1's agent does not answer", "cannot reach agent node-1", "node-1 stays cordoned")
+    assert rc == 8
+    assert "node-1" in directory.cordons() and directory.lookup("g1").node == "node-1"

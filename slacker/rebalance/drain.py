@@ -140,6 +140,25 @@ def _take_lock(directory, node: str, opts: DrainOptions, say: Callable[[str], No
             time.sleep(1.0)
 
 
+def _keep_lock(directory, node: str, opts: DrainOptions) -> str:
+    """Refresh the drain's lock, or take it again if it expired meanwhile (a long step, an agent that
+    answered slowly); '' while this drain holds it, else who took it."""
+    name = lock_name(node)
+    try:
+        directory.refresh_lock(name, opts.holder)
+        return ""
+    except Conflict:
+        try:
+            directory.acquire_lock(name, opts.holder, opts.lock_ttl_s)
+            return ""
+        except Conflict:
+            info = directory.lock_info(name)
+            return info.holder if info else "another drain"
+    except SlackerError as exc:
+        log.warning("could not refresh the drain lock: %s", exc.one_line())
+        return ""
+
+
 def _running_off(agents: dict, node: str) -> dict[str, dict]:
     """Migrations active on the node's agent, outgoing: tenant -> document."""
     try:
@@ -254,17 +273,17 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
     while True:
         if time.monotonic() - last_refresh >= opts.lock_ttl_s / 3:
             last_refresh = time.monotonic()
-            try:
-                directory.refresh_lock(lock_name(node), opts.holder)
-            except SlackerError as exc:
-                log.warning("could not refresh the drain lock: %s", exc.one_line())
+            taken_by = _keep_lock(directory, node, opts)
+            if taken_by:
+                res.outcome = "stopped"
+                res.reason = f"another drain of {node} ({taken_by}) took its lock: this one stopped starting moves"
         if node not in directory.cordons():
             res.outcome, res.reason = "stopped", f"{node} was uncordoned: the drain stopped starting moves"
-            if not runner.running:
-                return
         for r in runner.poll():
             _ended(r, res, opts, directory, node, say)
             _record(directory, state_key, res, opts)
+        if res.outcome == "stopped" and not runner.running:
+            return
         for tid, doc in _running_off(agents, node).items():
             if tid not in runner.running:
                 r = runner.adopt(node, doc)

@@ -323,3 +323,67 @@ def test_drain_of_a_node_whose_agent_is_down_says_so(make_cluster):
                    "g1: node-1's agent does not answer", "cannot reach agent node-1", "node-1 stays cordoned")
     assert rc == 8
     assert "node-1" in directory.cordons() and directory.lookup("g1").node == "node-1"
+
+
+def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
+    """node-1's agent is killed while two moves copy and started again: the drain rides it out, the
+    moves the restart ended are tried again, and every tenant ends off node-1, moved once."""
+    from .test_router_handover import _kill_agent, _start_agent
+
+    cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
+    agents, directory = cluster_clients(cluster)
+    for t in ("c1", "c2"):
+        rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
+        assert rc == 0, err
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE k")
+            cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+            cur.execute("INSERT INTO k.t VALUES (7)")
+        conn.close()
+    p = _drain_proc("--max-rate", "2MB/s")
+    try:
+        _wait_active(agents["node-1"], 2)
+        _kill_agent(cluster, "node-1")
+        time.sleep(2)
+        _start_agent(cluster, "node-1")
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print(out, err)
+    assert p.returncode == 0, out + err
+    assert "2 of 2 moved" in out
+    owners = _owners(cluster)
+    assert {t: (owners[t].node != "node-1", owners[t].epoch) for t in ("c1", "c2")} == \
+        {"c1": (True, 2), "c2": (True, 2)}
+    for t in ("c1", "c2"):
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM k.t")
+            assert cur.fetchall() == ((7,),)
+        conn.close()
+
+
+def test_uncordon_during_a_drain_stops_it_after_the_running_move(make_cluster):
+    cluster = make_cluster(nodes=2, stats_interval_s=1)
+    agents, directory = cluster_clients(cluster)
+    for t in ("u1", "u2"):
+        rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
+        assert rc == 0, err
+    p = _drain_proc("--max-parallel", "1", "--max-rate", "2MB/s")
+    try:
+        [moving] = _wait_active(agents["node-1"], 1)
+        rc, out, _ = slacker("node", "uncordon", "node-1")
+        assert rc == 0
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 8, out + err
+    assert "stopped: node-1 was uncordoned" in out, out
+    owners = _owners(cluster)
+    other = ({"u1", "u2"} - {moving["tenant"]}).pop()
+    assert (owners[moving["tenant"]].node, owners[moving["tenant"]].epoch) == ("node-2", 2)  # it finished
+    assert (owners[other].node, owners[other].epoch) == ("node-1", 1)  # never started
+    assert "node-1" not in directory.cordons()

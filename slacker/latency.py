@@ -574,6 +574,57 @@ class AggregateOf(LatencySource):
 MeanOf = AggregateOf  # the name used in the design notes
 
 
+class FollowingTenants(LatencySource):
+    """Every tenant of a node as one population (AggregateOf, watched against their commit counters), following
+    the node's tenants while a migration runs: a tenant another migration moves off leaves the population (its
+    server is gone; reading it would fail the whole source and stall this copy), one that arrives joins.
+
+    `members()` returns tenant id -> (make its latency source, make its commit counter). A change of
+    membership starts the watch's commit window anew (a joining server's whole commit history is no burst).
+    """
+
+    def __init__(self, members: Callable[[], dict[str, tuple[Callable[[], LatencySource], Callable[[], float]]]],
+                 *, window_s: float = DEFAULT_WINDOW_S, step_s: float = DEFAULT_STEP_S) -> None:
+        self._members = members
+        self.window_s, self.step_s = window_s, step_s
+        self._parts: dict[str, tuple[LatencySource, Callable[[], float]]] = {}
+        self._watch: WatchedSource | None = None
+        self.name = "all()"
+        self._refresh()
+        if not self._parts:
+            raise InvalidInput("no tenant to read latency from", "the node runs none", "")
+
+    def _refresh(self) -> None:
+        try:
+            current = self._members()
+        except Exception:  # noqa: BLE001 - keep the population we have
+            return
+        if set(current) == set(self._parts) or not current:
+            return
+        for tid in set(self._parts) - set(current):
+            src, counter = self._parts.pop(tid)
+            src.close()
+            getattr(counter, "close", lambda: None)()
+        for tid in sorted(set(current) - set(self._parts)):
+            make_source, make_counter = current[tid]
+            self._parts[tid] = (make_source(), make_counter())
+        sources = [p[0] for p in self._parts.values()]
+        inner = sources[0] if len(sources) == 1 else AggregateOf(sources)
+        self.name = inner.name
+        self._watch = WatchedSource(inner, [p[1] for p in self._parts.values()], window_s=self.window_s,
+                                    step_s=self.step_s)
+
+    def read(self) -> LatencySample:
+        self._refresh()
+        return self._watch.read()
+
+    def close(self) -> None:
+        for src, counter in self._parts.values():
+            src.close()
+            getattr(counter, "close", lambda: None)()
+        self._parts.clear()
+
+
 def _safe_read(source: LatencySource) -> LatencySample:
     # Third-party sources may not keep the never-raise promise; the combinators do.
     try:

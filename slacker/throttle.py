@@ -17,7 +17,7 @@ from .controller.metrics import ControllerMetrics
 from .controller.settings import ControllerSettings
 from .controller.verdict import load_latency
 from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
-from .latency import (AggregateOf, LatencySample, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
+from .latency import (FollowingTenants, LatencySample, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
                       PerformanceSchemaSource, PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
 
 # Per transaction, server-side, all of the node's tenants (an SLA per server).
@@ -42,15 +42,15 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
             raise InvalidInput(f"latency source {spec_text!r} is not supported",
                                "performance_schema can only be read on the source node",
                                "export the target's latency over Prometheus and use prometheus,url=...")
-        # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic.
-        watched = [t for t in node.tenants.list() if t.info.desired_state == "running"]
-        parts = [PerformanceSchemaSource(
-            _connector(t), kind=spec.pfs_kind, users=spec.users,
-            exclude_users=spec.exclude_users or mariadb.SERVICE_USERS, window_s=window_s, step_s=step_s,
-            name=f"performance_schema:{t.id}") for t in watched]
-        if not parts:
+        # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic,
+        # those that leave or arrive while this migration runs (concurrent moves) included.
+        def members() -> dict:
+            return {t.id: (_pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
+                    for t in node.tenants.list() if t.info.desired_state == "running"}
+
+        if not members():
             raise InvalidInput("no tenant to read latency from", f"node {node.name} runs none", "")
-        inner = parts[0] if len(parts) == 1 else AggregateOf(parts)
+        return FollowingTenants(members, window_s=window_s, step_s=step_s)
     if not watched:
         return inner
     return WatchedSource(inner, [CommitCounter(_connector(t)) for t in watched], window_s=window_s, step_s=step_s)
@@ -66,6 +66,13 @@ def build_target_guard(node, target: str, tenant_id: str, window_s: float, step_
                             timeout_s=min(2.0, max(0.5, step_s)))
 
     return NodeCountersSource(fetch, name=f"target:{target}", window_s=window_s, step_s=step_s)
+
+
+def _pfs_maker(tenant, spec, window_s: float, step_s: float):
+    return lambda: PerformanceSchemaSource(
+        _connector(tenant), kind=spec.pfs_kind, users=spec.users,
+        exclude_users=spec.exclude_users or mariadb.SERVICE_USERS, window_s=window_s, step_s=step_s,
+        name=f"performance_schema:{tenant.id}")
 
 
 def _connector(tenant):

@@ -230,3 +230,23 @@ def test_state_put_get_list_delete(store):
     assert store.state_get("cooldown/tenant/t1") is None
     with pytest.raises(InvalidInput):
         store.state_put("cooldown/x", [1, 2])
+
+
+def test_cordon_uncordon_and_list(store):
+    """A cordon is durable state every client of the store sees; cordoning twice keeps the first record."""
+    assert store.cordons() == {}
+    c = store.cordon("node-2", by="host-a:1", reason="maintenance")
+    assert (c.node, c.by, c.reason) == ("node-2", "host-a:1", "maintenance") and c.since > 0
+    again = store.cordon("node-2", by="host-b:2", reason="drain")
+    assert again == c
+    store.cordon("node-3")
+    assert set(store.cordons()) == {"node-2", "node-3"}
+    assert store.cordons()["node-2"] == c
+    # Cordons live beside other state without mixing with it.
+    store.state_put("rebalance/last-run", {"at": 1})
+    assert set(store.cordons()) == {"node-2", "node-3"}
+    assert store.uncordon("node-2") is True
+    assert store.uncordon("node-2") is False
+    assert set(store.cordons()) == {"node-3"}
+    with pytest.raises(InvalidInput):
+        store.cordon("Bad Node")

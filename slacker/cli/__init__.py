@@ -70,7 +70,7 @@ def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
 
 def _register() -> None:
     # Each command family lives in its own module; import order is help order.
-    families = ("cluster_cmd", "tenant_cmd", "agent_cmd", "migrate_cmd", "ycsb_cmd", "plot_cmd", "rebalance_cmd", "router_cmd")
+    families = ("cluster_cmd", "tenant_cmd", "agent_cmd", "migrate_cmd", "ycsb_cmd", "plot_cmd", "rebalance_cmd", "node_cmd", "router_cmd")
     for name in families:
         try:
             __import__(f"{__name__}.{name}")

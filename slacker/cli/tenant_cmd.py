@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import NotFound
+from ..errors import Conflict, NotFound, SlackerError
 from ..units import format_binary_size, format_size
 from . import main
 from .common import SERVER_SIZE, CliContext, pass_cli, print_json, print_table, source_state_text, binding_text
@@ -27,7 +27,9 @@ def tenant() -> None:
 
 @tenant.command("create")
 @click.argument("tenant_id")
-@click.option("--on", "node", default=None, help="Node to create it on (default: the first node).")
+@click.option("--on", "node", default=None,
+              help="Node to create it on (never a cordoned one). Default: the least loaded node that is reachable "
+                   "and not cordoned, as the drain's planner picks.")
 @click.option("--buffer-pool", default="128M", show_default=True, type=SERVER_SIZE,
               help="InnoDB buffer pool; bare K/M/G are binary as in MariaDB (128M = 128MiB).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -42,9 +44,17 @@ def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool
     from ..tenants import validate_tenant_id
 
     validate_tenant_id(tenant_id)
-    cluster, agents, _ = _clients(cli)
-    node = node or next(iter(cluster.nodes))
-    cluster.node(node)
+    cluster, agents, directory = _clients(cli)
+    if node is None:
+        from ..rebalance.runner import place_new_tenant
+
+        node = place_new_tenant(agents, directory, tenant_id)
+    else:
+        cluster.node(node)
+        cordon = directory.cordons().get(node)
+        if cordon is not None:
+            raise Conflict(f"cannot create tenant {tenant_id} on {node}", f"{node} is cordoned ({cordon.reason})",
+                           f"leave out --on to let Slacker pick a node, or `slacker node uncordon {node}`")
     doc = agents[node].request("POST", "/v1/tenants", {"id": tenant_id, "buffer_pool_bytes": buffer_pool},
                                timeout_s=180)
     if as_json:
@@ -116,6 +126,10 @@ def status(cli: CliContext, as_json: bool) -> None:
     """Show each node (reachable or not), its tenants and running migrations."""
     cluster, agents, directory = _clients(cli)
     health = directory.health()
+    try:
+        cordons = directory.cordons()
+    except SlackerError:  # the directory's health line says why
+        cordons = {}
     nodes = []
     for name, agent in agents.items():
         try:
@@ -123,6 +137,8 @@ def status(cli: CliContext, as_json: bool) -> None:
             doc["reachable"] = True
         except Exception as exc:
             doc = {"node": name, "reachable": False, "error": str(exc), "tenants": []}
+        c = cordons.get(name)
+        doc["cordoned"] = None if c is None else c.to_dict()
         nodes.append(doc)
     if as_json:
         print_json({"cluster_file": str(cluster.path), "directory": cluster.directory_node,
@@ -131,8 +147,8 @@ def status(cli: CliContext, as_json: bool) -> None:
     sqlite = cluster.directory_backend == "sqlite"
     print_table(["NODE", "URL", "STATE", "TENANTS", "MIGRATIONS"],
                 [[n["node"], cluster.node(n["node"]).url,
-                  ("up" + (" (directory)" if sqlite and n.get("serves_directory") else "")) if n["reachable"]
-                  else "UNREACHABLE",
+                  (("up" + (" (directory)" if sqlite and n.get("serves_directory") else "")) if n["reachable"]
+                   else "UNREACHABLE") + (", cordoned" if n["cordoned"] else ""),
                   ", ".join(t["id"] for t in n.get("tenants", [])) or "-",
                   len([m for m in n.get("migrations", []) if m.get("active")])] for n in nodes])
     for n in nodes:

@@ -6,8 +6,8 @@ epoch, watch, an exclusive expiring lock and a little JSON state. Backends:
 `EtcdStore` (etcd's v3 JSON gateway, for many hosts).
 """
 
-from .base import DirectoryStore, LockInfo, Ownership
+from .base import Cordon, DirectoryStore, LockInfo, Ownership
 from .etcd import EtcdStore
 from .sqlite import SQLiteStore
 
-__all__ = ["DirectoryStore", "EtcdStore", "LockInfo", "Ownership", "SQLiteStore"]
+__all__ = ["Cordon", "DirectoryStore", "EtcdStore", "LockInfo", "Ownership", "SQLiteStore"]

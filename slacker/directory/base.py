@@ -8,6 +8,7 @@ which one they talk to.
 from __future__ import annotations
 
 import re
+import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
@@ -19,6 +20,7 @@ MAX_HOLDER_LEN = 200
 MAX_VALUE_BYTES = 64 * 1024
 MIN_LOCK_TTL_S = 1.0
 MAX_LOCK_TTL_S = 24 * 3600.0
+CORDON_PREFIX = "nodes/cordon/"  # state key of a cordoned node: nodes/cordon/<node>
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,24 @@ class Ownership:
     def from_dict(cls, d: dict) -> "Ownership":
         return cls(tenant=d["tenant"], node=d["node"], host=d["host"], port=int(d["port"]),
                    epoch=int(d["epoch"]), updated_at=float(d.get("updated_at", 0.0)))
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """A node that receives no tenant (from `tenant create`, the rebalancer or a drain) until uncordoned."""
+
+    node: str
+    since: float          # UTC seconds
+    by: str = ""          # who cordoned it (HOST:PID, or a user's note)
+    reason: str = ""      # why: "drain", "maintenance", ...
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cordon":
+        return cls(node=str(d["node"]), since=float(d.get("since", 0.0)), by=str(d.get("by", "")),
+                   reason=str(d.get("reason", "")))
 
 
 @dataclass(frozen=True)
@@ -153,6 +173,32 @@ class DirectoryStore(ABC):
     @abstractmethod
     def state_list(self, prefix: str = "") -> dict[str, dict]:
         """All keys that start with `prefix` and their objects."""
+
+    # ---- cordons (built on the state, so every backend and the HTTP client share them) ----------
+    def cordon(self, node: str, by: str = "", reason: str = "") -> Cordon:
+        """Mark `node` as receiving no tenant. Cordoning a cordoned node keeps its first record."""
+        key = CORDON_PREFIX + validate_name(node, "node name")
+        old = self.state_get(key)
+        if old is not None:
+            return Cordon.from_dict(old)
+        c = Cordon(node, time.time(), by[:MAX_HOLDER_LEN], reason[:MAX_HOLDER_LEN])
+        self.state_put(key, c.to_dict())
+        return c
+
+    def uncordon(self, node: str) -> bool:
+        """Let `node` receive tenants again; False if it was not cordoned."""
+        return self.state_delete(CORDON_PREFIX + validate_name(node, "node name"))
+
+    def cordons(self) -> dict[str, Cordon]:
+        """Every cordoned node and its record."""
+        out = {}
+        for value in self.state_list(CORDON_PREFIX).values():
+            try:
+                c = Cordon.from_dict(value)
+            except (KeyError, TypeError, ValueError):
+                continue
+            out[c.node] = c
+        return out
 
     # ---- health ------------------------------------------------------------------------
     def health(self) -> dict:

@@ -107,6 +107,7 @@ class State:
     moves: list[Move] = field(default_factory=list)  # recent moves, any result (cool-downs derive from them)
     lock_holder: str | None = None                   # another rebalancer holding the cluster lock
     lock_expires_in_s: float | None = None
+    cordoned: frozenset[str] = frozenset()           # nodes that receive no tenant (`slacker node cordon`)
 
 
 @dataclass
@@ -344,6 +345,8 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
                 rep.reason = "not hot" + (f" ({'; '.join(bits)})" if bits else "")
         if cd is not None:
             rep.reason += f"; in cool-down for {cd - now:.0f}s more"
+        if n.name in state.cordoned:
+            rep.reason += "; cordoned (never a target)"
         reports[n.name] = rep
 
     def done(decision: str, reason: str, candidates=(), move=None) -> Plan:
@@ -409,6 +412,9 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
                 if tgt.name == src.name:
                     continue
                 t_load = node_load[tgt.name]
+                if tgt.name in state.cordoned:
+                    why_not.append(f"{tgt.name}: cordoned")
+                    continue
                 if tgt.name in node_until:
                     why_not.append(f"{tgt.name}: in cool-down")
                     continue

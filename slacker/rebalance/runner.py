@@ -123,6 +123,7 @@ def make_plan(agents: dict, directory, settings: Settings, lock_holder: str | No
     nodes, running = collect(agents, owners_of(directory))
     state = read_state(directory, running, settings, now)
     state.lock_holder, state.lock_expires_in_s = lock_holder, lock_expires_in_s
+    state.cordoned = frozenset(directory.cordons())
     return plan(nodes, state, settings, now)
 
 
@@ -279,3 +280,15 @@ class TargetGuard:
         self.events.append({"at": time.time(), "action": what, "target_latency_s": lat})
         self.say(f"target guard: copy {what}" + (f" (target latency {lat * 1000:.0f}ms, SLA "
                                                  f"{self.sla_s * 1000:.0f}ms)" if lat is not None else ""))
+
+
+def place_new_tenant(agents: dict, directory, tenant_id: str, samples: int = 3) -> str:
+    """The node a new tenant goes to: the least loaded one that is reachable and not cordoned."""
+    from .placement import Item, node_loads, place
+
+    inputs, _ = collect(agents, owners_of(directory))
+    p = place([Item(tenant_id)], node_loads(inputs, set(directory.cordons()), samples))
+    if p.placements:
+        return p.placements[0].target
+    raise Conflict(f"no node can take tenant {tenant_id}", p.unplaced.get(tenant_id, "").removeprefix("no node can take it: "),
+                   "uncordon a node (`slacker node uncordon NODE`) or bring its agent back (`slacker status`)")

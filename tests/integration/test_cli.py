@@ -84,7 +84,7 @@ def test_cli_error_paths(cluster):
     junk = cluster.path.parent / "node-1" / "tenants" / "junk"
     junk.mkdir(parents=True)
     (junk / "ibdata1").write_text("precious")
-    created, _, err = slacker("tenant", "create", "junk")
+    created, _, err = slacker("tenant", "create", "junk", "--on", "node-1")
     if created != 0:
         one_line_error(created, err, "not empty")
         one_line_error(*slacker("locate", "junk")[::2], "not found")  # and it was not registered
@@ -102,7 +102,7 @@ def test_cli_error_paths(cluster):
     node1 = next(n for n in doc["nodes"] if n["node"] == "node-1")
     assert len(node1["warnings"]) == 1 and str(moved) in node1["warnings"][0]
     if created != 0:
-        assert slacker("tenant", "create", "junk")[0] == 0
+        assert slacker("tenant", "create", "junk", "--on", "node-1")[0] == 0
 
 
 def test_no_cluster_file(tmp_path):

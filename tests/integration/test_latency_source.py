@@ -209,8 +209,8 @@ def test_blind_source_refused_before_the_copy_and_shown_during_it(cluster):
 def test_agent_serves_per_tenant_transaction_latency_and_rate(cluster):
     from slacker.agent.client import cluster_clients
 
-    assert slacker("tenant", "create", "s1", "--buffer-pool", "32M")[0] == 0
-    assert slacker("tenant", "create", "s2", "--buffer-pool", "32M")[0] == 0
+    assert slacker("tenant", "create", "s1", "--on", "node-1", "--buffer-pool", "32M")[0] == 0
+    assert slacker("tenant", "create", "s2", "--on", "node-1", "--buffer-pool", "32M")[0] == 0
     agents, _ = cluster_clients(cluster)
     host, port, pw = _endpoint("s1")
 

@@ -16,6 +16,7 @@ from prometheus_client.exposition import MetricsHandler
 from slacker.errors import InvalidInput
 from slacker.latency import (
     AggregateOf,
+    FollowingTenants,
     CounterSource,
     LatencySample,
     LatencySource,
@@ -623,3 +624,22 @@ def test_each_sample_carries_its_newest_second_alone() -> None:
     unknown = replace(b, last_sum_s=None, last_count=None)
     assert AggregateOf([Fixed("a", a), Fixed("b", unknown)]).read().last_latency_s is None
 
+
+
+def test_following_tenants_drops_a_tenant_that_left_and_adds_one_that_arrived() -> None:
+    """Two moves off one node at once: the tenant the other move took away is gone (its server with it);
+    the node's latency goes on from those still there instead of failing and stalling this copy."""
+    gone = Fixed("b", LatencySample.failed("b", 10.0, "No such file or directory: .../b/secrets/admin.password"))
+    members = {"a": (lambda: Fixed("a", ls("a", 2.0, 100)), lambda: (lambda: 0.0)),
+               "b": (lambda: gone, lambda: (lambda: 0.0))}
+    src = FollowingTenants(lambda: dict(members))
+    assert not src.read().ok  # while b is counted and fails, the source fails (as AggregateOf does)
+    del members["b"]  # b moved off: no longer a running tenant of the node
+    s = src.read()
+    assert s.ok and s.latency_s == pytest.approx(0.02) and "b" not in src.name
+    members["c"] = (lambda: Fixed("c", ls("c", 6.0, 100)), lambda: (lambda: 0.0))
+    s = src.read()
+    assert s.ok and s.latency_s == pytest.approx(0.04) and s.count == 200
+    # A member list that cannot be read keeps the population it had.
+    src._members = lambda: (_ for _ in ()).throw(RuntimeError("node busy"))
+    assert src.read().latency_s == pytest.approx(0.04)

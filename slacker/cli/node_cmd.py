@@ -1,0 +1,254 @@
+"""`slacker node list|cordon|uncordon|drain`: take a node out of service and back (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ..errors import MigrationFailed, SlackerError
+from ..units import format_duration, format_rate, format_size
+from . import main
+from .common import DURATION, RATE, CliContext, pass_cli, print_json, print_table
+from .rebalance_cmd import FRACTION
+from .tenant_cmd import _clients
+
+INTERRUPTED_EXIT = 130
+
+
+@main.group("node")
+def node() -> None:
+    """Cordon a node (no new tenants), drain it (move every tenant off, live), uncordon it."""
+
+
+@node.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_cli
+def node_list(cli: CliContext, as_json: bool) -> None:
+    """Each node: reachable or not, cordoned (since when, by whom, why), its tenants, its last drain."""
+    from ..rebalance.drain import STATE_PREFIX
+
+    cluster, agents, directory = _clients(cli)
+    cordons = directory.cordons()
+    owners: dict[str, list[str]] = {}
+    for o in directory.list():
+        owners.setdefault(o.node, []).append(o.tenant)
+    drains = {v.get("node"): v for v in directory.state_list(STATE_PREFIX).values()}
+    rows = []
+    for name, agent in agents.items():
+        try:
+            agent.request("GET", "/v1/status", timeout_s=10)
+            reachable, error = True, ""
+        except SlackerError as exc:
+            reachable, error = False, exc.one_line()
+        c = cordons.get(name)
+        d = drains.get(name)
+        rows.append({"node": name, "reachable": reachable, "error": error,
+                     "cordoned": None if c is None else c.to_dict(), "tenants": sorted(owners.get(name, [])),
+                     "last_drain": None if d is None else {k: d.get(k) for k in ("outcome", "reason", "started_at",
+                                                                                 "finished_at", "holder")}})
+    if as_json:
+        print_json({"nodes": rows})
+        return
+    print_table(["NODE", "STATE", "SCHEDULING", "TENANTS", "LAST DRAIN"],
+                [[r["node"], "up" if r["reachable"] else "UNREACHABLE", _scheduling(r["cordoned"]),
+                  len(r["tenants"]), "-" if not r["last_drain"] else
+                  f"{r['last_drain']['outcome']}: {r['last_drain']['reason']}"] for r in rows])
+
+
+def _scheduling(c: dict | None) -> str:
+    if c is None:
+        return "open"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(c["since"]))
+    return f"cordoned since {when}" + (f" ({c['reason']})" if c.get("reason") else "")
+
+
+@node.command("cordon")
+@click.argument("node_name", metavar="NODE")
+@click.option("--reason", default="", help="Why (shown in `slacker node list` and `slacker status`).")
+@pass_cli
+def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
+    """Receive no new tenant on NODE (from `tenant create`, `rebalance`, another drain). Its tenants stay."""
+    cluster, _, directory = _clients(cli)
+    cluster.node(node_name)
+    from ..rebalance.drain import DrainOptions
+
+    c = directory.cordon(node_name, by=DrainOptions().holder, reason=reason or "cordoned by hand")
+    click.echo(f"{node_name} cordoned (since {time.strftime('%H:%M:%S UTC', time.gmtime(c.since))}): it receives "
+               f"no new tenant; `slacker node drain {node_name}` moves its tenants off")
+
+
+@node.command("uncordon")
+@click.argument("node_name", metavar="NODE")
+@pass_cli
+def node_uncordon(cli: CliContext, node_name: str) -> None:
+    """Let NODE receive tenants again."""
+    cluster, _, directory = _clients(cli)
+    cluster.node(node_name)
+    was = directory.uncordon(node_name)
+    click.echo(f"{node_name} uncordoned: it receives tenants again" if was else f"{node_name} was not cordoned")
+
+
+@node.command("drain")
+@click.argument("node_name", metavar="NODE")
+@click.option("--sla", type=DURATION, default="50ms", show_default=True,
+              help="Per-server latency SLA: each move's setpoint derives from it as in `rebalance --execute`.")
+@click.option("--max-parallel", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Moves running at once.")
+@click.option("--retries", type=click.IntRange(0, 100), default=2, show_default=True,
+              help="A failed move is tried again this many times before it is reported.")
+@click.option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
+              help="The setpoint is the higher of --sla and the node's latency plus this margin.")
+@click.option("--samples", type=click.IntRange(1, 1000), default=3, show_default=True,
+              help="History samples a load is averaged over (one per agent stats_interval).")
+@click.option("--load-floor", type=float, default=0.05, show_default=True,
+              help="Loads closer than this (CPU s/s) count as equal when targets are compared.")
+@click.option("--max-rate", type=RATE, default=None, help="Cap on each copy's rate.")
+@click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
+              help="Each migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
+@click.option("--lock-ttl", type=DURATION, default="30s", show_default=True,
+              help="TTL of the drain's lock: a killed drain's lock is free after it, and the next run waits it out.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (each tenant's target) and change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON document.")
+@pass_cli
+def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, retries: int, setpoint_margin: float,
+               samples: int, load_floor: float, max_rate: int | None, max_freeze: float, lock_ttl: float,
+               dry_run: bool, as_json: bool) -> None:
+    """Cordon NODE, then move every tenant off it live, several at once.
+
+    \b
+    Targets: the least loaded node that is reachable and not cordoned, largest tenant
+    first, so the load spreads. Run it again after an interruption: it follows the
+    migrations still running and moves what is left. NODE stays cordoned.
+    Exit: 0 drained; 8 a tenant could not be moved; 130 interrupted; 4 another drain runs.
+
+    \b
+    Examples:
+      slacker node drain node-2 --dry-run        # the plan
+      slacker node drain node-2 --sla 50ms       # do it
+      slacker node uncordon node-2               # after the maintenance
+    """
+    from ..rebalance.drain import DrainOptions, drain
+    from ..rebalance.planner import Settings
+
+    cluster, agents, directory = _clients(cli)
+    cluster.node(node_name)
+    settings = Settings(sla_s=sla, setpoint_margin=setpoint_margin, samples=samples, load_floor=load_floor).validate()
+    opts = DrainOptions(max_parallel=max_parallel, retries=retries, max_rate_bytes_per_s=max_rate,
+                        max_freeze_s=max_freeze, lock_ttl_s=lock_ttl, dry_run=dry_run).validate()
+    view = DrainView(enabled=not as_json and not dry_run and sys.stderr.isatty())
+
+    def say(msg: str) -> None:
+        if not as_json:
+            view.event(f"{time.strftime('%H:%M:%S')} {msg}")
+
+    res = drain(agents, directory, node_name, settings, opts, on_update=view.draw, say=say)
+    view.close()
+    if as_json:
+        print_json(res.to_dict())
+    elif dry_run:
+        print_drain_plan(res)
+    else:
+        print_drain_result(res)
+    if res.outcome == "interrupted":
+        if not as_json:
+            click.echo(f"slacker: interrupted: {res.reason}", err=True)
+        sys.exit(INTERRUPTED_EXIT)
+    if res.outcome in ("failed", "stopped"):
+        bad = [t for t in res.tenants.values() if t.state in ("failed", "unplaced")]
+        first = f"{bad[0].tenant}: {bad[0].error}" if bad else res.reason
+        raise MigrationFailed(f"the drain of {node_name} did not finish", first,
+                              f"{node_name} stays cordoned; fix the cause as docs/fleet.md says, then run "
+                              f"`slacker node drain {node_name}` again")
+
+
+def _row(t) -> list:
+    total = t.bytes_total or t.data_bytes
+    done = format_size(t.bytes_done) + ("/" + format_size(total) if total else "")
+    rate = format_rate(t.rate_bytes_per_s) if t.rate_bytes_per_s else "-"
+    state = t.state + (f" ({t.phase})" if t.state == "moving" and t.phase else "")
+    note = t.error if t.state in ("failed", "unplaced", "waiting") and t.error else (
+        "resumed" if t.resumed else "")
+    return [t.tenant, t.target or "-", state, done if t.state != "waiting" else "-", rate, t.attempts, note]
+
+
+HEADERS = ["TENANT", "TARGET", "STATE", "BYTES", "RATE", "TRIES", "NOTE"]
+
+
+def overall_line(res) -> str:
+    c = res.counts()
+    earlier = len(res.earlier.keys() - res.tenants.keys())
+    eta = res.eta_s(time.time())
+    return (f"drain {res.node}: {c['moved'] + earlier} of {c['total'] + earlier} moved, {c['moving']} moving, "
+            f"{c['waiting']} waiting, {c['failed'] + c['unplaced']} failed; elapsed "
+            f"{format_duration(time.time() - res.started_at)}"
+            + (f", ETA {format_duration(eta)}" if eta is not None and c["moving"] + c["waiting"] else ""))
+
+
+class DrainView:
+    """The whole drain on a terminal: one row per tenant and an overall line, redrawn in place; events
+    (started, moved, failed) scroll above it. Without a terminal, only the events, one per line."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.lines = 0
+
+    def _clear(self) -> None:
+        if self.lines:
+            click.echo(f"\x1b[{self.lines}F\x1b[J", nl=False, err=True)
+            self.lines = 0
+
+    def event(self, msg: str) -> None:
+        self._clear()
+        click.echo(msg, err=True)
+
+    def draw(self, res) -> None:
+        if not self.enabled:
+            return
+        self._clear()
+        rows = [_row(t) for t in sorted(res.tenants.values(), key=lambda t: t.tenant)]
+        cells = [HEADERS] + [[str(c) for c in r] for r in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(HEADERS))]
+        out = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()[:160] for r in cells]
+        out.append(overall_line(res))
+        click.echo("\n".join(out), err=True)
+        self.lines = len(out)
+
+    def close(self) -> None:
+        self._clear()
+
+
+def print_drain_plan(res) -> None:
+    p = res.plan
+    click.echo(f"drain plan for {res.node} (dry run: nothing changes"
+               + ("; it is cordoned already)" if res.cordoned else "; the drain would cordon it first)"))
+    click.echo("")
+    print_table(["TENANT", "LOAD", "SIZE", "TARGET", "TARGET LOAD", "NOTE"],
+                [[x.tenant, f"{x.load:.2f}", format_size(x.data_bytes) if x.data_bytes else "-", x.target,
+                  f"{x.target_load_before:.2f} -> {x.target_load_after:.2f}",
+                  "above the hot limit: no node had more room" if x.over_limit else ""] for x in p.placements]
+                + [[t, "-", "-", "-", "-", why] for t, why in p.unplaced.items()])
+    click.echo("")
+    print_table(["NODE", "LOAD AFTER", "TENANTS AFTER", "NOTE"],
+                [[n.name, f"{n.load:.2f}" if n.reachable else "-", n.tenants if n.reachable else "-",
+                  "being drained" if n.name == res.node else n.why_not()] for n in p.nodes])
+    if p.hot_limit is not None:
+        click.echo(f"\nhot limit {p.hot_limit:.2f} CPU s/s (the load spread evenly over the targets, + "
+                   "the rebalancer's threshold)")
+
+
+def print_drain_result(res) -> None:
+    rows = [[t.tenant, t.target or "-", t.state, "-" if t.duration_s is None else format_duration(t.duration_s),
+             "-" if t.freeze_ms is None else f"{t.freeze_ms:.0f} ms", t.attempts,
+             t.error if t.state in ("failed", "unplaced") else ("resumed" if t.resumed else "")]
+            for t in sorted(res.tenants.values(), key=lambda t: t.tenant)]
+    for tid, e in sorted(res.earlier.items()):
+        if tid not in res.tenants:
+            rows.append([tid, e.get("target") or "-", "moved", "-", "-", "-", "by an earlier run"])
+    print_table(["TENANT", "TARGET", "RESULT", "DURATION", "FREEZE", "TRIES", "NOTE"], rows)
+    click.echo("")
+    click.echo(overall_line(res))
+    click.echo(f"{res.outcome}: {res.reason}")
+    if res.outcome == "drained":
+        click.echo(f"when {res.node} is back in service: slacker node uncordon {res.node}")

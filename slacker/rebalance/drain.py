@@ -1,0 +1,414 @@
+"""`slacker node drain`: cordon a node, then move every tenant off it live, several at once, resumably.
+
+What is left is always read from the directory (the tenants it says the node
+owns) and the agents (migrations running off the node), never from a file of
+this process: a drain that was interrupted (Ctrl-C, killed, an agent restarted)
+and run again follows the migrations still running, starts only the tenants
+still on the node, and so never moves a tenant twice. Targets come from
+placement.place(); moves run through moves.MoveRunner. One drain per node at a
+time (the directory lock `drain/<node>`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from ..errors import Conflict, InvalidInput, NotFound, SlackerError
+from ..migration.remote import migration_body
+from .moves import MoveRunner, Running
+from .placement import Item, PlacementPlan, items_of, node_loads, place
+from .planner import Settings, setpoint_for
+from .runner import AGENT_TIMEOUT_S, collect, owners_of
+
+log = logging.getLogger("slacker.rebalance")
+
+STATE_PREFIX = "drain/"     # drain/<node>: the last drain of a node (holder, moves, failures)
+
+
+def lock_name(node: str) -> str:
+    return f"drain/{node}"
+
+
+@dataclass
+class DrainOptions:
+    max_parallel: int = 2
+    retries: int = 2                     # a failed move is tried again this many times
+    max_rate_bytes_per_s: float | None = None
+    max_freeze_s: float = 0.5
+    lock_ttl_s: float = 30.0
+    poll_s: float = 1.0
+    dry_run: bool = False
+    holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+    def validate(self) -> "DrainOptions":
+        if not 1 <= self.max_parallel <= 64:
+            raise InvalidInput(f"--max-parallel {self.max_parallel} is out of range", "it must be 1 to 64", "")
+        if not 0 <= self.retries <= 100:
+            raise InvalidInput(f"--retries {self.retries} is out of range", "it must be 0 to 100", "")
+        return self
+
+
+@dataclass
+class TenantMove:
+    """One tenant of the drained node, as the progress view and --json show it."""
+
+    tenant: str
+    target: str | None = None
+    state: str = "waiting"               # waiting | moving | moved | failed | unplaced
+    migration: str | None = None
+    phase: str | None = None
+    bytes_done: int = 0
+    bytes_total: int = 0
+    rate_bytes_per_s: float | None = None
+    data_bytes: int = 0
+    setpoint_s: float | None = None
+    attempts: int = 0
+    resumed: bool = False                # a migration an earlier run started, followed here
+    duration_s: float | None = None
+    freeze_ms: float | None = None
+    error: str = ""
+
+
+@dataclass
+class DrainResult:
+    node: str
+    dry_run: bool
+    started_at: float
+    plan: PlacementPlan | None = None
+    tenants: dict[str, TenantMove] = field(default_factory=dict)
+    earlier: dict[str, dict] = field(default_factory=dict)  # moved by an earlier run of this drain
+    finished_at: float | None = None
+    outcome: str = "running"             # drained | failed | interrupted | stopped | planned
+    reason: str = ""
+    cordoned: bool = False
+
+    def counts(self) -> dict[str, int]:
+        out = {"total": len(self.tenants), "moved": 0, "moving": 0, "waiting": 0, "failed": 0, "unplaced": 0}
+        for t in self.tenants.values():
+            out[t.state] += 1
+        return out
+
+    def eta_s(self, now: float) -> float | None:
+        """Time left: the bytes still to copy at the rate the running copies make now, or, once moves have
+        finished, their average time per move spread over the parallel slots."""
+        c = self.counts()
+        left = c["moving"] + c["waiting"]
+        if left == 0:
+            return 0.0
+        done = [t.duration_s for t in self.tenants.values() if t.state == "moved" and t.duration_s]
+        if done:
+            parallel = max(1, min(left, c["moving"] or 1))
+            return sum(done) / len(done) * left / parallel
+        rate = sum(t.rate_bytes_per_s or 0 for t in self.tenants.values() if t.state == "moving")
+        todo = sum(max(0, (t.bytes_total or t.data_bytes) - t.bytes_done) for t in self.tenants.values()
+                   if t.state in ("moving", "waiting"))
+        return todo / rate if rate > 0 and todo > 0 else None  # copies done, none finished: not known yet
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "dry_run": self.dry_run, "started_at": self.started_at,
+                "finished_at": self.finished_at, "outcome": self.outcome, "reason": self.reason,
+                "cordoned": self.cordoned, "counts": self.counts(),
+                "eta_s": None if self.finished_at else self.eta_s(time.time()),
+                "tenants": [asdict(t) for t in sorted(self.tenants.values(), key=lambda t: t.tenant)],
+                "earlier": self.earlier, "plan": None if self.plan is None else self.plan.to_dict()}
+
+
+def _take_lock(directory, node: str, opts: DrainOptions, say: Callable[[str], None]) -> None:
+    """The node's drain lock; a killed earlier run's lock is waited out (it expires after its TTL)."""
+    name = lock_name(node)
+    deadline = None
+    while True:
+        try:
+            directory.acquire_lock(name, opts.holder, opts.lock_ttl_s)
+            return
+        except Conflict:
+            info = directory.lock_info(name)
+            if info is None:
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + info.ttl_s + 5
+                say(f"another drain of {node} holds its lock ({info.holder}, expires in {info.expires_in_s:.0f}s "
+                    "unless it is alive): waiting")
+            if time.monotonic() > deadline:
+                raise Conflict(f"another drain of {node} is running", f"{info.holder} holds the lock drain/{node}",
+                               "wait for it to end (`slacker node list`), or stop it and run this again") from None
+            time.sleep(1.0)
+
+
+def _keep_lock(directory, node: str, opts: DrainOptions) -> str:
+    """Refresh the drain's lock, or take it again if it expired meanwhile (a long step, an agent that
+    answered slowly); '' while this drain holds it, else who took it."""
+    name = lock_name(node)
+    try:
+        directory.refresh_lock(name, opts.holder)
+        return ""
+    except Conflict:
+        try:
+            directory.acquire_lock(name, opts.holder, opts.lock_ttl_s)
+            return ""
+        except Conflict:
+            info = directory.lock_info(name)
+            return info.holder if info else "another drain"
+    except SlackerError as exc:
+        log.warning("could not refresh the drain lock: %s", exc.one_line())
+        return ""
+
+
+def _running_off(agents: dict, node: str) -> dict[str, dict]:
+    """Migrations active on the node's agent, outgoing: tenant -> document."""
+    try:
+        migs = agents[node].request("GET", "/v1/migrations", timeout_s=AGENT_TIMEOUT_S).get("migrations", [])
+    except SlackerError:
+        return {}
+    return {str(m["tenant"]): m for m in migs if m.get("active") and m.get("direction") != "incoming"}
+
+
+def plan_drain(agents: dict, directory, node: str, settings: Settings,
+               in_flight: dict[str, Running] | None = None, only: set[str] | None = None) -> PlacementPlan:
+    """Targets for the tenants still on `node` (or those of `only`), moves in flight counted on their targets."""
+    in_flight = in_flight or {}
+    owners = owners_of(directory)
+    inputs, _ = collect(agents, owners)
+    cordoned = set(directory.cordons()) | {node}
+    src = next((n for n in inputs if n.name == node), None)
+    if src is None or not src.reachable:  # a live move starts on the source's agent
+        left = only if only is not None else {t for t, n in owners.items() if n == node}
+        why = f"{node}'s agent does not answer ({src.error if src else 'unknown node'}): a live move starts there"
+        return PlacementPlan(unplaced={t: why for t in sorted(left)})
+    items = items_of(src, settings.samples)
+    flying = [i for i in items if i.tenant in in_flight]
+    items = [i for i in items if i.tenant not in in_flight and (only is None or i.tenant in only)]
+    loads = node_loads(inputs, cordoned, settings.samples, flying, {t: r.target for t, r in in_flight.items()})
+    return place(items, loads, quantum=settings.load_floor, hot_threshold=settings.hot_threshold, avoid={node})
+
+
+def drain(agents: dict, directory, node: str, settings: Settings, opts: DrainOptions,
+          on_update: Callable[[DrainResult], None] | None = None,
+          say: Callable[[str], None] | None = None) -> DrainResult:
+    """Drain `node`. Returns when it is empty, when what is left failed, or on KeyboardInterrupt (its
+    migrations go on in the agents; running the same drain again follows them)."""
+    settings.validate()
+    opts.validate()
+    say = say or (lambda msg: None)
+    update = on_update or (lambda res: None)
+    if node not in agents:
+        raise NotFound(f"no node {node} in the cluster file", "", f"one of: {', '.join(agents)}")
+    res = DrainResult(node, opts.dry_run, time.time())
+    if opts.dry_run:
+        res.plan = plan_drain(agents, directory, node, settings)
+        for p in res.plan.placements:
+            res.tenants[p.tenant] = TenantMove(p.tenant, p.target, data_bytes=p.data_bytes)
+        for t, why in res.plan.unplaced.items():
+            res.tenants[t] = TenantMove(t, state="unplaced", error=why)
+        res.cordoned = node in directory.cordons()
+        res.outcome, res.finished_at = "planned", time.time()
+        return res
+
+    resuming = node in directory.cordons()
+    directory.cordon(node, by=opts.holder, reason="drain")
+    res.cordoned = True
+    _take_lock(directory, node, opts, say)
+    state_key = STATE_PREFIX + node
+    try:
+        prev = directory.state_get(state_key) or {}
+        if resuming and prev.get("outcome") != "drained":  # the same drain, run again: show what it moved
+            res.earlier = _moved_earlier(directory, node, prev)
+        runner = MoveRunner(agents, opts.max_parallel)
+        try:
+            _loop(agents, directory, node, settings, opts, res, runner, state_key, update, say)
+        except KeyboardInterrupt:
+            res.outcome = "interrupted"
+            left = len(runner.running)
+            res.reason = (f"{left} migration{'s' if left != 1 else ''} go on in the agents; "
+                          f"run the same command again to continue" if left else
+                          "run the same command again to continue")
+        res.finished_at = time.time()
+        _record(directory, state_key, res, opts)
+        return res
+    finally:
+        try:
+            directory.release_lock(lock_name(node), opts.holder)
+        except SlackerError as exc:  # it expires on its own
+            log.warning("could not release the drain lock: %s", exc.one_line())
+
+
+def _moved_earlier(directory, node: str, prev: dict) -> dict[str, dict]:
+    """Tenants an earlier run of this drain started moving (recorded before each start, so a killed run
+    leaves them too) that are no longer on the node: where the directory has them now."""
+    out = {}
+    for tid, v in {**(prev.get("started") or {}), **(prev.get("moved") or {})}.items():
+        try:
+            own = directory.lookup(tid)
+        except NotFound:
+            continue
+        if own.node != node:
+            out[tid] = {"target": own.node, "migration": v.get("migration")}
+    return out
+
+
+def _record(directory, key: str, res: DrainResult, opts: DrainOptions) -> None:
+    moved = dict(res.earlier)
+    started = {}
+    for t in res.tenants.values():
+        if t.state == "moved":
+            moved[t.tenant] = {"target": t.target, "migration": t.migration}
+        elif t.migration:
+            started[t.tenant] = {"target": t.target, "migration": t.migration}
+    doc = {"node": res.node, "holder": opts.holder, "started_at": res.started_at, "finished_at": res.finished_at,
+           "outcome": res.outcome, "reason": res.reason, "moved": moved, "started": started,
+           "failed": {t.tenant: t.error for t in res.tenants.values() if t.state in ("failed", "unplaced")}}
+    try:
+        directory.state_put(key, doc)
+    except SlackerError as exc:
+        log.warning("could not record the drain: %s", exc.one_line())
+
+
+def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: MoveRunner, state_key, update, say):
+    last_refresh = time.monotonic()
+    while True:
+        if time.monotonic() - last_refresh >= opts.lock_ttl_s / 3:
+            last_refresh = time.monotonic()
+            taken_by = _keep_lock(directory, node, opts)
+            if taken_by:
+                res.outcome = "stopped"
+                res.reason = f"another drain of {node} ({taken_by}) took its lock: this one stopped starting moves"
+        if node not in directory.cordons():
+            res.outcome, res.reason = "stopped", f"{node} was uncordoned: the drain stopped starting moves"
+        for r in runner.poll():
+            _ended(r, res, opts, directory, node, say)
+            _record(directory, state_key, res, opts)
+        if res.outcome == "stopped" and not runner.running:
+            return
+        for tid, doc in _running_off(agents, node).items():
+            if tid not in runner.running:
+                r = runner.adopt(node, doc)
+                t = res.tenants.setdefault(tid, TenantMove(tid))
+                t.state, t.target, t.migration, t.resumed = "moving", r.target, r.mid, True
+                t.attempts = max(t.attempts, 1)
+                say(f"{tid}: following migration {r.mid} to {r.target}, started by an earlier run")
+                _record(directory, state_key, res, opts)
+        on_node = {o.tenant for o in directory.list() if o.node == node}
+        for tid in on_node:
+            t = res.tenants.setdefault(tid, TenantMove(tid))
+            if t.state == "moved":  # back on the node (moved there again by hand): move it again
+                t.state = "waiting"
+        for tid, t in res.tenants.items():
+            if t.state == "waiting" and tid not in on_node and tid not in runner.running:
+                t.state, t.error = "moved", "left the node by another move"
+        for tid, r in runner.running.items():
+            _show(res.tenants[tid], r)
+        waiting = sorted(t for t, m in res.tenants.items() if m.state == "waiting" and t in on_node)
+        if res.outcome != "stopped" and waiting and runner.may_start(node, ""):
+            # Each start is recorded before it is made: a run killed right after still leaves it.
+            _start_some(agents, directory, node, settings, opts, res, runner, set(waiting), say,
+                        lambda: _record(directory, state_key, res, opts))
+        update(res)
+        if not runner.running and not any(m.state == "waiting" and t in on_node for t, m in res.tenants.items()):
+            if res.outcome == "stopped":
+                return
+            failed = [t for t in res.tenants.values() if t.state in ("failed", "unplaced")]
+            if failed:
+                res.outcome = "failed"
+                res.reason = (f"{len(failed)} of {len(res.tenants)} tenants could not be moved; {node} stays "
+                              "cordoned")
+            else:
+                res.outcome = "drained"
+                res.reason = f"{node} is empty and stays cordoned"
+            return
+        time.sleep(opts.poll_s)
+
+
+def _show(t: TenantMove, r: Running) -> None:
+    d = r.doc
+    t.phase = d.get("phase")
+    t.bytes_done = int(d.get("bytes_done") or 0)
+    t.bytes_total = int(d.get("bytes_total") or 0)
+    t.rate_bytes_per_s = d.get("throughput_bytes_per_s")
+
+
+def _start_some(agents, directory, node, settings, opts, res, runner, waiting: set[str], say, record) -> None:
+    p = plan_drain(agents, directory, node, settings, runner.running, only=waiting)
+    res.plan = p
+    src = next((n for n in p.nodes if n.name == node), None)
+    latency = None
+    try:
+        doc = agents[node].request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=AGENT_TIMEOUT_S)
+        rows = [t for t in doc.get("tenants", []) if t.get("latency_s") is not None and t.get("transactions_per_s")]
+        tps = sum(t["transactions_per_s"] for t in rows)
+        latency = sum(t["latency_s"] * t["transactions_per_s"] for t in rows) / tps if tps > 0 else None
+    except SlackerError:
+        latency = src.latency_s if src else None
+    setpoint, _ = setpoint_for(settings, latency)
+    for tid, why in p.unplaced.items():
+        t = res.tenants[tid]
+        if t.state != "unplaced":
+            say(f"{tid}: {why}")
+        t.state, t.error = "unplaced", why
+    batch = []
+    for pl in p.placements:
+        if not runner.may_start(node, pl.target, pending=len(batch)):
+            break
+        t = res.tenants[pl.tenant]
+        t.target, t.data_bytes, t.setpoint_s = pl.target, pl.data_bytes, setpoint
+        body = migration_body(pl.tenant, pl.target, setpoint=setpoint, max_rate=opts.max_rate_bytes_per_s,
+                              force=True, max_freeze=opts.max_freeze_s)
+        t.attempts += 1
+        t.migration = t.migration or "(starting)"
+        batch.append((pl.tenant, node, pl.target, body))
+    if not batch:
+        return
+    record()
+    for tenant, got in runner.start_all(batch).items():
+        t = res.tenants[tenant]
+        if isinstance(got, SlackerError):
+            _failed(t, got.one_line(), opts, say)
+            continue
+        r = got
+        pl = next(x for x in p.placements if x.tenant == tenant)
+        t.state, t.migration, t.error = "moving", r.mid, ""
+        t.phase, t.bytes_done, t.bytes_total, t.rate_bytes_per_s = r.doc.get("phase"), 0, 0, None
+        say(f"{pl.tenant}: {node} -> {pl.target} started (migration {r.mid}, setpoint {setpoint * 1000:.0f}ms"
+            + (f", attempt {t.attempts}" if t.attempts > 1 else "") + ")")
+
+
+def _failed(t: TenantMove, why: str, opts: DrainOptions, say) -> None:
+    t.error = why
+    if t.attempts <= opts.retries:
+        t.state = "waiting"
+        say(f"{t.tenant}: attempt {t.attempts} failed: {why}; trying again")
+    else:
+        t.state = "failed"
+        say(f"{t.tenant}: failed after {t.attempts} attempts: {why}")
+
+
+def _ended(r: Running, res: DrainResult, opts: DrainOptions, directory, node: str, say) -> None:
+    t = res.tenants.setdefault(r.tenant, TenantMove(r.tenant))
+    d = r.doc
+    _show(t, r)
+    t.duration_s = d.get("duration_s") or (time.monotonic() - r.started_at)
+    t.freeze_ms = d.get("freeze_ms")
+    if r.lost:
+        try:
+            moved = directory.lookup(r.tenant).node != node
+        except NotFound:
+            moved = False
+        if moved:
+            t.state, t.phase = "moved", "done"
+            say(f"{r.tenant}: moved to {r.target} ({r.lost}; the directory names the target)")
+        else:
+            _failed(t, r.lost, opts, say)
+        return
+    if d.get("result") == "succeeded":
+        t.state, t.error = "moved", ""
+        freeze = f", freeze {t.freeze_ms:.0f} ms" if t.freeze_ms is not None else ""
+        say(f"{r.tenant}: moved to {r.target} in {t.duration_s:.1f}s{freeze}")
+        return
+    e = d.get("error") or {}
+    why = (f"migration {r.mid} {d.get('result')} in phase {e.get('phase') or d.get('phase')}: {e.get('what', '')}"
+           + (f": {e['why']}" if e.get("why") else ""))
+    _failed(t, why, opts, say)

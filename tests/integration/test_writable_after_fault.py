@@ -241,6 +241,18 @@ def _writable(servers: dict, password: str) -> list[str]:
     return out
 
 
+def _cli_migration_id(cluster, proc, tenant: str) -> str:
+    """The id of the migration a `slacker migrate` process started, once its source agent lists it."""
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        mid = next((m["id"] for m in agents[SOURCE].request("GET", "/v1/migrations")["migrations"]
+                    if m["tenant"] == tenant and m.get("active") and m.get("source")), None)
+        if mid is not None:
+            return mid
+
+
 def test_migrate_and_status_say_what_a_step_past_the_flip_waits_for(routed_once):
     """Instead of waiting in silence, `slacker migrate` (without a terminal: a line on stderr; --json keeps
     stdout one document) and `slacker status` say that the migration waits for the target agent and that
@@ -253,13 +265,7 @@ def test_migrate_and_status_say_what_a_step_past_the_flip_waits_for(routed_once)
     proc = subprocess.Popen([sys.executable, "-m", "slacker", "migrate", tenant, "--to", TARGET, "--hold",
                              "flipped=2s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        agents, _ = cluster_clients(cluster)
-        deadline = time.monotonic() + 120
-        mid = None
-        while mid is None:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            mid = next((m["id"] for m in agents[SOURCE].request("GET", "/v1/migrations")["migrations"]
-                        if m["tenant"] == tenant and m.get("active") and m.get("source")), None)
+        mid = _cli_migration_id(cluster, proc, tenant)
         _wait_at(cluster, mid, "source", "flipped")
         _kill_agent(cluster, TARGET)
         deadline = time.monotonic() + 30
@@ -302,13 +308,8 @@ def test_migrate_waits_for_a_restarted_source_agent(routed_once, point):
     proc = subprocess.Popen([sys.executable, "-m", "slacker", "migrate", tenant, "--to", TARGET, "--hold",
                              f"{point}=30s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        agents, directory = cluster_clients(cluster)
-        deadline = time.monotonic() + 120
-        mid = None
-        while mid is None:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            mid = next((m["id"] for m in agents[SOURCE].request("GET", "/v1/migrations")["migrations"]
-                        if m["tenant"] == tenant and m.get("active") and m.get("source")), None)
+        _, directory = cluster_clients(cluster)
+        mid = _cli_migration_id(cluster, proc, tenant)
         _wait_at(cluster, mid, "source", point)
         _kill_agent(cluster, SOURCE)
         time.sleep(3)  # several polls missed: the command must still be waiting

@@ -310,9 +310,12 @@ def report(res: dict) -> str:
                    f"the load's own latency {ms(cal['load_latency_median_s'])} ms")
         m = cal["multiples"]
         out.append(f"setpoints: binding {m['binding']:g}x the load's own latency, non-binding {m['nonbinding']:g}x")
-    out.append(f"runs rejected by the validity gate: {len(st['rejected'])}"
-               + (" (" + "; ".join(sorted({r['why'].split(' in one second')[0].split(' is ')[0] for r in st['rejected']}))[:200] + ")"
-                  if st["rejected"] else ""))
+    rej = st["rejected"]
+    n_load = sum(1 for r in rej if r["why"].startswith("achieved"))
+    n_lat = sum(1 for r in rej if r["why"].startswith("the load's own"))
+    out.append(f"runs rejected by the validity gate: {len(rej)} ({n_load} a second off the offered load, {n_lat} the "
+               f"load's own latency off its calibration median, {len(rej) - n_load - n_lat} other); runs left out "
+               f"after {res['config'].get('max_attempts')} attempts: {len(st.get('invalid', []))}")
     blocks = [b for b in st["blocks"] if b.get("figures")]
     if not blocks:
         return "\n".join(out)
@@ -354,3 +357,30 @@ def _pd(s: dict) -> str:
     if not s["n"]:
         return "-"
     return f"median {s['median']:+.2f} ({s['min']:+.2f} to {s['max']:+.2f}, n={s['n']})"
+
+
+def series(res: dict) -> dict:
+    """Each stable run's per-second series, compact: [t from the load's start s, offered tps, achieved
+    tps, mean latency ms] from its load file (first_time: the first second's UTC end), and the copy's
+    window (unix times); for docs/data beside results.json."""
+    import json
+    from pathlib import Path
+    out = {}
+    for name, run in res["runs"].items():
+        path = Path(run.get("harness_path", ""))
+        if "stable" not in res or not path.exists():
+            continue
+        rows, first = [], None
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            lat = r.get("latency_mean_s")
+            first = first or r.get("time")
+            rows.append([r["t_s"], round(r.get("offered_tps") or 0, 1), round(r.get("achieved_tps") or 0, 1),
+                         round(lat * 1000, 2) if lat is not None else None])
+        mig = run.get("migration") or {}
+        out[name] = {"first_time": first, "seconds": rows,
+                     "copy": [mig.get("snapshot_start"), mig.get("snapshot_end")]}
+    return out

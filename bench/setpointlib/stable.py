@@ -336,6 +336,9 @@ def report(res: dict) -> str:
         summ.append([label] + [_f((protocol.summary([b["figures"].get(k) for b in blocks])[fn] or None) and
                                   protocol.summary([b["figures"].get(k) for b in blocks])[fn] * s)
                                for _, k, s in cols] + [""])
+    if cal.get("spread") and not cal["spread"]["ok"]:
+        out.append("the calibration did NOT agree within 5 %: by the protocol's rule the blocks below judge no "
+                   "controller; they show what this plant resolves")
     out.append(table(["block"] + [c[0] for c in cols] + ["oracle bracket MB/s"], rows + summ,
                      "blocks (ratios; mean/sp goal 0.9-1.1, speed goal >= 0.9, nb time goal <= 1.15)"))
     get = lambda k: [b["figures"].get(k) for b in blocks]  # noqa: E731
@@ -366,9 +369,17 @@ def series(res: dict) -> dict:
     import json
     from pathlib import Path
     out = {}
-    for name, run in res["runs"].items():
+    if "stable" not in res:
+        return out
+    runs = dict(res["runs"])
+    where = next((Path(r["harness_path"]).parent for r in runs.values() if r.get("harness_path")), None)
+    for rej in res["stable"]["rejected"]:  # the rejected attempts' seconds too: what the gate saw
+        if where is not None:
+            runs.setdefault(rej["name"], {"harness_path": str(where / f"{rej['name']}.harness.jsonl"),
+                                          "rejected": rej["why"]})
+    for name, run in runs.items():
         path = Path(run.get("harness_path", ""))
-        if "stable" not in res or not path.exists():
+        if not path.exists():
             continue
         rows, first = [], None
         for line in path.read_text().splitlines():
@@ -381,6 +392,6 @@ def series(res: dict) -> dict:
             rows.append([r["t_s"], round(r.get("offered_tps") or 0, 1), round(r.get("achieved_tps") or 0, 1),
                          round(lat * 1000, 2) if lat is not None else None])
         mig = run.get("migration") or {}
-        out[name] = {"first_time": first, "seconds": rows,
+        out[name] = {"first_time": first, "seconds": rows, "rejected": run.get("rejected"),
                      "copy": [mig.get("snapshot_start"), mig.get("snapshot_end")]}
     return out

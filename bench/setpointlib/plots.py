@@ -270,7 +270,8 @@ def plot_stable(res: dict, path: Path) -> None:
     ax.axhline(mult["nonbinding"], color="grey", ls=":", lw=1, label=f"non-binding setpoint {mult['nonbinding']:g}x")
     ax.set_xlabel("copy rate (MB/s, achieved mean)")
     ax.set_ylabel("mean latency during the copy / the load's own just before")
-    ax.set_title(f"{res['config'].get('load')}: {len(st['blocks'])} blocks, {len(st['rejected'])} runs rejected")
+    done = sum(1 for b in st['blocks'] if b.get('figures'))
+    ax.set_title(f"{res['config'].get('load')}: {done} complete blocks, {len(st['rejected'])} runs rejected by the gate")
     ax.legend(fontsize=7)
     reps = [runs[n] for n in cal.get("repeats", []) if n in runs]
     if reps:

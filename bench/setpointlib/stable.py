@@ -264,6 +264,8 @@ def block_figures(res: dict, blk: dict, mult: dict) -> dict:
         r = runs.get(f"{c}:nb")
         if r and "unthrottled" in runs:
             f[f"{c}_nb_time_over_unthrottled"] = r["migration"]["duration_s"] / u_time
+            # the copy alone: the delta phase after it varies with the backlog the load built meanwhile
+            f[f"{c}_nb_copy_over_unthrottled"] = r["migration"]["snapshot_s"] / u["migration"]["snapshot_s"]
             f[f"{c}_nb_mean_over_sp"] = r["sp_ratio"]
     if "alone" in runs:
         f["alone_ratio"] = runs["alone"]["ratio"]
@@ -324,6 +326,7 @@ def report(res: dict) -> str:
             ("pid speed/oracle", "pid_speed_over_oracle", 1),
             ("model - fixed@rate", "model_minus_fixed_at_own_rate", 1), ("pid - fixed@rate", "pid_minus_fixed_at_own_rate", 1),
             ("model nb time/unthr", "model_nb_time_over_unthrottled", 1), ("pid nb time/unthr", "pid_nb_time_over_unthrottled", 1),
+            ("model nb copy/unthr", "model_nb_copy_over_unthrottled", 1), ("pid nb copy/unthr", "pid_nb_copy_over_unthrottled", 1),
             ("alone/own", "alone_ratio", 1)]
     rows = []
     for b in blocks:

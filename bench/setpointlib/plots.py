@@ -249,6 +249,7 @@ def plot_stable(res: dict, path: Path) -> None:
     ax.scatter([r["rate"] / MB for r in cal_runs], [r["ratio"] for r in cal_runs], marker="x", color="grey",
                label="calibration (fixed, unthrottled)")
     colours = {"model": "tab:blue", "pid": "tab:red", "unthrottled": "black"}
+    labelled: set = set()
     for b in st["blocks"]:
         fixed = sorted((runs[n]["rate"] / MB, runs[n]["ratio"]) for m, n in b["runs"].items()
                        if m.startswith("fixed") and runs[n].get("ratio"))
@@ -261,15 +262,18 @@ def plot_stable(res: dict, path: Path) -> None:
             kind, _, arg = m.partition(":")
             r = runs[n]
             if kind in colours and r.get("rate") and r.get("ratio"):
+                label = f"{kind}" + (" (not binding)" if arg == "nb" else "")
                 ax.scatter([r["rate"] / MB], [r["ratio"]], color=colours[kind], marker="o" if arg != "nb" else "s",
                            facecolors="none" if arg == "nb" else colours[kind],
-                           label=(f"{kind}" + (" (not binding)" if arg == "nb" else "")) if b["block"] == 1 else None)
+                           label=None if label in labelled else label)
+                labelled.add(label)
     if mult.get("binds"):
         ax.axhline(mult["binding"], color="tab:blue", ls="--", lw=1, label=f"binding setpoint {mult['binding']:g}x")
         ax.axhspan(0.9 * mult["binding"], 1.1 * mult["binding"], color="tab:blue", alpha=0.08)
     ax.axhline(mult["nonbinding"], color="grey", ls=":", lw=1, label=f"non-binding setpoint {mult['nonbinding']:g}x")
     ax.set_xlabel("copy rate (MB/s, achieved mean)")
-    ax.set_ylabel("mean latency during the copy / the load's own just before")
+    ax.set_yscale("log")
+    ax.set_ylabel("mean latency during the copy / the load's own just before (log)")
     done = sum(1 for b in st['blocks'] if b.get('figures'))
     ax.set_title(f"{res['config'].get('load')}: {done} complete blocks, {len(st['rejected'])} runs rejected by the gate")
     ax.legend(fontsize=7)

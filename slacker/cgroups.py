@@ -8,6 +8,14 @@ controller (cpu.cfs_quota_us) and with cgroup v2 (cpu.max). Tenants are
 started by the agent in a new session, which changes their session, not
 their cgroup: children stay in their parent's cgroup.
 
+The quota is enforced per period: a group that used its quota waits for the next
+period, so a period of 100 ms (the kernel's default) can stall a node's queries for
+tens of ms, which a latency setpoint of that order sees; a shorter period (e.g.
+10 ms) bounds the stall. The quota is a ceiling, not a promise: on a contended
+machine a group gets its quota only if its weight (cgroup v1 `cpu.shares`, v2
+`cpu.weight`, here always on the v2 scale 1-10000, default 100) holds up against
+its siblings at every level; so the weight is also set on the node's parents.
+
 A disk read limit (cgroup v1 `blkio.throttle.read_bps_device`, v2 `io.max
 rbps=`) makes a node behave like a host with a slower disk: its tenants' page
 reads and the backup's reads of their files share that bandwidth, as on the
@@ -26,7 +34,8 @@ from pathlib import Path
 from .errors import InvalidInput, MissingDependency, SlackerError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
+DEFAULT_PERIOD_S = 0.1   # the kernel's default CFS period
+DEFAULT_WEIGHT = 100     # the v2 default (v1: 1024 shares)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,17 @@ class CpuGroup(_Group):
         q, p = (self.path / "cpu.max").read_text().split()
         return None if q == "max" else int(q) / int(p)
 
+    def period_s(self) -> float:
+        if self.version == 1:
+            return int((self.path / "cpu.cfs_period_us").read_text()) / 1e6
+        return int((self.path / "cpu.max").read_text().split()[1]) / 1e6
+
+    def weight(self) -> int:
+        """The group's weight on the v2 scale (v1 shares converted back)."""
+        if self.version == 1:
+            return shares_to_weight(int((self.path / "cpu.shares").read_text()))
+        return int((self.path / "cpu.weight").read_text())
+
     def throttled_s(self) -> float:
         """How long the group was held back by its quota, in total."""
         stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines() if line.strip())
@@ -108,26 +128,83 @@ def validate_cpus(cpus: float) -> float:
     return cpus
 
 
+def validate_period(period_s: float) -> float:
+    if not 0.001 <= period_s <= 1.0:
+        raise InvalidInput(f"--cpu-period {period_s * 1000:g}ms is out of range", "the kernel takes 1 ms to 1 s",
+                           "for example 10ms")
+    return period_s
+
+
+def validate_weight(weight: int) -> int:
+    if not 1 <= weight <= 10_000:
+        raise InvalidInput(f"--cpu-weight {weight} is out of range", "cgroup weights are 1 to 10000 (100: a plain "
+                           "process's share)", "for example 1000")
+    return weight
+
+
+def weight_to_shares(weight: int) -> int:
+    """v2 weight -> v1 cpu.shares (100 <-> 1024, the two defaults)."""
+    return max(2, min(262_144, round(weight * 1024 / 100)))
+
+
+def shares_to_weight(shares: int) -> int:
+    return max(1, min(10_000, round(shares * 100 / 1024)))
+
+
+def _set_weight(path: Path, version: int, weight: int) -> None:
+    if version == 1:
+        (path / "cpu.shares").write_text(f"{weight_to_shares(weight)}\n")
+    else:
+        (path / "cpu.weight").write_text(f"{weight}\n")
+
+
+def _raise_parents(path: Path, version: int, weight: int) -> None:
+    """Give the node's parents (slacker/<run>/, slacker/) at least `weight`: a child's weight only
+    counts against its siblings, and the machine's other processes compete with the top group."""
+    run = CpuGroup(path.parent, version)
+    if run.weight() < weight:
+        _set_weight(run.path, version, weight)
+    _reweigh_top(path.parent.parent, version)
+
+
+def _reweigh_top(top: Path, version: int) -> None:
+    """The top group (shared by every local cluster's run) weighs what its heaviest run weighs, so a
+    run's raised weight does not outlive it."""
+    if not top.exists():
+        return
+    runs = [CpuGroup(d, version).weight() for d in top.iterdir() if d.is_dir() and (d / "cgroup.procs").exists()]
+    _set_weight(top, version, max(runs, default=DEFAULT_WEIGHT))
+
+
 def group_for(run_dir: Path, node: str) -> CpuGroup:
     """The cgroup of `node` of the local cluster in `run_dir` (one subtree per run dir)."""
     mount, version = _cpu_mount()
     return CpuGroup(mount / "slacker" / _run_id(run_dir) / node, version)
 
 
-def create(run_dir: Path, node: str, cpus: float) -> CpuGroup:
-    """Create (or update) the node's group with a quota of `cpus` CPUs."""
-    validate_cpus(cpus)
+def create(run_dir: Path, node: str, cpus: float | None, period_s: float = DEFAULT_PERIOD_S,
+           weight: int = DEFAULT_WEIGHT) -> CpuGroup:
+    """Create (or update) the node's group (`node` may be any name under the run, e.g. a load generator's
+    group) with a quota of `cpus` CPUs per `period_s` (None: no quota) and `weight` against its siblings."""
+    if cpus is not None:
+        validate_cpus(cpus)
+    validate_period(period_s)
+    validate_weight(weight)
     g = group_for(run_dir, node)
     try:
         if g.version == 2:
             _hand_down(g.path, "cpu")
         g.path.mkdir(parents=True, exist_ok=True)
-        quota = max(1000, int(cpus * PERIOD_US))
+        period_us = round(period_s * 1e6)
+        quota = "max" if cpus is None else str(max(1000, int(cpus * period_us)))
         if g.version == 1:
-            (g.path / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
-            (g.path / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+            (g.path / "cpu.cfs_quota_us").write_text("-1\n")  # a period shorter than the old quota is refused
+            (g.path / "cpu.cfs_period_us").write_text(f"{period_us}\n")
+            (g.path / "cpu.cfs_quota_us").write_text(f"{-1 if quota == 'max' else quota}\n")
         else:
-            (g.path / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
+            (g.path / "cpu.max").write_text(f"{quota} {period_us}\n")
+        _raise_parents(g.path, g.version, weight)
+        _set_weight(g.path, g.version, weight)
     except OSError as exc:
         raise SlackerError(f"cannot set up the cgroup of {node}", f"{g.path}: {exc.strerror or exc}",
                            "--cpu-per-node needs root and a writable cgroup cpu controller") from None
@@ -141,6 +218,10 @@ def remove(run_dir: Path, node: str, timeout_s: float = 10.0) -> None:
     except MissingDependency:
         return
     _remove_when_empty(g, timeout_s)
+    try:
+        _reweigh_top(g.path.parent.parent, g.version)
+    except OSError:
+        pass  # another run's group went meanwhile: the next create or remove reweighs
 
 
 def group_of_pid(pid: int) -> str | None:

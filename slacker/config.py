@@ -46,6 +46,10 @@ class Cluster:
     local_subnet: str = ""
     # The cluster CA: agents' https:// URLs and tenants' TLS are verified against it.
     tls_ca: Path | None = None
+    # A local cluster's budget per node (`cluster up --cpu-per-node --cpu-period --cpu-weight
+    # --disk-read-per-node`), as it was set up: cpu_per_node, cpu_period (s), cpu_weight, disk_read_per_node
+    # (bytes/s). Empty when none was given.
+    node_budget: dict = field(default_factory=dict)
 
     def node(self, name: str) -> NodeSpec:
         if name not in self.nodes:
@@ -145,6 +149,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         prefix = str(doc.get("etcd_prefix", "/slacker"))
         local_subnet = str(doc.get("local_subnet", ""))
         tls_ca = _path(doc["tls_ca"], path) if doc.get("tls_ca") else None
+        budget = {k: doc[k] for k in ("cpu_per_node", "cpu_period", "cpu_weight", "disk_read_per_node") if k in doc}
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
@@ -172,6 +177,10 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         except ValueError as exc:
             raise InvalidInput(f"cluster file {path}: bad local_subnet {local_subnet!r}", str(exc),
                                "for example 10.77.0.0/24, or leave it out") from None
+    for k, v in budget.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise InvalidInput(f"cluster file {path}: bad {k} {v!r}", "expected a positive number",
+                               "see docs/configuration.md, or leave it out")
     for n in nodes.values():
         scheme = urlparse(n.url).scheme
         if scheme not in ("http", "https"):
@@ -183,7 +192,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
                                "add tls_ca = \"PATH/ca.crt\" (docs/deployment.md)")
     cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes,
                       directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
-                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet)
+                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget)
     cluster.node(directory)  # the directory node must be one of the nodes
     return cluster
 

@@ -40,15 +40,17 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
        directory: str = "sqlite", etcd_client_port: int = 2379, etcd_peer_port: int = 2380,
        cpu_per_node: float | None = None, netns: bool = False, netns_subnet: str = netns_mod.DEFAULT_SUBNET,
        stats_interval_s: float | None = None, tls: bool = False, disk_read_per_node: float | None = None,
-       router: str | None = None) -> Path:
+       router: str | None = None, cpu_period_s: float = cgroups.DEFAULT_PERIOD_S,
+       cpu_weight: int = cgroups.DEFAULT_WEIGHT) -> Path:
     """Start `nodes` local agents (and etcd if asked); returns the cluster file path.
     Re-running starts what is missing.
 
     `directory` is "sqlite" (`directory_node` serves it) or "etcd" (a local three-member etcd
     cluster on the first three node addresses); `fault_injection` lets migrations pause at named
     points (tests and rehearsals only). `cpu_per_node` puts each node's agent, and so its tenants
-    and migration processes, in a cgroup with that many CPUs of quota (agents already running keep
-    their group; the quota itself is updated). `disk_read_per_node` (bytes/s) does the same with a
+    and migration processes, in a cgroup with that many CPUs of quota per `cpu_period_s` and
+    `cpu_weight` against the machine's other processes (agents already running keep their group; the
+    quota itself is updated). `disk_read_per_node` (bytes/s) does the same with a
     limit on what each node reads from the disk under `run_dir` (a host with a slower disk). `netns`
     puts each node in a network namespace of its own with an address from `netns_subnet`
     (first_address is then unused). `stats_interval_s` sets the agents' load-history interval
@@ -58,6 +60,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     text. `router` (HOST:PORT) also starts a router there (slacker/router/local.py)."""
     if cpu_per_node is not None:
         cgroups.validate_cpus(cpu_per_node)
+    cgroups.validate_period(cpu_period_s)
+    cgroups.validate_weight(cpu_weight)
     if disk_read_per_node is not None:
         cgroups.validate_read_bps(disk_read_per_node)
         cgroups.disk_of(run_dir)  # a run directory on tmpfs cannot be limited: say so before anything starts
@@ -98,6 +102,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
                            "it must be node-1 ... node-N", "for example --directory-node node-1")
     top = {"token_file": str(token_file), "directory": directory_node}
+    if cpu_per_node:
+        top |= {"cpu_per_node": cpu_per_node, "cpu_period": cpu_period_s, "cpu_weight": cpu_weight}
+    if disk_read_per_node:
+        top["disk_read_per_node"] = int(disk_read_per_node)
     if net:
         top["local_subnet"] = net.subnet  # a bridge on this machine: plain-text links here stay on it
     pki = {}
@@ -116,7 +124,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
              "directory": directory, "directory_node": directory_node, "etcd_client_port": etcd_client_port,
              "etcd_peer_port": etcd_peer_port, "cpu_per_node": cpu_per_node, "disk_read_per_node": disk_read_per_node,
              "netns": netns, "netns_subnet": netns_subnet, "stats_interval_s": stats_interval_s, "tls": tls,
-             "fault_injection": fault_injection, "router": router or ""}
+             "fault_injection": fault_injection, "router": router or "", "cpu_period_s": cpu_period_s,
+             "cpu_weight": cpu_weight}
     write_toml(cluster_file, top, {"up": {k: v for k, v in asked.items() if v is not None}, "nodes": specs},
                header="Slacker cluster file, written by `slacker cluster up` ([up]: the options it was run with).")
     for spec in specs:
@@ -136,7 +145,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     groups: dict[str, list] = {s["name"]: [] for s in specs}
     for s in specs:
         if cpu_per_node:
-            groups[s["name"]].append(cgroups.create(run_dir, s["name"], cpu_per_node))
+            groups[s["name"]].append(cgroups.create(run_dir, s["name"], cpu_per_node, cpu_period_s, cpu_weight))
         if disk_read_per_node:
             groups[s["name"]].append(cgroups.create_disk(run_dir, s["name"], disk_read_per_node, run_dir))
     for spec in specs:
@@ -155,7 +164,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
 
 UP_OPTIONS = ("nodes", "first_address", "api_port", "port_range", "directory", "directory_node",
               "etcd_client_port", "etcd_peer_port", "cpu_per_node", "disk_read_per_node", "netns", "netns_subnet",
-              "stats_interval_s", "tls", "fault_injection", "router")
+              "stats_interval_s", "tls", "fault_injection", "router", "cpu_period_s", "cpu_weight")
 
 
 def recorded_options(run_dir: Path) -> dict:

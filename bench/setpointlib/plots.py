@@ -235,6 +235,62 @@ def plot_compare_summary(res: dict, path: Path) -> None:
 
 
 
+def plot_stable(res: dict, path: Path) -> None:
+    """Left: latency (multiple of the load's own) against copy rate: calibration, each block's fixed
+    rates (its monotone curve), the controllers; the setpoints as lines. Right: the calibration repeats."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from .protocol import isotonic
+    st, runs = res["stable"], res["runs"]
+    cal, mult = st["calibration"], st["calibration"]["multiples"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 1]})
+    cal_runs = [runs[n] for n in cal.get("sweep", []) + [cal.get("unthrottled")] if n in runs]
+    ax.scatter([r["rate"] / MB for r in cal_runs], [r["ratio"] for r in cal_runs], marker="x", color="grey",
+               label="calibration (fixed, unthrottled)")
+    colours = {"model": "tab:blue", "pid": "tab:red", "unthrottled": "black"}
+    labelled: set = set()
+    for b in st["blocks"]:
+        fixed = sorted((runs[n]["rate"] / MB, runs[n]["ratio"]) for m, n in b["runs"].items()
+                       if m.startswith("fixed") and runs[n].get("ratio"))
+        if fixed:
+            curve = isotonic(fixed)
+            ax.plot([x for x, _ in curve], [y for _, y in curve], color="tab:green", alpha=0.4,
+                    label="fixed rates, a block's monotone curve" if b["block"] == 1 else None)
+            ax.scatter([x for x, _ in fixed], [y for _, y in fixed], color="tab:green", s=12)
+        for m, n in b["runs"].items():
+            kind, _, arg = m.partition(":")
+            r = runs[n]
+            if kind in colours and r.get("rate") and r.get("ratio"):
+                label = f"{kind}" + (" (not binding)" if arg == "nb" else "")
+                ax.scatter([r["rate"] / MB], [r["ratio"]], color=colours[kind], marker="o" if arg != "nb" else "s",
+                           facecolors="none" if arg == "nb" else colours[kind],
+                           label=None if label in labelled else label)
+                labelled.add(label)
+    if mult.get("binds"):
+        ax.axhline(mult["binding"], color="tab:blue", ls="--", lw=1, label=f"binding setpoint {mult['binding']:g}x")
+        ax.axhspan(0.9 * mult["binding"], 1.1 * mult["binding"], color="tab:blue", alpha=0.08)
+    ax.axhline(mult["nonbinding"], color="grey", ls=":", lw=1, label=f"non-binding setpoint {mult['nonbinding']:g}x")
+    ax.set_xlabel("copy rate (MB/s, achieved mean)")
+    ax.set_yscale("log")
+    ax.set_ylabel("mean latency during the copy / the load's own just before (log)")
+    done = sum(1 for b in st['blocks'] if b.get('figures'))
+    ax.set_title(f"{res['config'].get('load')}: {done} complete blocks, {len(st['rejected'])} runs rejected by the gate")
+    ax.legend(fontsize=7)
+    reps = [runs[n] for n in cal.get("repeats", []) if n in runs]
+    if reps:
+        ax2.bar(range(1, len(reps) + 1), [r["copy"]["mean_s"] * 1000 for r in reps], color="tab:grey")
+        m = sum(r["copy"]["mean_s"] for r in reps) / len(reps) * 1000
+        ax2.axhspan(0.95 * m, 1.05 * m, color="tab:green", alpha=0.15, label="mean +-5 %")
+        ax2.set_title(f"calibration: {len(reps)} x {cal['repeat_rate'] / MB:.1f} MB/s, spread "
+                      f"{cal['spread']['spread']:.1%}", fontsize=9)
+        ax2.set_ylabel("mean latency during the copy (ms)")
+        ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def make_plots(res: dict, out_dir: Path) -> list[Path]:
     made = []
     runs = res["runs"]
@@ -246,6 +302,8 @@ def make_plots(res: dict, out_dir: Path) -> list[Path]:
         except Exception as exc:  # noqa: BLE001 - a plot must not hide the results
             log(f"plot failed: {exc}")
 
+    if res.get("stable") and res["stable"]["calibration"].get("multiples"):
+        attempt(plot_stable, res, out_dir / f"setpoint-stable-{res['config'].get('load', 'ycsb')}.png")
     if runs.get("fig5") and runs["fig5"]["levels"]:
         attempt(plot_fig5, res, out_dir / "setpoint-fig5.png")
     if res.get("fig11"):

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from slacker import local_cluster
+from slacker import cgroups, local_cluster
 from slacker.agent.client import cluster_clients
 from slacker.agent.tenant_stats import data_bytes
 from slacker.client import resolve
@@ -193,6 +193,8 @@ class Harness:
             args += ["--rate-step", s]
         if bench.args.seed is not None:
             args += ["--seed", str(bench.args.seed)]
+        if getattr(bench.args, "arrival", None):
+            args += ["--arrival", bench.args.arrival]
         self.tenants = tenants
         self.proc = BenchmarkProcess.start(args, cluster=str(bench.cluster_file), cwd=str(ROOT))
         bench.harnesses.append(self)
@@ -256,6 +258,7 @@ class Bench:
         self.cluster_file: Path | None = None
         self.own_cluster = False
         self.cpu: CpuMonitor | None = None
+        self.loadgen = None  # the load generator's cgroup (--cpu-per-node)
         self.preflight_s: list[float] = []
         self.shm: Path | None = None
         # With the target in RAM every measured migration goes node-1 -> node-2 and the tenant comes back
@@ -283,11 +286,19 @@ class Bench:
                     f"and the tenant is moved back unthrottled between runs")
             log(f"cluster up in {self.run_dir} ({a.address}, api port {a.api_port}, tenant ports {a.port_range})")
             self.own_cluster = True
+            cpu = getattr(a, "cpu_per_node", None)
+            budget = {"cpu_per_node": cpu, "cpu_period_s": a.cpu_period, "cpu_weight": a.cpu_weight} if cpu else {}
             self.cluster_file = local_cluster.up(self.run_dir, nodes=2, first_address=a.address,
                                                  api_port=a.api_port, port_range=a.port_range,
-                                                 disk_read_per_node=a.disk_read_bps)
+                                                 disk_read_per_node=a.disk_read_bps, router=None, **budget)
             if a.disk_read_bps:
                 log(f"each node reads at most {mbs(a.disk_read_bps, 0)} MB/s from the disk")
+            if cpu:
+                log(f"each node: {cpu:g} CPU per {a.cpu_period * 1000:g} ms, weight {a.cpu_weight}")
+                # the load generator, the sampler (a thread of ours) and this process: outside the nodes'
+                # budgets, in a group of their own that weighs as much as a node
+                self.loadgen = cgroups.create(self.run_dir, "loadgen", None, a.cpu_period, a.cpu_weight)
+                self.loadgen.add(os.getpid())
         self.cpu = CpuMonitor(str(self.run_dir), str(self.shm or "")).start()
         self.cluster = load_cluster(str(self.cluster_file))
         self.agents, self.directory = cluster_clients(self.cluster)
@@ -301,6 +312,10 @@ class Bench:
             self.harnesses.remove(h)
         if self.cpu is not None:
             self.cpu.stop()
+        if self.loadgen is not None:
+            (self.loadgen.path.parent.parent.parent / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            cgroups.remove(self.run_dir, "loadgen")
+            self.loadgen = None
         if self.own_cluster and self.run_dir is not None:
             if self.args.keep:
                 log(f"--keep: cluster left running; export SLACKER_CLUSTER={self.cluster_file}")
@@ -539,7 +554,10 @@ class Bench:
                             abort_after_s=abort_after_s)
 
     def save(self) -> None:
-        (self.out_dir / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
+        text = json.dumps(self.results, indent=1, default=str)
+        (self.out_dir / "results.json").write_text(text)
+        if getattr(self.args, "data_copy", None):
+            Path(self.args.data_copy).write_text(text)
 
 
 def machine_info() -> dict:

@@ -25,10 +25,11 @@ from slacker.latency import PerformanceSchemaSource
 from . import log
 
 DB = "sbtest"
+PACED = Path(__file__).with_name("oltp_paced.lua")  # oltp_read_write at constant arrivals
 
 
-def sysbench_cmd(ep, args, *extra: str) -> list[str]:
-    return ["sysbench", "oltp_read_write", f"--mysql-host={ep.host}", f"--mysql-port={ep.port}",
+def sysbench_cmd(ep, args, *extra: str, paced: bool = False) -> list[str]:
+    return ["sysbench", str(PACED) if paced else "oltp_read_write", f"--mysql-host={ep.host}", f"--mysql-port={ep.port}",
             f"--mysql-user={ep.user}", f"--mysql-password={ep.password}", f"--mysql-db={DB}",
             f"--tables={args.sb_tables}", f"--table-size={args.sb_table_size}", "--db-ps-mode=auto", *extra]
 
@@ -66,8 +67,11 @@ class SysbenchLoad:
         self.log_path = bench.out_dir / f"{name}.sysbench.log"
         a = bench.args
         ep = resolve(self.tenant, directory=bench.directory, agents=bench.agents)
-        cmd = sysbench_cmd(ep, a, f"--threads={a.sb_threads}", f"--rate={rates[0]:g}", "--time=7200",
-                           "--report-interval=1", "--mysql-ignore-errors=all", "run")
+        # --sb-paced (the stable protocol): constant arrivals; else sysbench's own Poisson --rate
+        paced = getattr(a, "sb_paced", False)
+        cmd = sysbench_cmd(ep, a, f"--threads={a.sb_threads}",
+                           f"--paced-rate={rates[0]:g}" if paced else f"--rate={rates[0]:g}", "--time=7200",
+                           "--report-interval=1", "--mysql-ignore-errors=all", "run", paced=paced)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         bench.cpu.extra_pids.add(self.proc.pid)

@@ -16,7 +16,8 @@ def cluster() -> None:
 
 
 # `cluster up` options under the names local_cluster.up takes them.
-_UP_NAMES = {"address": "first_address", "stats_interval": "stats_interval_s", "no_router": "router"}
+_UP_NAMES = {"address": "first_address", "stats_interval": "stats_interval_s", "no_router": "router",
+             "cpu_period": "cpu_period_s"}
 
 
 @cluster.command("up")
@@ -39,6 +40,13 @@ _UP_NAMES = {"address": "first_address", "stats_interval": "stats_interval_s", "
 @click.option("--cpu-per-node", type=float, default=None,
               help="CPU quota of each node (its agent, tenants and migration processes), e.g. 0.6; "
                    "needs root and the cgroup cpu controller. Default: no quota.")
+@click.option("--cpu-period", type=DURATION, default="100ms", show_default=True,
+              help="With --cpu-per-node: the quota's period. A node that used its quota waits for the next "
+                   "period, so the period bounds the stall a query can see (10ms: stalls of at most ~10 ms).")
+@click.option("--cpu-weight", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="With --cpu-per-node: each node's CPU weight (cgroup v2 scale; v1 shares = weight x 10.24) "
+                   "against the machine's other processes, so the quota is really given on a busy machine "
+                   "(100: as much as one plain process; e.g. 1000).")
 @click.option("--disk-read-per-node", type=RATE, default=None,
               help="Limit what each node (its tenants, backups) reads from the disk under RUN_DIR, e.g. 40MB/s: "
                    "a host with a slower disk, where the copy competes with the tenants' page reads. Needs root "
@@ -64,7 +72,7 @@ _UP_NAMES = {"address": "first_address", "stats_interval": "stats_interval_s", "
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
-               disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None,
+               cpu_period: float, cpu_weight: int, disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None,
                tls: bool | None, fault_injection: bool, router: str, no_router: bool, as_json: bool) -> None:
     """Start a local cluster and write its cluster file (RUN_DIR/cluster.toml).
 
@@ -92,12 +100,14 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
         "directory": directory, "directory_node": directory_node, "etcd_client_port": etcd_client_port,
         "etcd_peer_port": etcd_peer_port, "fault_injection": fault_injection, "cpu_per_node": cpu_per_node,
         "netns": netns, "netns_subnet": netns_subnet, "stats_interval_s": stats_interval, "tls": tls,
-        "disk_read_per_node": disk_read_per_node, "router": "" if no_router else router}, given)
+        "disk_read_per_node": disk_read_per_node, "router": "" if no_router else router,
+        "cpu_period_s": cpu_period, "cpu_weight": cpu_weight}, given)
     if opts["tls"] is None:
         opts["tls"] = opts["netns"]  # separate network hosts: what crosses them is encrypted unless told not to
     opts["router"] = opts["router"] or None
     path = up(Path(run_dir), **opts)
     cpu_per_node, disk_read_per_node, no_router = opts["cpu_per_node"], opts["disk_read_per_node"], not opts["router"]
+    cpu_period, cpu_weight = opts["cpu_period_s"], opts["cpu_weight"]
     c = load_cluster(str(path))
     from ..router.local import listening
     where = f"etcd at {', '.join(c.etcd_endpoints)}" if c.directory_backend == "etcd" else f"on {c.directory_node}"
@@ -105,12 +115,15 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
         print_json({"cluster_file": str(path), "nodes": [vars(n) for n in c.nodes.values()],
                     "directory": c.directory_node, "directory_backend": c.directory_backend,
                     "etcd_endpoints": list(c.etcd_endpoints), "cpu_per_node": cpu_per_node,
+                    "cpu_period_s": cpu_period if cpu_per_node else None,
+                    "cpu_weight": cpu_weight if cpu_per_node else None,
                     "disk_read_per_node": disk_read_per_node,
                     "netns_subnet": c.local_subnet or None, "tls_ca": str(c.tls_ca) if c.tls_ca else None,
                     "router": None if no_router else listening(Path(run_dir))})
         return
     click.echo(f"cluster up: {len(c.nodes)} nodes, directory {where}"
-               + (f", {cpu_per_node:g} CPU per node" if cpu_per_node else "")
+               + (f", {cpu_per_node:g} CPU per node (period {cpu_period * 1000:g} ms, weight {cpu_weight})"
+                  if cpu_per_node else "")
                + (f", disk reads ≤ {disk_read_per_node / 1e6:g} MB/s per node" if disk_read_per_node else "")
                + (f", one network namespace per node on {c.local_subnet}" if c.local_subnet else "")
                + (f", TLS (CA {c.tls_ca})" if c.tls_ca else ", plain text"))

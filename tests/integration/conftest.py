@@ -87,7 +87,7 @@ def make_cluster(short_tmp):
     def make(nodes: int = 2, port_range: tuple[int, int] = TEST_PORT_RANGE, name: str = "run",
              directory_node: str = "node-1", directory: str = "sqlite", cpu_per_node: float | None = None,
              netns: bool = False, stats_interval_s: float | None = None, tls: bool = False,
-             disk_read_per_node: float | None = None):
+             disk_read_per_node: float | None = None, **budget):
         run_dir = short_tmp / name
         made.append(run_dir)
         if netns:
@@ -106,7 +106,7 @@ def make_cluster(short_tmp):
                                 port_range="%d-%d" % port_range, directory_node=directory_node,
                                 fault_injection=True, directory=directory, cpu_per_node=cpu_per_node,
                                 stats_interval_s=stats_interval_s, tls=tls, disk_read_per_node=disk_read_per_node,
-                                **etcd_ports)
+                                **etcd_ports, **budget)
         os.environ["SLACKER_CLUSTER"] = str(path)
         return load_cluster(str(path))
 

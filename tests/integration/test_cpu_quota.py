@@ -106,3 +106,59 @@ def test_disk_reads_are_limited_per_node(make_cluster):
     r = CliRunner().invoke(main, ["cluster", "down", "--dir", str(c.path.parent)])
     assert r.exit_code == 0, r.output
     assert not path.exists()
+
+
+BUSY = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"
+
+
+def _busy(n: int) -> list:
+    import subprocess
+    import sys
+    # each in a session of its own: with autogroup scheduling a session's processes share one weight, as
+    # other users' jobs on a shared machine each come with theirs
+    return [subprocess.Popen([sys.executable, "-c", BUSY], start_new_session=True) for _ in range(n)]
+
+
+def test_period_and_weight_are_set_recorded_and_hold_under_contention(make_cluster):
+    """--cpu-period / --cpu-weight: read back from the kernel's files and the cluster file, and a node's
+    budget is given while more busy processes than cores compete outside the node."""
+    quota, weight = 0.4, 1000
+    c = make_cluster(nodes=1, cpu_per_node=quota, cpu_period_s=0.01, cpu_weight=weight)
+    g = cgroups.group_for(c.path.parent, "node-1")
+    assert g.quota_cpus() == pytest.approx(quota) and g.period_s() == pytest.approx(0.01)
+    assert g.weight() == weight
+    if g.version == 1:
+        assert (g.path / "cpu.cfs_period_us").read_text().strip() == "10000"
+        assert (g.path / "cpu.cfs_quota_us").read_text().strip() == "4000"
+        assert (g.path / "cpu.shares").read_text().strip() == str(cgroups.weight_to_shares(weight))
+    # the node's parents carry at least its weight: against the machine's other processes they are the node
+    assert cgroups.CpuGroup(g.path.parent, g.version).weight() >= weight
+    assert cgroups.CpuGroup(g.path.parent.parent, g.version).weight() >= weight
+    assert c.node_budget == {"cpu_per_node": quota, "cpu_period": 0.01, "cpu_weight": weight}
+
+    # Six busy processes outside the node on a 2-core machine (plus whatever else runs): a weight-100
+    # node would get about 2/7 CPU; with weight 1000 it gets its quota.
+    hogs = _busy(6)
+    burner = _busy(1)[0]
+    try:
+        g.add(burner.pid)
+        time.sleep(1.0)
+        cpu0, t0 = _cpu_s(burner.pid), time.monotonic()
+        time.sleep(5.0)
+        used = (_cpu_s(burner.pid) - cpu0) / (time.monotonic() - t0)
+    finally:
+        for p in hogs + [burner]:
+            p.kill()
+            p.wait()
+    print(f"node with quota {quota} CPU, weight {weight}, 6 busy processes outside: used {used:.2f} CPU")
+    assert quota * 0.85 <= used <= quota * 1.15, used
+
+
+def test_bad_budget_is_refused_before_anything_starts(tmp_path):
+    from click.testing import CliRunner
+    from slacker.cli import main
+    for argv, what in ((["--cpu-per-node", "0.5", "--cpu-period", "0.1ms"], "--cpu-period"),
+                       (["--cpu-per-node", "0.5", "--cpu-weight", "0"], "--cpu-weight")):
+        r = CliRunner().invoke(main, ["cluster", "up", "--dir", str(tmp_path / "run"), "--no-router", *argv])
+        assert r.exit_code != 0 and what in r.output, r.output
+        assert not (tmp_path / "run" / "cluster.toml").exists()

@@ -1,0 +1,153 @@
+"""The stable plant's protocol (issue 40), its pure parts: the validity gates, the oracle read off the
+fixed rates' monotone latency-rate curve, the choice of the setpoints, the blocks' rotated order and the
+paired statistics over blocks. bench/setpointlib/stable.py runs it; tests/unit/test_setpoint_protocol.py
+checks it.
+
+Latencies here are ratios: a run's mean latency during the copy divided by the load's own latency
+measured just before that run, so runs whose load drifted a little stay comparable, and a setpoint
+is a multiple of the load's own latency.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .analysis import isotonic
+
+LOAD_TOLERANCE = 0.02      # achieved = offered +-2 % in every second before the copy
+LATENCY_TOLERANCE = 0.10   # the load's own latency within +-10 % of its calibration median
+CALIBRATION_SPREAD = 0.05  # repeats of one fixed rate within 5 % of their mean latency
+BINDING_MARGIN = 1.3       # binding: the unthrottled copy's mean >= 1.3x the setpoint
+MIN_ORACLE_COPY_S = 60.0   # binding: the oracle's copy lasts >= 60 s
+
+
+@dataclass(frozen=True)
+class Gate:
+    ok: bool
+    why: str
+    worst: float  # the worst relative deviation seen
+
+
+def load_gate(seconds: list[tuple[float, float, float]], tolerance: float = LOAD_TOLERANCE,
+              min_seconds: int = 5) -> Gate:
+    """Every second (offered tps, achieved tps, interval s) achieved = offered within `tolerance`, plus
+    the two transactions a second's count can gain or lose at its two boundaries (a transaction that
+    ends just after the sample instead of just before it moves from one second to the next)."""
+    if len(seconds) < min_seconds:
+        return Gate(False, f"only {len(seconds)} seconds of load before the copy (need {min_seconds})", 1.0)
+    worst, bad = 0.0, None
+    for offered, achieved, interval in seconds:
+        dev = abs(achieved - offered) / offered
+        allowed = tolerance + 2.0 / (offered * interval)
+        if dev > worst:
+            worst = dev
+        if dev > allowed and bad is None:
+            bad = (offered, achieved)
+    if bad:
+        return Gate(False, f"achieved {bad[1]:.1f} of {bad[0]:g} offered tps in one second "
+                           f"(allowed +-{tolerance:.0%})", worst)
+    return Gate(True, "", worst)
+
+
+def latency_gate(latency_s: float | None, calibration_s: float, tolerance: float = LATENCY_TOLERANCE) -> Gate:
+    """The load's own latency just before a run within `tolerance` of its calibration median."""
+    if latency_s is None:
+        return Gate(False, "no latency measured before the copy", 1.0)
+    dev = abs(latency_s / calibration_s - 1)
+    if dev > tolerance:
+        return Gate(False, f"the load's own latency {latency_s * 1000:.1f} ms is {dev:.0%} off its calibration "
+                           f"median {calibration_s * 1000:.1f} ms (allowed +-{tolerance:.0%})", dev)
+    return Gate(True, "", dev)
+
+
+def spread(values: list[float]) -> float:
+    """The largest deviation from the mean, relative to the mean."""
+    m = statistics.fmean(values)
+    return max(abs(v - m) for v in values) / m
+
+
+def calibration(values: list[float], limit: float = CALIBRATION_SPREAD) -> dict:
+    """Repeats of one fixed rate: do they agree within `limit` of their mean?"""
+    s = spread(values)
+    return {"n": len(values), "mean": statistics.fmean(values), "spread": s, "ok": len(values) >= 2 and s <= limit,
+            "limit": limit}
+
+
+def latency_at_rate(points: list[tuple[float, float]], rate: float) -> float | None:
+    """The monotone curve's latency at `rate` (linear between measured rates); None outside them."""
+    curve = isotonic(points)
+    if not curve or rate < curve[0][0] or rate > curve[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= rate <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (rate - x0) / (x1 - x0)
+    return curve[-1][1]
+
+
+def oracle(points: list[tuple[float, float]], target: float) -> dict:
+    """The fixed rate whose latency meets `target`, read off the monotone (isotonic) curve of the
+    measured (rate, latency) points, with the measured rates that bracket it. Not bracketed (every
+    rate above or below the target) -> rate None and the side the target lies on."""
+    curve = isotonic(points)
+    out = {"rate": None, "bracket": None, "curve": curve, "side": None}
+    if len(curve) < 2:
+        out["side"] = "too few rates"
+        return out
+    if target < curve[0][1]:
+        out["side"] = "below the lowest rate's latency"
+        return out
+    if target > curve[-1][1]:
+        out["side"] = "above the highest rate's latency"
+        return out
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if y0 <= target <= y1:
+            rate = x0 if y1 == y0 else x0 + (x1 - x0) * (target - y0) / (y1 - y0)
+            lo = max((x for x, _ in points if x <= rate), default=x0)
+            hi = min((x for x, _ in points if x >= rate), default=x1)
+            out.update(rate=rate, bracket=(lo, hi))
+            return out
+    return out
+
+
+def choose_multiples(points: list[tuple[float, float]], unthrottled: tuple[float, float], size_bytes: float,
+                     min_copy_s: float = MIN_ORACLE_COPY_S, margin: float = BINDING_MARGIN) -> dict:
+    """The setpoints, as multiples of the load's own latency, from the calibration's fixed rates and
+    unthrottled copy ((rate, latency ratio) each): binding = the largest multiple whose oracle copy
+    still lasts `min_copy_s` and that the unthrottled copy exceeds by `margin`; non-binding = twice
+    what the unthrottled copy costs."""
+    u_rate, u_ratio = unthrottled
+    cap_rate = size_bytes / min_copy_s
+    curve = isotonic(points + [unthrottled])
+    at_cap = latency_at_rate(points + [unthrottled], min(cap_rate, u_rate))
+    if at_cap is None and curve and cap_rate < curve[0][0]:
+        at_cap = curve[0][1]  # slower than every measured rate: no more than the slowest one costs
+    by_margin = u_ratio / margin
+    binding = min(by_margin, at_cap if at_cap is not None else by_margin)
+    binding = int(binding * 20) / 20  # down to a 0.05 step
+    return {"binding": binding, "nonbinding": round(2 * u_ratio, 2), "by_margin": by_margin,
+            "by_copy_time": at_cap, "cap_rate": cap_rate, "binds": binding > 1.0}
+
+
+def rotated(members: list, block: int) -> list:
+    """Block `block` (1-based) runs the members in order rotated by block-1."""
+    k = (block - 1) % len(members) if members else 0
+    return members[k:] + members[:k]
+
+
+def summary(values: list[float | None]) -> dict:
+    """Median and range over blocks (None values, e.g. an unbracketed oracle, are counted, not used)."""
+    v = [x for x in values if x is not None]
+    return {"n": len(v), "missing": len(values) - len(v), "median": statistics.median(v) if v else None,
+            "min": min(v) if v else None, "max": max(v) if v else None}
+
+
+def paired(a: list[float | None], b: list[float | None]) -> dict:
+    """a - b within each block (blocks where either is missing are left out), summarised."""
+    return summary([x - y if x is not None and y is not None else None for x, y in zip(a, b)])
+
+
+def met(values: list[float | None], lo: float, hi: float) -> str:
+    """How many of the blocks' values fall in [lo, hi], as 'k of n'."""
+    v = [x for x in values if x is not None]
+    return f"{sum(1 for x in v if lo <= x <= hi)} of {len(v)}"

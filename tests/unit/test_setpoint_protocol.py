@@ -1,0 +1,97 @@
+"""The stable plant's protocol (bench/setpointlib/protocol.py): gates, the oracle, the setpoints, rotation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from setpointlib import protocol as pr  # noqa: E402
+
+
+def test_load_gate_takes_every_second_within_two_percent_and_two_transactions():
+    # at 200 tps: 2 % + 2 transactions = 6 transactions either way
+    ok = pr.load_gate([(200.0, 205.0, 1.0)] * 8 + [(200.0, 194.5, 1.0)])
+    assert ok.ok and ok.worst == pytest.approx(5.5 / 200)
+    bad = pr.load_gate([(200.0, 200.0, 1.0)] * 8 + [(200.0, 192.0, 1.0)])  # one second 4 % short: saturated
+    assert not bad.ok and "192.0 of 200" in bad.why
+    # at 40 tps two transactions are 5 %
+    assert pr.load_gate([(40.0, 42.0, 1.0)] * 6 + [(40.0, 38.0, 1.0)]).ok
+    assert not pr.load_gate([(40.0, 37.0, 1.0)] * 6).ok
+
+
+def test_load_gate_needs_enough_seconds():
+    g = pr.load_gate([(100.0, 100.0, 1.0)] * 3)
+    assert not g.ok and "only 3 seconds" in g.why
+
+
+def test_latency_gate():
+    assert pr.latency_gate(0.0105, 0.010).ok
+    g = pr.latency_gate(0.0115, 0.010)
+    assert not g.ok and "15%" in g.why
+    assert not pr.latency_gate(None, 0.010).ok
+
+
+def test_calibration_spread_is_the_largest_deviation_from_the_mean():
+    c = pr.calibration([10.0, 10.4, 9.6, 10.0, 10.0])
+    assert c["spread"] == pytest.approx(0.04) and c["ok"]
+    assert not pr.calibration([10.0, 11.0, 9.0, 10.0, 10.0])["ok"]
+
+
+def test_oracle_is_read_off_the_monotone_curve_with_its_bracket():
+    # a non-monotone middle point is pooled with its neighbour before the crossing is read
+    pts = [(2.0, 1.1), (4.0, 1.6), (5.0, 1.4), (8.0, 2.4)]
+    o = pr.oracle(pts, 2.0)
+    curve = o["curve"]
+    assert [y for _, y in curve] == sorted(y for _, y in curve)
+    assert o["bracket"] == (5.0, 8.0)
+    # pooled (4.5, 1.5) -> (8, 2.4): 2.0 is reached at 4.5 + 3.5 * 0.5 / 0.9
+    assert o["rate"] == pytest.approx(4.5 + 3.5 * 0.5 / 0.9)
+
+
+def test_oracle_not_bracketed_says_on_which_side():
+    pts = [(2.0, 1.1), (4.0, 1.3), (8.0, 1.6)]
+    assert pr.oracle(pts, 2.0)["rate"] is None and "above" in pr.oracle(pts, 2.0)["side"]
+    assert pr.oracle(pts, 1.0)["rate"] is None and "below" in pr.oracle(pts, 1.0)["side"]
+    assert pr.oracle([(2.0, 1.1)], 1.1)["side"] == "too few rates"
+
+
+def test_latency_at_a_rate_interpolates_inside_the_measured_rates_only():
+    pts = [(2.0, 1.0), (6.0, 2.0)]
+    assert pr.latency_at_rate(pts, 4.0) == pytest.approx(1.5)
+    assert pr.latency_at_rate(pts, 1.0) is None and pr.latency_at_rate(pts, 7.0) is None
+
+
+def test_choose_multiples_binding_needs_margin_and_a_long_enough_copy():
+    mb = 1e6
+    # 600 MB: a 60 s copy runs at 10 MB/s, where the curve says 1.5x; the unthrottled copy costs 3x
+    pts = [(5 * mb, 1.2), (10 * mb, 1.5), (20 * mb, 2.0)]
+    m = pr.choose_multiples(pts, (60 * mb, 3.0), 600 * mb)
+    assert m["binding"] == pytest.approx(1.5) and m["binds"] and m["nonbinding"] == pytest.approx(6.0)
+    # a cheap copy: the unthrottled one costs 1.56x, so 1.3x margin allows 1.2x
+    m = pr.choose_multiples(pts, (60 * mb, 1.56), 6000 * mb)
+    assert m["binding"] == pytest.approx(1.2)
+    # a 60 s copy slower than every measured rate: bounded by the slowest one's cost
+    m = pr.choose_multiples(pts, (60 * mb, 3.0), 120 * mb)
+    assert m["binding"] == pytest.approx(1.2)
+    # the copy costs nothing: no binding setpoint
+    assert not pr.choose_multiples([(5 * mb, 1.0), (10 * mb, 1.0)], (60 * mb, 1.02), 600 * mb)["binds"]
+
+
+def test_rotation_starts_each_block_one_member_later():
+    m = ["alone", "fixed", "model", "pid"]
+    assert pr.rotated(m, 1) == m
+    assert pr.rotated(m, 2) == ["fixed", "model", "pid", "alone"]
+    assert pr.rotated(m, 5) == m
+    # every member takes every position once in len(m) blocks
+    assert {tuple(pr.rotated(m, k)).index("pid") for k in range(1, 5)} == {0, 1, 2, 3}
+
+
+def test_paired_differences_skip_blocks_where_either_is_missing():
+    s = pr.paired([1.0, 1.2, None, 0.9], [0.8, 1.3, 1.0, None])
+    assert s["n"] == 2 and s["missing"] == 2
+    assert s["median"] == pytest.approx(0.05) and s["min"] == pytest.approx(-0.1) and s["max"] == pytest.approx(0.2)
+    assert pr.met([0.95, 1.2, None, 1.05], 0.9, 1.1) == "2 of 3"

@@ -25,9 +25,9 @@ from pathlib import Path
 
 MB = 1e6
 KINDS = ("model", "pid", "threshold", "oracle", "unthrottled")
-LABELS = {"model": "model (experimental)", "slack": "slack (default)", "pid": "velocity PID",
+LABELS = {"model": "model (default)", "pid": "velocity PID",
           "threshold": "on/off threshold", "oracle": "fixed at oracle", "unthrottled": "unthrottled"}
-COLOURS = {"model": "#9467bd", "slack": "#2ca02c", "pid": "#1f77b4", "threshold": "#ff7f0e", "oracle": "#d62728",
+COLOURS = {"model": "#9467bd", "pid": "#1f77b4", "threshold": "#ff7f0e", "oracle": "#d62728",
            "unthrottled": "#7f7f7f"}
 CONTROLLERS = ("model", "pid")  # the latency-steered ones, also run at the non-binding setpoint
 

@@ -259,7 +259,7 @@ def test_summarise_goals_against_the_oracle_and_unthrottled():
     nb = goals[("400ms", "model")]
     assert nb["migration_vs_unthrottled"] == pytest.approx(1.1)
     table = an.report_compare(res)
-    assert "| 50ms | model (experimental) | 1 | 1.04 [1.04-1.04] |" in table
+    assert "| 50ms | model (default) | 1 | 1.04 [1.04-1.04] |" in table
     assert "| 50ms | velocity PID | 4.00 | no |" in table
 
 

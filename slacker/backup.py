@@ -17,6 +17,7 @@ from pathlib import Path
 from . import mariadb
 from .errors import MigrationFailed, MissingDependency
 from .procs import kill_group, pids_with_arg
+from .trash import tree_bytes
 from .tenants import error_lines
 
 PREPARE_TIMEOUT_S = 1800.0
@@ -181,11 +182,4 @@ def select_tool(server_version: str = "MariaDB") -> BackupTool:
 
 def directory_bytes(path: Path) -> int:
     """Sum of file sizes under path: the estimate of a backup's stream size for ETA."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
+    return tree_bytes(path)

@@ -243,6 +243,7 @@ def quarantine(path: Path, name: TrashName) -> Path:
 
 
 def tree_bytes(root: Path) -> int:
+    """Sum of the sizes of the files under `root` (symlinks not followed; files that vanish skipped)."""
     total = 0
     for dirpath, _, filenames in os.walk(root):
         for f in filenames:

@@ -27,12 +27,12 @@ from slacker.agent.client import cluster_clients
 from slacker.client import TenantClient, resolve
 from slacker.config import load_cluster
 from slacker.procs import alive, read_pid, wait_gone
-from tests.integration.fault_helpers import writable_nodes
-from tests.integration.migration_helpers import create_loaded_tenant, processes_mentioning
+from benchkit import REPO
+from benchkit.faults import writable_nodes
+from benchkit.migration import create_loaded_tenant, processes_mentioning
 
 from . import phases
 
-ROOT = Path(__file__).resolve().parents[2]
 WRITABLE_WAIT_S = 120.0  # a writer with no write in after this long: "never" in the table
 END_WAIT_S = 240.0       # the migration's own end, after the restart
 
@@ -63,7 +63,7 @@ class Operator:
         self.cluster_file = run_dir / "cluster.toml"
 
     def slacker(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "slacker", *args], cwd=ROOT, capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "slacker", *args], cwd=REPO, capture_output=True, text=True,
                               timeout=timeout_s)
 
     def create(self) -> None:
@@ -78,7 +78,7 @@ class Operator:
 
     def bring_back_async(self) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "slacker", "cluster", "up", "--dir", str(self.run_dir)],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def finish(self, proc: subprocess.Popen) -> str | None:
         out = proc.communicate(timeout=300)[0]
@@ -369,7 +369,7 @@ class Bench:
         before = self.migration_ids(source)
         cmd = self.migrate_cmd(case, target)
         t0 = time.monotonic()
-        cli = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cli = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
         mid = None
         deadline = time.monotonic() + 60

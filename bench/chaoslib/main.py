@@ -1,4 +1,4 @@
-"""`bench/chaos --phases`: the phase-aimed chaos mode (issues 41 and 46).
+"""`bench/run chaos --phases`: the phase-aimed chaos mode (issues 41 and 46).
 
 Each move gets one fault aimed at a phase of the migration (phases.AIMS x phases.KINDS, spread over
 the seeds), lands at a random offset inside it, and what died is brought back at once with
@@ -8,8 +8,8 @@ acknowledged writes lost (direct, router), split-brain ticks, failed requests th
 time to writable (from the moment the last killed process runs again to the first write each writer
 gets in), and whether every later move of the tenant went through with no hand step.
 
-    .venv/bin/python bench/chaos --phases --seeds 3 --moves 60 --json 'docs/data/chaos-phases-seed{seed}.json'
-    .venv/bin/python bench/chaos --phases --report docs/data/chaos-phases-seed*.json --plot docs/img/chaos-phases.png
+    bench/run chaos --phases --seeds 3 --moves 60 --json 'docs/data/chaos-phases-seed{seed}.json'
+    bench/run chaos --phases --report docs/data/chaos-phases-seed*.json --plot docs/img/chaos-phases.png
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def report(runs: list[dict], final: list[dict] | None = None) -> str:
 
 
 def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(prog="bench/chaos --phases", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="bench/run chaos --phases", description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", action="store_true", help="the phase-aimed mode (this one)")
     ap.add_argument("--seeds", type=int, default=1, help="how many seeds, one fresh cluster each, run in sequence")
     ap.add_argument("--first-seed", type=int, default=1)
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> None:
         bench = Bench(seed, tmp / "run", rows=args.rows, rate=args.rate, hold_s=args.hold, copy_rate=args.copy_rate,
                       address=args.address, api_port=args.api_port, port_range=args.port_range, router=args.router)
         started = datetime.datetime.now(datetime.timezone.utc)
-        print(f"# bench/chaos --phases seed={seed} moves={args.moves} hold={args.hold}s rows={args.rows} "
+        print(f"# bench/run chaos --phases seed={seed} moves={args.moves} hold={args.hold}s rows={args.rows} "
               f"rate={args.rate}/s per writer, on {platform.node()} ({os.cpu_count()} cpus), "
               f"{started:%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}", flush=True)
         print(HEADER, flush=True)
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> None:
                 path = Path(args.json.replace("{seed}", str(seed)))
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps({
-                    "seed": seed, "moves": args.moves, "command": "bench/chaos " + " ".join(argv),
+                    "seed": seed, "moves": args.moves, "command": "bench/run chaos " + " ".join(argv),
                     "machine": f"{platform.node()} ({os.cpu_count()} cpus)", "started": started.isoformat(),
                     "load_end": os.getloadavg(), "hold_s": args.hold, "rows": args.rows, "rate": args.rate,
                     "runs": runs, "final_moves": final, "lost_whole_seed": lost_all,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from benchkit.stats import pct
 
 # Where a fault is aimed. The handover's steps last milliseconds, so the migration is asked to hold
 # (fault injection, `hold_s`) at the point that opens the phase, and the fault lands at a random
@@ -100,15 +101,6 @@ def blame(runs: list[dict], blocked_at: int) -> int:
         if runs[j].get("leftovers"):
             return j
     return max(0, blocked_at - 1)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return math.nan
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def unsafe(run: dict) -> bool:

@@ -46,7 +46,7 @@ def draw(runs: list[dict], path: str) -> None:
         seen.setdefault(lab, h)
     fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=min(5, len(seen)), fontsize=8)
     seeds = sorted({r.get("seed") for r in runs})
-    fig.suptitle(f"bench/chaos --phases: {len(runs)} faulted moves, seed{'s' if len(seeds) > 1 else ''} "
+    fig.suptitle(f"bench/run chaos --phases: {len(runs)} faulted moves, seed{'s' if len(seeds) > 1 else ''} "
                  f"{', '.join(map(str, seeds))}", fontsize=11)
     fig.tight_layout(rect=(0, 0.1, 1, 0.95))
     fig.savefig(path, dpi=110)

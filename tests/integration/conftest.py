@@ -22,7 +22,7 @@ from slacker.procs import kill_group
 from slacker.router import local as local_router
 from slacker.tenants import TenantManager
 
-from .migration_helpers import processes_mentioning
+from benchkit.migration import processes_mentioning
 
 # Tests keep their tenants out of the way of a demo cluster (13306-23305 on 127.0.0.2+).
 TEST_PORT_RANGE = (23306, 32305)  # below the kernel's ephemeral ports (32768-60999)

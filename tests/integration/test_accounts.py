@@ -16,7 +16,7 @@ from slacker import mariadb
 from slacker.backup import MariaBackup
 from slacker.errors import TenantError
 
-from .migration_helpers import create_loaded_tenant, follow, node_dir, start_migration, wait_migration
+from benchkit.migration import create_loaded_tenant, follow, node_dir, start_migration, wait_migration
 
 ACCESS_DENIED = (1044, 1045, 1142, 1227)  # db, login, table, "you need the X privilege"
 

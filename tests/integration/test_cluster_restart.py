@@ -16,7 +16,7 @@ from slacker.client import resolve
 from slacker.config import load_cluster
 
 from .conftest import TEST_PORT_RANGE, netns_available
-from .migration_helpers import processes_mentioning
+from benchkit.migration import processes_mentioning
 
 ROWS = 500
 

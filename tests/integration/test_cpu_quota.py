@@ -14,7 +14,7 @@ from slacker.agent.client import cluster_clients
 from slacker.tenants import TenantManager
 from slacker.config import load_agent_config
 
-from .migration_helpers import cgroups_usable, node_dir
+from benchkit.migration import cgroups_usable, node_dir
 
 
 pytestmark = pytest.mark.skipif(not cgroups_usable(), reason="needs root and a cgroup cpu controller")

@@ -22,7 +22,7 @@ from slacker.ackwriter import AckedWriter
 from slacker.agent.client import cluster_clients
 from slacker.procs import alive, read_pid, wait_gone
 
-from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, start_migration,
+from benchkit.migration import (acked_ids_present, create_loaded_tenant, follow, node_dir, start_migration,
                                 tenant_checksums, wait_migration, wait_phase)
 
 

@@ -17,7 +17,7 @@ from slacker.cli import main
 from slacker.directory import EtcdStore
 from slacker.errors import Conflict
 
-from .migration_helpers import node_dir, processes_mentioning, start_migration, wait_migration, wait_phase
+from benchkit.migration import node_dir, processes_mentioning, start_migration, wait_migration, wait_phase
 from .test_migration import run_migration_under_load
 
 pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed")
@@ -82,7 +82,7 @@ def test_etcd_leader_killed_mid_migration(etcd_cluster):
 def etcd_leader_killed_mid_migration(c) -> None:
     from slacker.ackwriter import AckedWriter
 
-    from .migration_helpers import acked_ids_present, create_loaded_tenant, follow
+    from benchkit.migration import acked_ids_present, create_loaded_tenant, follow
 
     create_loaded_tenant(c, "mig", rows=6000)
     _, directory = cluster_clients(c)
@@ -125,7 +125,7 @@ def no_etcd_quorum_at_the_flip(c) -> None:
     from slacker.ackwriter import AckedWriter
     from slacker.errors import DirectoryUnavailable
 
-    from .migration_helpers import acked_ids_present, create_loaded_tenant, follow, wait_writer_on
+    from benchkit.migration import acked_ids_present, create_loaded_tenant, follow, wait_writer_on
 
     from slacker.ackwriter import WriteProber
     from slacker.client import resolve

@@ -12,8 +12,8 @@ import pytest
 from slacker.agent.client import cluster_clients
 from slacker.errors import Conflict
 
-from .fault_helpers import Scenario, directory_stopped
-from .migration_helpers import (evict_backup_tool, processes_mentioning, start_migration, wait_migration, wait_phase,
+from benchkit.faults import Scenario, directory_stopped
+from benchkit.migration import (evict_backup_tool, processes_mentioning, start_migration, wait_migration, wait_phase,
                                 wait_reading_in)
 
 FAST = {"lease_ttl_s": 4}

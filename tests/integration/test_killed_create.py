@@ -15,7 +15,7 @@ from slacker.cli import main
 from slacker.errors import NotFound, SlackerError
 from slacker.procs import pids_with_arg, read_pid, wait_gone
 
-from .migration_helpers import node_dir
+from benchkit.migration import node_dir
 
 
 def test_tenant_delete_clears_what_a_create_killed_midway_left(cluster):

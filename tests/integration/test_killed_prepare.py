@@ -10,7 +10,7 @@ from slacker import local_cluster
 from slacker.agent.client import AgentClient
 from slacker.procs import pids_with_arg, read_pid, wait_gone
 
-from .migration_helpers import create_loaded_tenant, node_dir, start_migration, wait_migration
+from benchkit.migration import create_loaded_tenant, node_dir, start_migration, wait_migration
 
 
 def test_the_copy_removed_after_a_kill_takes_its_prepare_with_it(cluster):

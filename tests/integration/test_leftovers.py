@@ -13,8 +13,8 @@ import pytest
 from slacker.agent.client import cluster_clients
 from slacker.procs import wait_gone
 
-from .fault_helpers import Scenario
-from .migration_helpers import node_dir, start_migration, wait_migration, wait_phase
+from benchkit.faults import Scenario
+from benchkit.migration import node_dir, start_migration, wait_migration, wait_phase
 
 
 @pytest.fixture

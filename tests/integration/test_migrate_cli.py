@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from .migration_helpers import create_loaded_tenant, node_dir, start_migration, wait_phase
+from benchkit.migration import create_loaded_tenant, node_dir, start_migration, wait_phase
 from .test_cli import one_line_error, slacker
 
 
@@ -82,7 +82,7 @@ def test_ctrl_c_aborts(cluster):
 
 def test_abort_after_flip_is_refused_with_one_line(cluster):
     from slacker.agent.client import cluster_clients
-    from .migration_helpers import wait_migration
+    from benchkit.migration import wait_migration
 
     create_loaded_tenant(cluster, "cli4", rows=300)
     doc = start_migration(cluster, "cli4", target="node-2", hold_s={"flipped": 6})

@@ -10,7 +10,7 @@ import pytest
 from slacker.agent.client import cluster_clients
 from slacker.procs import alive
 
-from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
+from benchkit.migration import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
                                 start_migration, tenant_checksums, wait_migration)
 from slacker.ackwriter import AckedWriter
 

@@ -10,7 +10,7 @@ import pytest
 from slacker.agent.client import cluster_clients
 from slacker.procs import alive, read_pid, wait_gone
 
-from .migration_helpers import (acked_ids_present, create_loaded_tenant, evict_backup_tool, follow, node_dir,
+from benchkit.migration import (acked_ids_present, create_loaded_tenant, evict_backup_tool, follow, node_dir,
                                 processes_mentioning, start_migration, wait_migration, wait_phase, wait_reading_in)
 from slacker.ackwriter import AckedWriter
 

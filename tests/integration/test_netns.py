@@ -22,8 +22,8 @@ from slacker.client import resolve
 from slacker.procs import read_pid, wait_gone
 
 from .conftest import netns_available
-from .fault_helpers import Scenario
-from .migration_helpers import node_dir, processes_mentioning
+from benchkit.faults import Scenario
+from benchkit.migration import node_dir, processes_mentioning
 from .test_etcd_cluster import etcd_leader_killed_mid_migration, no_etcd_quorum_at_the_flip
 from .test_handover_faults import test_source_agent_killed_after_flip as source_agent_killed_after_flip
 from .test_migration import run_migration_under_load
@@ -161,7 +161,7 @@ def test_no_password_crosses_plain_http_to_another_host(make_cluster):
     from slacker.agent.client import AgentClient
     from slacker.errors import InsecureChannel, SlackerError
 
-    from .migration_helpers import start_migration, wait_migration
+    from benchkit.migration import start_migration, wait_migration
 
     c = make_cluster(nodes=2, netns=True)
     agents, _ = cluster_clients(c)

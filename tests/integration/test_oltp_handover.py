@@ -21,7 +21,7 @@ from slacker import oltp
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
 
-from .migration_helpers import follow, start_migration, wait_migration
+from benchkit.migration import follow, start_migration, wait_migration
 
 
 def _tenant_with_accounts(cluster, tenant_id: str = "bank") -> None:

@@ -28,7 +28,7 @@ from slacker.router import local as local_router
 from slacker.router.freeze import RouterHold
 from tests.promql_names import PROMETHEUS_OWN, RULES, concrete, dashboard_queries, rule_queries, uses
 
-from .migration_helpers import create_loaded_tenant, start_migration, wait_migration
+from benchkit.migration import create_loaded_tenant, start_migration, wait_migration
 
 
 class Prometheus:

@@ -22,7 +22,7 @@ import pytest
 from slacker.ackwriter import AckedWriter
 from slacker.agent.client import cluster_clients
 
-from .migration_helpers import cgroups_usable, acked_ids_present, follow
+from benchkit.migration import cgroups_usable, acked_ids_present, follow
 from .test_cli import slacker
 
 

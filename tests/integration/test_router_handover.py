@@ -22,7 +22,7 @@ import pytest
 
 from slacker.router import local as local_router
 
-from .migration_helpers import start_migration, wait_migration
+from benchkit.migration import start_migration, wait_migration
 from .test_cli import slacker
 from .test_router import _connect, _datadir_node, _status, _sysbench, _tenant
 

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from slacker.cli import main
 
 from .conftest import TEST_PORT_RANGE, _free_port, _next_block
-from .migration_helpers import processes_mentioning, start_migration, wait_migration, wait_phase
+from benchkit.migration import processes_mentioning, start_migration, wait_migration, wait_phase
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

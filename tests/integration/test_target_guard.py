@@ -14,7 +14,7 @@ import time
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
 
-from .migration_helpers import create_loaded_tenant, evict_backup_tool
+from benchkit.migration import create_loaded_tenant, evict_backup_tool
 from .test_cli import one_line_error, slacker
 
 

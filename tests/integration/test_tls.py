@@ -23,7 +23,7 @@ from slacker.errors import AgentUnavailable, InvalidInput, MigrationFailed
 from slacker.tenants import TenantManager
 from slacker.transfer import Receiver, make_pipe, new_token
 
-from .migration_helpers import (acked_ids_present, create_loaded_tenant, follow, node_dir, start_migration,
+from benchkit.migration import (acked_ids_present, create_loaded_tenant, follow, node_dir, start_migration,
                                 tenant_checksums, wait_migration, wait_phase)
 
 MB = 1_000_000

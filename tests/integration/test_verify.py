@@ -17,8 +17,8 @@ from slacker.client import resolve
 from slacker.config import load_agent_config
 from slacker.tenants import TenantManager
 
-from .fault_helpers import Scenario
-from .migration_helpers import node_dir, start_migration, wait_migration, wait_phase
+from benchkit.faults import Scenario
+from benchkit.migration import node_dir, start_migration, wait_migration, wait_phase
 
 FAST = {"lease_ttl_s": 4}
 

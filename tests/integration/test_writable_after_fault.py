@@ -31,7 +31,7 @@ from slacker.config import load_cluster
 from slacker.router import local as local_router
 
 from .conftest import TEST_PORT_RANGE, _free_port, next_loopback_block, tear_down
-from .migration_helpers import acked_ids_present, start_migration, wait_migration
+from benchkit.migration import acked_ids_present, start_migration, wait_migration
 from .test_cli import slacker
 from .test_router import _tenant
 from .test_router_handover import _kill_agent, _start_agent

@@ -221,7 +221,7 @@ def test_follows_a_live_migration(cluster):
     from slacker.agent.client import cluster_clients
     from slacker.ycsb import cluster_resolver
 
-    from .migration_helpers import start_migration, wait_migration
+    from benchkit.migration import start_migration, wait_migration
 
     agents, directory = cluster_clients(cluster)
     agents["node-1"].request("POST", "/v1/tenants", {"id": "y1", "buffer_pool_bytes": 64 * 1024 * 1024},

@@ -4,14 +4,10 @@ landed, time to writable from a writer's log, blame for a hand step, and the tab
 from __future__ import annotations
 
 import math
-import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from chaoslib import phases  # noqa: E402
-from slacker.oltp import Txn  # noqa: E402
+from chaoslib import phases
+from slacker.oltp import Txn
 
 
 def test_plan_is_seeded_and_covers_every_pair_before_any_twice():

@@ -25,10 +25,7 @@ from slacker.controller.loop import RatePolicy
 from slacker.errors import InvalidInput
 from slacker.latency import LatencySample
 
-try:
-    import plant as plant_mod
-except ModuleNotFoundError:  # tests/unit became a package
-    from . import plant as plant_mod
+from benchkit import plant as plant_mod
 
 MAX = 200e6
 MAKERS = {"model": lambda sp, m: ModelController(sp, m), "pid": lambda sp, m: ThrottleController(sp, m)}

@@ -21,10 +21,7 @@ from slacker.controller import (
 from slacker.errors import InvalidInput
 from slacker.latency import LatencySample, PrometheusHistogramSource
 
-try:
-    import plant as plant_mod
-except ModuleNotFoundError:  # tests/unit became a package
-    from . import plant as plant_mod
+from benchkit import plant as plant_mod
 
 Plant, simulate = plant_mod.Plant, plant_mod.simulate
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from setpointlib import analysis as an  # noqa: E402
+from setpointlib import analysis as an
 
 T0 = 1_800_000_000.0
 

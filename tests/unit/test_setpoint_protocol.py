@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from setpointlib import protocol as pr  # noqa: E402
+from setpointlib import protocol as pr
 
 
 def test_load_gate_takes_every_second_within_two_percent_and_two_transactions():

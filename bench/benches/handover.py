@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Freeze window of live migrations under a steady write load and under an OLTP load.
 
 Starts a local two-node cluster per load (loopback, temp dir), side by side:
@@ -17,9 +16,9 @@ With --tls a second cluster made with `cluster up --tls` runs beside the plain
 one, with the same load, and migrations alternate between the two, so the
 freeze with TLS on is compared with plain text in one run.
 
-    .venv/bin/python bench/handover [--loads writes,oltp] [--repeats 3] [--migrations 10] [--json FILE]
-    .venv/bin/python bench/handover --tls --migrations 10
-    .venv/bin/python bench/handover --tls --netns --migrations 10   # both clusters on netns hosts
+    bench/run handover [--loads writes,oltp] [--repeats 3] [--migrations 10] [--json FILE]
+    bench/run handover --tls --migrations 10
+    bench/run handover --tls --netns --migrations 10   # both clusters on netns hosts
 
 With --netns both clusters put every node in a network namespace of its own
 (`cluster up --netns`; the plain one with --no-tls), so the API, the snapshot
@@ -32,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -41,22 +38,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slacker import local_cluster, oltp  # noqa: E402
-from slacker.ackwriter import AckedWriter  # noqa: E402
-from slacker.agent.client import cluster_clients  # noqa: E402
-from slacker.client import TenantClient, resolve  # noqa: E402
-from slacker.config import load_cluster  # noqa: E402
-
-
-def pct(values, q):
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+from slacker import local_cluster, oltp
+from slacker.ackwriter import AckedWriter
+from slacker.agent.client import cluster_clients
+from slacker.client import TenantClient, resolve
+from slacker.config import load_cluster
+from benchkit.stats import fmt_spread, pct, spread
+from benchkit.host import machine as host_machine
+from benchkit.migration import cluster_down
 
 
 class Run:
@@ -178,14 +168,11 @@ class Run:
         repeats = sorted({r["repeat"] for r in self.rows})
         per = [_block([r for r in self.rows if r["repeat"] == k]) for k in repeats]
         return {"cluster": self.name, "load": self.load_kind, "tls": self.tls, "repeats": per,
-                **{key: _spread([b[key] for b in per]) for key in per[0]},
+                **{key: spread([b[key] for b in per], 2) for key in per[0]},
                 "acked": acked, "acked_lost": lost, "wrong_rows": wrong, "client_errors": errors}
 
     def down(self) -> None:
-        try:
-            local_cluster.down(self.run_dir)
-        except Exception as exc:  # noqa: BLE001
-            print(f"cluster down {self.name}: {exc}", file=sys.stderr)
+        cluster_down(self.run_dir, self.name)
 
 
 def plot(rows: list[dict], max_freeze_s: float, out: Path, machine: str) -> None:
@@ -221,7 +208,7 @@ def plot(rows: list[dict], max_freeze_s: float, out: Path, machine: str) -> None
     bx.set_yscale("log")  # a handover a client waited out shows as 10x and more
     bx.set_ylabel("around the handover / before the migration")
     bx.set_title("clients in the seconds around each handover")
-    fig.suptitle(f"bench/handover, {machine}", fontsize=8)
+    fig.suptitle(f"bench/run handover, {machine}", fontsize=8)
     fig.tight_layout()
     FigureCanvasAgg(fig).print_png(str(out))
 
@@ -247,16 +234,8 @@ def _block(rows: list[dict]) -> dict:
             "max_ms_around": max((r["around"]["max_ms"] or 0) for r in rows) if rows else None}
 
 
-def _spread(vals: list) -> dict:
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return {"median": None, "min": None, "max": None}
-    return {"median": round(statistics.median(vals), 2), "min": min(vals), "max": max(vals)}
-
-
 def _fmt(s: dict, key: str, unit: str = "") -> str:
-    v = s[key]
-    return f"{v['median']}{unit} ({v['min']}-{v['max']})" if v["median"] is not None else "-"
+    return fmt_spread(s[key], unit)
 
 
 def main() -> int:
@@ -314,7 +293,7 @@ def main() -> int:
             r.down()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.platform()}"
+    machine = host_machine()
     where = "netns hosts (a network namespace per node)" if args.netns else "loopback"
     print(f"\nsummary ({machine}; {where}); median (min-max) over {args.repeats} repeats of "
           f"{args.migrations} migrations per load")

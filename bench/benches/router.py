@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What a router in front of a tenant costs: direct vs byte pipes vs `slacker router`.
 
 Starts a one-node local cluster with one tenant, loads sysbench's oltp_read_write
@@ -18,7 +17,7 @@ latency p50/p99 from sysbench's histogram, latency added per statement = (path -
 included), the pipe's CPU per statement (from /proc), and saturation throughput as a
 ratio of direct. Medians over repeats with min..max.
 
-    .venv/bin/python bench/router [--repeats 8] [--time 5] [--rate 300] [--variants] [--json FILE] [--plot FILE]
+    bench/run router [--repeats 8] [--time 5] [--rate 300] [--variants] [--json FILE] [--plot FILE]
 
 Handover mode (--handover N): a two-node cluster with `slacker router` in front; sysbench
 oltp_read_write (prepared statements, every error counted, none fatal) and probe clients (one
@@ -28,7 +27,7 @@ probe saw during each handover (statements overlapping the router's hold, from t
 its release; and over the whole migration, copy included) and the router's longest hold
 (p50/p99/max over migrations), against each migration's freeze window.
 
-    .venv/bin/python bench/router --handover 30 [--ho-rate 100] [--ho-threads 4] [--json FILE] [--plot FILE]
+    bench/run router --handover 30 [--ho-rate 100] [--ho-threads 4] [--json FILE] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -50,13 +49,13 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slacker import local_cluster  # noqa: E402
-from slacker.agent.client import cluster_clients  # noqa: E402
-from slacker.client import resolve  # noqa: E402
-from slacker.config import load_cluster  # noqa: E402
-from slacker.router.binary import router_binary  # noqa: E402
+from slacker import local_cluster
+from slacker.agent.client import cluster_clients
+from slacker.client import resolve
+from slacker.config import load_cluster
+from slacker.router.binary import router_binary
+from benchkit.stats import pct
 
 PY_PIPE = r'''
 import asyncio, sys
@@ -122,13 +121,6 @@ def cpu_s(pid: int) -> float:
         except (OSError, ValueError, IndexError):
             pass
     return total / 1e9
-
-
-def pct(values, q):
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def hist_pct(hist: list[tuple[float, int]], q: float) -> float:
@@ -331,7 +323,7 @@ def main() -> int:
     try:
         paths = Paths(tmp, args)
         targets = paths.targets()
-        print(f"bench/router: {platform.node()} {os.cpu_count()} CPUs, python pipe on {paths.py_kind}, "
+        print(f"bench/run router: {platform.node()} {os.cpu_count()} CPUs, python pipe on {paths.py_kind}, "
               f"sysbench oltp_read_write {args.tables}x{args.table_size} rows, {args.time}s per run, "
               f"fixed {args.rate} txn/s with {args.fixed_threads} threads, saturation {args.sat_threads} threads",
               flush=True)
@@ -447,7 +439,7 @@ def plot(doc: dict, out: Path) -> None:
     c.axhline(0.8, color="grey", ls="--", lw=0.8)
     c.set_ylabel("throughput at saturation / direct")
     c.set_title("saturation (goal line: 0.8)")
-    fig.suptitle(f"bench/router, {doc['date']}, {doc['machine']['cpus']} CPUs (shared), sysbench oltp_read_write; "
+    fig.suptitle(f"bench/run router, {doc['date']}, {doc['machine']['cpus']} CPUs (shared), sysbench oltp_read_write; "
                  f"median and min..max of {doc['args']['repeats']} rounds")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -525,7 +517,7 @@ def handover_mode(args) -> int:
         probes = [Probe(host, port, user, ep.password, k) for k in range(args.ho_probes)]
         for p in probes:
             p.start()
-        print(f"bench/router --handover {args.handover}: {platform.node()} {os.cpu_count()} CPUs, sysbench "
+        print(f"bench/run router --handover {args.handover}: {platform.node()} {os.cpu_count()} CPUs, sysbench "
               f"oltp_read_write {args.tables}x{args.table_size} at {args.ho_rate} txn/s, {args.ho_threads} threads, "
               f"prepared statements; {args.ho_probes} probe clients; all on the router {listen}", flush=True)
         time.sleep(3)
@@ -655,7 +647,7 @@ def plot_handover(docs: list[dict], out: Path) -> None:
     b.set_title(f"failed client requests: {failed} in {n} migrations")
     b.legend(fontsize=7)
     d0 = docs[0]
-    fig.suptitle(f"bench/router --handover, {d0['date']}, {d0['machine']['cpus']} CPUs (shared): sysbench "
+    fig.suptitle(f"bench/run router --handover, {d0['date']}, {d0['machine']['cpus']} CPUs (shared): sysbench "
                  f"{d0['args']['ho_rate']} txn/s ({d0['args']['ho_threads']} threads) + {d0['args']['ho_probes']} probes "
                  "on the router")
     fig.tight_layout()

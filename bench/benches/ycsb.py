@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""bench/ycsb: what the benchmark harness itself costs, and the highest rate it sustains here.
+"""bench/run ycsb: what the benchmark harness itself costs, and the highest rate it sustains here.
 
 Creates a small tenant whose data lives in memory (tmpfs), loads it with the
 `slacker` workload (10-operation transactions, 85% reads / 15% updates), then:
@@ -16,8 +15,8 @@ Creates a small tenant whose data lives in memory (tmpfs), loads it with the
 
 The tenant is removed at the end. Prints a table; --json FILE keeps the numbers.
 
-    bench/ycsb                      # about 5 minutes (uses .venv/bin/python by itself)
-    bench/ycsb --quick              # about 1 minute, rougher numbers
+    bench/run ycsb                      # about 5 minutes (uses .venv/bin/python by itself)
+    bench/run ycsb --quick              # about 1 minute, rougher numbers
 """
 
 from __future__ import annotations
@@ -33,33 +32,16 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-try:
-    import pymysql  # noqa: F401
-except ImportError:
-    # Run as ./bench/ycsb with a system python: switch to the project's virtualenv.
-    venv_python = REPO / ".venv" / "bin" / "python"
-    if venv_python.exists() and Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
-        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
-    raise
 
-from slacker.client import Endpoint  # noqa: E402
-from slacker.tenants import TenantManager  # noqa: E402
-from slacker.ycsb import LoadConfig, RunConfig, TenantTarget, load_table, load_workload, run_benchmark  # noqa: E402
-from slacker.ycsb.simulated import SimulatedDriver, SimulatedServer  # noqa: E402
+from slacker.client import Endpoint
+from slacker.tenants import TenantManager
+from slacker.ycsb import LoadConfig, RunConfig, TenantTarget, load_table, load_workload, run_benchmark
+from slacker.ycsb.simulated import SimulatedDriver, SimulatedServer
+from benchkit.host import cpu_s
 
 PORT_RANGE = (43306, 44305)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a process (the tenant's mariadbd), from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return float("nan")
 
 
 def probe(ep: Endpoint | None, wl, rate: float, duration_s: float, driver: str, seed: int,
@@ -67,9 +49,9 @@ def probe(ep: Endpoint | None, wl, rate: float, duration_s: float, driver: str, 
     target = TenantTarget.fixed(ep or Endpoint("sim", "sim", 0, "app", ""), rate, "bench")
     cfg = RunConfig([target], wl, mpl=10, duration_s=duration_s, seed=seed, driver=driver, drain_timeout_s=2.0,
                     driver_factory=(lambda: SimulatedDriver(sim)) if sim is not None else None)
-    server0 = proc_cpu_s(mariadbd_pid) if mariadbd_pid else float("nan")
+    server0 = cpu_s(mariadbd_pid) if mariadbd_pid else float("nan")
     res = run_benchmark(cfg)
-    server_cpu = proc_cpu_s(mariadbd_pid) - server0 if mariadbd_pid else float("nan")
+    server_cpu = cpu_s(mariadbd_pid) - server0 if mariadbd_pid else float("nan")
     t = res.tenants[0]
     return {
         "driver": driver if sim is None else "simulated", "rate_tps": rate, "duration_s": res.duration_s,
@@ -173,7 +155,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="sl-bench-", dir=args.data_root))
     mgr = TenantManager(root, host="127.0.0.1", node="bench", port_range=PORT_RANGE)
     report: dict = {
-        "command": " ".join(["bench/ycsb", *sys.argv[1:]]),
+        "command": " ".join(["bench/run ycsb", *sys.argv[1:]]),
         "machine": subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout.strip(),
         "cpus": os.cpu_count(), "python": platform.python_version(), "data_root": str(root),
         "records": args.records, "loadavg_start": os.getloadavg(),

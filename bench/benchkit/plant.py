@@ -532,7 +532,7 @@ def real_plants() -> dict[str, Scenario]:
     """The real runs, as plants, with the figures they were fitted to (per-second series in
     docs/data/setpoint-compare-i32-disk*.json and issue 32's sysbench runs)."""
     return {
-        # bench/setpoint compare --disk-read-bps 30MB/s --tps 100 --records 480000, 70 ms: the tenant's
+        # bench/run setpoint compare --disk-read-bps 30MB/s --tps 100 --records 480000, 70 ms: the tenant's
         # own latency 4-10 ms; a copy at 9-10 MB/s 56-66 ms, at 11 MB/s 76-147 ms; the unthrottled copy
         # (25 MB/s, 33 s) builds a queue of ~0.65 s a second (mean 10-11 s), which drains at 0.6-0.9 s a
         # second once the copy stops; the copy's effect shows within the same second; per-second noise

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The handover fault matrix: live migrations under a steady write load, one random fault each.
 
 Starts its own three-node local cluster (node-3 serves the directory), a tenant on node-1
@@ -16,13 +15,13 @@ it is the one the directory names, with nothing of the migration left on either 
 acknowledged writes lost (must be 0) and moments with two writable servers (must be 0), outcomes
 (succeeded / rolled back / finished forward), freeze p50/p99/max.
 
-    .venv/bin/python bench/chaos [--migrations 60] [--seed 1] [--rate 50] [--json FILE]
+    bench/run chaos [--migrations 60] [--seed 1] [--rate 50] [--json FILE]
 
 With --phases, the phase-aimed mode instead (bench/chaoslib/main.py: each fault aimed at a phase
 of the migration, the cluster brought back with `slacker cluster up --dir`, time to writable and
 hand steps counted):
 
-    .venv/bin/python bench/chaos --phases --seeds 3 --moves 60 --json 'docs/data/chaos-phases-seed{seed}.json'
+    bench/run chaos --phases --seeds 3 --moves 60 --json 'docs/data/chaos-phases-seed{seed}.json'
 """
 
 from __future__ import annotations
@@ -39,27 +38,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from slacker import local_cluster  # noqa: E402
-from slacker.agent.client import cluster_clients  # noqa: E402
-from slacker.config import load_cluster  # noqa: E402
-from tests.integration.fault_helpers import Scenario, directory_stopped  # noqa: E402
-from tests.integration.migration_helpers import acked_ids_present  # noqa: E402
+from slacker import local_cluster
+from slacker.agent.client import cluster_clients
+from slacker.config import load_cluster
+from benchkit.faults import Scenario, directory_stopped
+from benchkit.migration import acked_ids_present, cluster_down
+from benchkit.stats import num, pct
 
 KINDS = ("abort", "kill-source-agent", "kill-target-agent", "kill-source-server", "kill-target-server",
          "stop-directory")
 BEFORE = ("snapshot", "delta", "fenced")
-
-
-def pct(values, q):
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def plan(n: int, seed: int) -> list[tuple[str, str]]:
@@ -216,7 +205,7 @@ def main() -> None:
     random.seed(args.seed)
     rows = []
     where = "node-1"
-    print(f"# bench/chaos seed={args.seed} migrations={args.migrations} rate={args.rate}/s "
+    print(f"# bench/run chaos seed={args.seed} migrations={args.migrations} rate={args.rate}/s "
           f"max_freeze={args.max_freeze * 1000:.0f}ms on {platform.node()} ({os.cpu_count()} cpus)", flush=True)
     print(f"{'n':>3} {'kind':<19} {'moment':<9} {'struck in':<10} {'after flip':<10} {'outcome':<17} "
           f"{'freeze ms':>9} {'outage s':>8} {'secs':>5}", flush=True)
@@ -246,7 +235,7 @@ def main() -> None:
             "acked_writes": len(s.writer.acked), "acked_writes_lost": len(lost),
             **({"oltp": _oltp_summary(s)} if s.oltp is not None and rows else {}),
             "probe_rounds": s.prober.rounds, "double_writable_moments": len(s.prober.double_writable),
-            "freeze_ms": {"n": len(freezes), "p50": round(pct(freezes, 0.5), 1), "p99": round(pct(freezes, 0.99), 1),
+            "freeze_ms": {"n": len(freezes), "p50": num(pct(freezes, 0.5), 1), "p99": num(pct(freezes, 0.99), 1),
                           "max": max(freezes) if freezes else None,
                           "max_without_outage": max(within) if within else None},
             "max_freeze_ms": args.max_freeze * 1000,
@@ -256,10 +245,7 @@ def main() -> None:
         print("\n" + json.dumps(summary, indent=2), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps({"seed": args.seed, "runs": rows, "summary": summary}, indent=1))
-        try:
-            local_cluster.down(run_dir, purge=not args.keep)
-        except Exception as exc:
-            print(f"cluster down: {exc}", file=sys.stderr)
+        cluster_down(run_dir, purge=not args.keep)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What the latency source costs a tenant: memory of performance_schema, and the transaction instrument's overhead.
 
 Memory: for each server config (performance_schema OFF; ON with MariaDB's
@@ -13,14 +12,12 @@ closed-loop, in --rounds alternating blocks of --block-s with the `transaction`
 instrument on and off (switched at runtime, so the same server and data serve
 both). Reports client-side mean latency and transactions/s, medians over rounds.
 
-    .venv/bin/python bench/pfs_cost --tenants 3 --rounds 6 --block-s 5
+    bench/run pfs_cost --tenants 3 --rounds 6 --block-s 5
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -33,6 +30,7 @@ import pymysql
 from slacker import mariadb
 from slacker.mariadb import server as engine_server
 from slacker.tenants import TenantManager
+from benchkit.host import machine
 
 DEFAULTS_ON = ("performance_schema = ON",)  # what tenants had before issue 14
 OFF = ("performance_schema = OFF",)
@@ -157,7 +155,7 @@ def main() -> None:
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-overhead", action="store_true")
     args = ap.parse_args()
-    print(f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}; "
+    print(f"machine: {machine()}; "
           f"{mariadb.find_program('mariadbd')}")
     root = Path(tempfile.mkdtemp(prefix="pfs-", dir="/tmp"))
     try:

@@ -16,7 +16,7 @@ from slacker.agent.client import AgentClient, cluster_clients
 from slacker.client import resolve
 from slacker.procs import alive, read_pid, wait_gone
 
-from .migration_helpers import acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning
+from .migration import acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning
 
 
 def tls_client(cluster):

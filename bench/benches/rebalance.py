@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`slacker rebalance` from cron under a hot spot that moves (issue 16), beside the same cluster without it.
 
 Two identical local clusters run side by side ("rebalanced" and "baseline"),
@@ -18,8 +17,8 @@ after it ended, beside the same tenants over the same windows on the baseline.
 Client latency is `slacker ycsb`'s (arrival -> commit, so queueing counts); "p95"
 over a window is the median of its per-second p95 values.
 
-    .venv/bin/python bench/rebalance                      # 12 minutes
-    .venv/bin/python bench/rebalance --minutes 10 --quota 0.3 --hot-tps 70
+    bench/run rebalance                      # 12 minutes
+    bench/run rebalance --minutes 10 --quota 0.3 --hot-tps 70
 
 Everything it starts is stopped at the end, also on failure and Ctrl-C.
 Raw results (JSON), the harness series and a PNG go to --out-dir.
@@ -39,13 +38,12 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from slacker import local_cluster  # noqa: E402
-from slacker.agent.client import cluster_clients  # noqa: E402
-from slacker.config import load_cluster  # noqa: E402
-from slacker.units import parse_duration  # noqa: E402
+from slacker import local_cluster
+from slacker.agent.client import cluster_clients
+from slacker.config import load_cluster
+from slacker.units import parse_duration
+from benchkit import REPO
 
 LAYOUT = {"node-1": ["a1", "a2", "a3"], "node-2": ["b1", "b2", "b3"], "node-3": ["c1"]}
 
@@ -56,7 +54,7 @@ def log(msg: str) -> None:
 
 def slacker(env: dict, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slacker", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=REPO)
 
 
 class Cluster:
@@ -96,7 +94,7 @@ class Cluster:
                    "--quiet", "--seed", "11", "--retry-timeout", "60s"]
             if step:
                 cmd += ["--rate-step", step]
-            self.procs.append(subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+            self.procs.append(subprocess.Popen(cmd, env=self.env, cwd=REPO, stdout=subprocess.DEVNULL,
                                                stderr=open(out_dir / f"{self.name}-ycsb.log", "a"),
                                                start_new_session=True))
 
@@ -271,7 +269,7 @@ def main() -> None:
     ap.add_argument("--max-freeze", default="2s", help="handovers run on a node at its quota on a shared machine")
     ap.add_argument("--tenant-cooldown", default="30m")
     ap.add_argument("--window", type=float, default=90, help="seconds before/after a move for the p95s")
-    ap.add_argument("--out-dir", default=str(ROOT / "bench" / "out" / "rebalance"))
+    ap.add_argument("--out-dir", default=str(REPO / "bench" / "out" / "rebalance"))
     ap.add_argument("--analyze", action="store_true", help="only redo the report and plot of --out-dir's run")
     a = ap.parse_args()
     out_dir = Path(a.out_dir)

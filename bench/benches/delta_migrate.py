@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
-"""bench/delta_migrate: a real live migration under a closed-loop write-heavy load, per applier setting.
+"""bench/run delta_migrate: a real live migration under a closed-loop write-heavy load, per applier setting.
 
 A local two-node cluster (real agents), one tenant loaded with workloads/writeheavy,
 `slacker ycsb run` closed-loop (16 clients) against it through the directory, then
 `slacker migrate`-equivalent requests with each --delta-applier/--delta-mpl given.
 Reports whether it converged, its rounds, the MPL, the freeze, or the one-line reason.
 
-    bench/delta_migrate --settings serial-durable,serial,concurrent:auto --rows 50000
+    bench/run delta_migrate --settings serial-durable,serial,concurrent:auto --rows 50000
 """
 
 from __future__ import annotations
@@ -16,36 +15,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-try:
-    import pymysql  # noqa: F401
-except ImportError:
-    venv_python = REPO / ".venv" / "bin" / "python"
-    if venv_python.exists() and Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
-        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
-    raise
 
-from slacker import local_cluster  # noqa: E402
-from slacker.agent.client import cluster_clients  # noqa: E402
-from slacker.config import load_cluster  # noqa: E402
+from slacker import local_cluster
+from slacker.agent.client import cluster_clients
+from slacker.config import load_cluster
+from benchkit import REPO
+from benchkit.host import cpu_s
 
 SL = str(REPO / ".venv" / "bin" / "slacker")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_s(pid) -> float:
-    """utime + stime of a process and its reaped children, from /proc (0 if gone)."""
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(x) for x in f[11:15]) / CLK_TCK
-    except (OSError, IndexError, ValueError, TypeError):
-        return 0.0
 
 
 def tenant_pid(root: Path, node: str) -> int | None:
@@ -107,7 +90,7 @@ def main() -> None:
             time.sleep(5)
             pids = {"source": tenant_pid(root, src), "target": None}
             t_cpu = time.monotonic()
-            cpu0 = {"source": cpu_s(pids["source"]), "load": sum(cpu_s(p.pid) for p in loads)}
+            cpu0 = {"source": cpu_s(pids["source"], children=True), "load": sum(cpu_s(p.pid, children=True) for p in loads)}
             body = {"tenant": "hot", "target": dst, "max_freeze_s": args.max_freeze, "delta_applier": applier}
             if durable:
                 body["delta_catchup"] = False
@@ -122,10 +105,10 @@ def main() -> None:
                 if pids["target"] is None:
                     pids["target"] = tenant_pid(root, dst)
                     if pids["target"]:
-                        tgt0 = (time.monotonic(), cpu_s(pids["target"]))
+                        tgt0 = (time.monotonic(), cpu_s(pids["target"], children=True))
                         tgt1 = tgt0
                 elif d["active"]:
-                    c = cpu_s(pids["target"])  # the last reading while it runs (a failed target is removed)
+                    c = cpu_s(pids["target"], children=True)  # the last reading while it runs (a failed target is removed)
                     if c:
                         tgt1 = (time.monotonic(), c)
                 if d.get("phase") in ("handover", "cleanup") or not d["active"]:
@@ -134,11 +117,11 @@ def main() -> None:
                     raise TimeoutError(mid)
                 time.sleep(0.25)
             t1 = time.monotonic()
-            split = {"source": cpu_s(pids["source"]) - cpu0["source"],
-                     "load": sum(cpu_s(p.pid) for p in loads) - cpu0["load"]}
+            split = {"source": cpu_s(pids["source"], children=True) - cpu0["source"],
+                     "load": sum(cpu_s(p.pid, children=True) for p in loads) - cpu0["load"]}
             split = {k: round(v / (t1 - t_cpu), 2) for k, v in split.items()}
             if tgt0:
-                c = cpu_s(pids["target"])
+                c = cpu_s(pids["target"], children=True)
                 if c:
                     tgt1 = (time.monotonic(), c)
                 split["target"] = round((tgt1[1] - tgt0[1]) / max(1e-3, tgt1[0] - tgt0[0]), 2)

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
-"""Plots for docs/results.md from bench/delta's JSON files.
+"""Plots for docs/results.md from bench/run delta's JSON files.
 
-    bench/delta_plot --drain standard.json --mpl mpl.json --live live.json --out docs/img
+    bench/run delta_plot --drain standard.json --mpl mpl.json --live live.json --out docs/img
 writes delta-fig6.png (Madeus Fig. 6 view: apply rate per configuration and load)
 and delta-fig3.png (Middle-R Fig. 3 view: drain rate vs MPL, the adaptive choice marked).
 """
@@ -10,22 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-try:
-    import matplotlib  # noqa: F401
-except ImportError:
-    venv_python = REPO / ".venv" / "bin" / "python"
-    if venv_python.exists() and Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
-        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
-    raise
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from benchkit import REPO
 
 
 def medians(results, key, group=("config",)):

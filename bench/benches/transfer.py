@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Unthrottled throughput of each throttled-pipe implementation, relative to a raw pipe.
 
 Every round runs the raw pipeline (`producer | extractor`, nothing in between)
@@ -14,10 +13,10 @@ Sources:
   --producer JSON      any producer argv (JSON list); extractor `cat > /dev/null`
                        unless --extractor JSON is given
 
-    .venv/bin/python bench/transfer --runs 5
-    .venv/bin/python bench/transfer --source tenant --tenant-mb 64 --runs 5
-    .venv/bin/python bench/transfer --tls --runs 5     # native over TLS vs plain TCP, same rounds
-    .venv/bin/python bench/transfer --tls --netns --runs 5   # the same between two network hosts
+    bench/run transfer --runs 5
+    bench/run transfer --source tenant --tenant-mb 64 --runs 5
+    bench/run transfer --tls --runs 5     # native over TLS vs plain TCP, same rounds
+    bench/run transfer --tls --netns --runs 5   # the same between two network hosts
 
 With --netns the sender (producer side, the pipe) runs in a network namespace
 of its own and the receiver in another, joined by veth pairs on a bridge as two
@@ -49,9 +48,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slacker.transfer import Receiver, make_pipe, new_token  # noqa: E402
+from slacker.transfer import Receiver, make_pipe, new_token
 
 RUN_TIMEOUT_S = 600.0
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
-from slacker import mariadb
+from slacker import local_cluster
 from slacker.agent.client import cluster_clients
 from slacker.mariadb.rowsums import table_sums
 from slacker.client import TenantClient, resolve
@@ -162,3 +163,12 @@ def wait_reading_in(cluster, mid: str, min_bytes: int = 1_000_000, timeout_s: fl
             return cur
         assert cur["active"] and time.monotonic() < deadline, cur
         time.sleep(0.1)
+
+
+def cluster_down(run_dir: Path, label: str = "", purge: bool = False) -> None:
+    """`slacker cluster down` for a bench's cleanup: a failure is printed, not raised, so the rest of
+    the cleanup (other clusters, temp dirs) still runs."""
+    try:
+        local_cluster.down(run_dir, purge=purge)
+    except Exception as exc:  # noqa: BLE001
+        print(f"cluster down {label or run_dir}: {exc}", file=sys.stderr)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Latency-targeting throttle on real migrations: the paper's Figures 5, 11, 12, 13a, 13b (issue 6).
 
 Sets up its own local two-node cluster (loopback, temp dir), a tenant of
@@ -37,7 +36,7 @@ migrates it back and forth between the two nodes:
              --blocks blocks of {load alone, 3 fixed rates, model, PID, unthrottled, model and PID
              not binding} in rotated order, the oracle read off each block's fixed rates
              (bench/setpointlib/stable.py, protocol.py):
-               .venv/bin/python bench/setpoint --only stable --load sysbench --cpu-per-node 0.5
+               bench/run setpoint --only stable --load sysbench --cpu-per-node 0.5
 
 "Latency" is the harness's client-side latency: scheduled arrival -> commit, so
 queueing counts. "During the copy" is the snapshot phase (the throttled stream),
@@ -51,9 +50,9 @@ Everything it starts is stopped at the end, also on failure and Ctrl-C (harness
 killed, `cluster down --purge`, temp dir removed). Raw results (JSON), the
 harness's and the migrations' time series, and PNG plots go to --out-dir.
 
-    .venv/bin/python bench/setpoint                          # everything, defaults
-    .venv/bin/python bench/setpoint --only fig5 --records 200000
-    .venv/bin/python bench/setpoint --only fig11 --setpoints 40ms,80ms --gains 0.2,0.05,0.1
+    bench/run setpoint                          # everything, defaults
+    bench/run setpoint --only fig5 --records 200000
+    bench/run setpoint --only fig11 --setpoints 40ms,80ms --gains 0.2,0.05,0.1
 """
 
 from __future__ import annotations
@@ -67,9 +66,6 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from setpointlib import analysis, compare, fig5, fig11, fig13a, fig13b, gains, log, stable, threshold  # noqa: E402
 from setpointlib.analysis import mbs, ms, parse_list, report, step_analysis  # noqa: E402
@@ -77,6 +73,7 @@ from setpointlib.plots import make_plots  # noqa: E402
 from setpointlib.runner import Bench, machine_info  # noqa: E402
 from slacker.errors import SlackerError  # noqa: E402
 from slacker.units import parse_duration, parse_rate  # noqa: E402
+from benchkit import REPO
 
 EXPERIMENTS = ("fig5", "fig11", "fig13a", "threshold", "fig13b", "gains", "compare", "stable")
 DEFAULT_EXPERIMENTS = ("fig5", "fig11", "fig13a", "threshold", "fig13b")
@@ -86,7 +83,7 @@ DEFAULT_EXPERIMENTS = ("fig5", "fig11", "fig13a", "threshold", "fig13b")
 # main
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="bench/setpoint", description=__doc__,
+    ap = argparse.ArgumentParser(prog="bench/run setpoint", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_argument_group("scale and workload")
     g.add_argument("--records", type=int, default=1_000_000, help="rows of the single tenant (1 KB each; default 1M, ~1 GB)")
@@ -201,7 +198,7 @@ def parse_args(argv=None):
                         "tool's start, which stalls a disk-bound tenant whatever the rate; default 0: not shown)")
     g.add_argument("--migration-timeout", type=parse_duration, default=900.0)
     g = ap.add_argument_group("output and cluster")
-    g.add_argument("--out-dir", default=str(ROOT / "bench" / "out" / "setpoint"))
+    g.add_argument("--out-dir", default=str(REPO / "bench" / "out" / "setpoint"))
     g.add_argument("--img-dir", default=None, help="also copy the PNGs here (e.g. docs/img)")
     g.add_argument("--target-tmpfs", default="/dev/shm",
                    help="put node-2's data root on this tmpfs so the copy does not land on the source's disk "
@@ -296,7 +293,7 @@ def main(argv=None) -> int:
     bench = Bench(args)
     res = bench.results
     res["config"] = {k: v for k, v in vars(args).items()}
-    res["command"] = " ".join([".venv/bin/python", "bench/setpoint", *(argv if argv is not None else sys.argv[1:])])
+    res["command"] = " ".join([".venv/bin/python", "bench/run setpoint", *(argv if argv is not None else sys.argv[1:])])
     res["machine"] = machine_info()
     started = time.monotonic()
     rc = 0

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Online verification (--verify): what it adds to the freeze, how long it takes, what it costs the tenant.
 
 One local two-node cluster per tenant size (loopback, temp dir), a tenant preloaded to about
@@ -13,15 +12,13 @@ migration and, per size, as median (min-max) over the repeats:
   it each step, over the setpoint (median and p95 of latency / setpoint);
 - acknowledged writes lost (must be 0) and whether every verification found the copy equal.
 
-    .venv/bin/python bench/verify [--sizes 100MB,1GB] [--repeats 3] [--migrations 2] [--json F] [--plot F.png]
+    bench/run verify [--sizes 100MB,1GB] [--repeats 3] [--migrations 2] [--json F] [--plot F.png]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -29,36 +26,20 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slacker import local_cluster  # noqa: E402
-from slacker.ackwriter import AckedWriter  # noqa: E402
-from slacker.agent.client import cluster_clients  # noqa: E402
-from slacker.client import TenantClient, resolve  # noqa: E402
-from slacker.config import load_cluster  # noqa: E402
-from slacker.units import parse_size  # noqa: E402
+from slacker import local_cluster
+from slacker.ackwriter import AckedWriter
+from slacker.agent.client import cluster_clients
+from slacker.client import TenantClient, resolve
+from slacker.config import load_cluster
+from slacker.units import parse_size
+from benchkit.stats import fmt_spread as fmt, num, pct, spread
+from benchkit.host import machine as host_machine
+from benchkit.migration import cluster_down
 
 ROW_BYTES = 2400  # REPEAT(MD5(i), 32) x 75
 
 
-def pct(values, q):
-    s = sorted(values)
-    if not s:
-        return None
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def spread(vals: list) -> dict:
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return {"median": None, "min": None, "max": None}
-    return {"median": round(statistics.median(vals), 3), "min": round(min(vals), 3), "max": round(max(vals), 3)}
-
-
-def fmt(s: dict, unit: str = "") -> str:
-    return f"{s['median']}{unit} ({s['min']}-{s['max']})" if s["median"] is not None else "-"
 
 
 class Run:
@@ -141,15 +122,15 @@ class Run:
             ratios = [r["verify_s"] / r["snapshot_s"] for r in rows if r["verify"] and r["verify_s"] and r["snapshot_s"]]
             lat_v = [x for r in rows for x in r["lat_verify"]]
             lat_s = [x for r in rows for x in r["lat_snapshot"]]
-            per.append({"freeze_p50_plain": pct(plain, 0.5), "freeze_p50_verify": pct(ver, 0.5),
+            per.append({k: num(v) for k, v in {"freeze_p50_plain": pct(plain, 0.5), "freeze_p50_verify": pct(ver, 0.5),
                         "freeze_p99_plain": pct(plain, 0.99), "freeze_p99_verify": pct(ver, 0.99),
                         "p99_ratio": (pct(ver, 0.99) / pct(plain, 0.99)) if plain and ver else None,
                         "verify_over_snapshot": statistics.median(ratios) if ratios else None,
                         "lat_verify_p50": pct(lat_v, 0.5), "lat_verify_p95": pct(lat_v, 0.95),
                         "lat_snapshot_p50": pct(lat_s, 0.5), "lat_snapshot_p95": pct(lat_s, 0.95),
-                        "succeeded": len(rows), "migrations": len([r for r in self.rows if r["repeat"] == rep])})
+                        "succeeded": len(rows), "migrations": len([r for r in self.rows if r["repeat"] == rep])}.items()})
         ok = [r for r in self.rows if r["result"] == "succeeded"]
-        pooled = {f"{k}_{q}": pct([r["freeze_ms"] for r in ok if r["verify"] == (k == "verify")], p)
+        pooled = {f"{k}_{q}": num(pct([r["freeze_ms"] for r in ok if r["verify"] == (k == "verify")], p))
                   for k in ("plain", "verify") for q, p in (("p50", 0.5), ("p99", 0.99))}
         return {"label": self.label, "bytes": self.size, "repeats": per, "pooled_freeze_ms": pooled,
                 **{k: spread([b[k] for b in per]) for k in per[0]},
@@ -157,10 +138,7 @@ class Run:
                 "all_equal": all(r["verify_result"] == "equal" for r in self.rows if r["verify"])}
 
     def down(self) -> None:
-        try:
-            local_cluster.down(self.run_dir)
-        except Exception as exc:  # noqa: BLE001
-            print(f"cluster down {self.label}: {exc}", file=sys.stderr)
+        cluster_down(self.run_dir, self.label)
 
 
 def plot(rows: list[dict], setpoint_s: float, out: Path, machine: str) -> None:
@@ -198,7 +176,7 @@ def plot(rows: list[dict], setpoint_s: float, out: Path, machine: str) -> None:
     cx.set_ylabel("tenant latency / setpoint, per controller step")
     cx.set_title("latency during the phase")
     cx.legend(fontsize=7)
-    fig.suptitle(f"bench/verify, {machine}", fontsize=8)
+    fig.suptitle(f"bench/run verify, {machine}", fontsize=8)
     fig.tight_layout()
     FigureCanvasAgg(fig).print_png(str(out))
 
@@ -216,7 +194,7 @@ def main() -> int:
     ap.add_argument("--plot", default=None)
     ap.add_argument("--replot", default=None, metavar="JSON")
     args = ap.parse_args()
-    machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, {platform.platform()}"
+    machine = host_machine()
     if args.replot:
         doc = json.loads(Path(args.replot).read_text())
         plot(doc["migrations"], doc["args"]["setpoint"], Path(args.plot or "verify.png"), doc["machine"])

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""bench/delta: how fast a migration target drains a binlog backlog, per applier configuration.
+"""bench/run delta: how fast a migration target drains a binlog backlog, per applier configuration.
 
 Two real tenants on loopback: a source and a replica that follows it with
 MariaDB GTID replication (what a migration target runs in the delta phase).
@@ -16,9 +15,9 @@ median of the repetitions is reported, with each configuration's ratio to
 serial-durable. `--live` also runs the load and the applier together and
 reports whether the apply keeps up (the target's lag after the load stops).
 
-    bench/delta                          # the standard set, 3 repetitions
-    bench/delta --configs mpl --reps 3   # drain rate vs MPL 1..16 (Middle-R Fig. 3 view)
-    bench/delta --json out.json
+    bench/run delta                          # the standard set, 3 repetitions
+    bench/run delta --configs mpl --reps 3   # drain rate vs MPL 1..16 (Middle-R Fig. 3 view)
+    bench/run delta --json out.json
 """
 
 from __future__ import annotations
@@ -26,47 +25,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-try:
-    import pymysql  # noqa: F401
-except ImportError:
-    venv_python = REPO / ".venv" / "bin" / "python"
-    if venv_python.exists() and Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
-        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
-    raise
 
-import pymysql  # noqa: E402
-from slacker import mariadb  # noqa: E402
-from slacker.client import Endpoint  # noqa: E402
-from slacker.mariadb import durability as catchup  # noqa: E402
-from slacker.delta import gtid as gtids  # noqa: E402
-from slacker.delta.applier import ReplicationApplier, SourceLink  # noqa: E402
-from slacker.tenants import TenantManager  # noqa: E402
-from slacker.ycsb import LoadConfig, RunConfig, TenantTarget, load_table, load_workload  # noqa: E402
-from slacker.ycsb.runner import Harness  # noqa: E402
+import pymysql
+from slacker import mariadb
+from slacker.client import Endpoint
+from slacker.mariadb import durability as catchup
+from slacker.delta import gtid as gtids
+from slacker.delta.applier import ReplicationApplier, SourceLink
+from slacker.tenants import TenantManager
+from slacker.ycsb import LoadConfig, RunConfig, TenantTarget, load_table, load_workload
+from slacker.ycsb.runner import Harness
+from benchkit import REPO
+from benchkit.host import cpu_s, machine
 
 PORT_RANGE = (46306, 46400)
 CONN = ReplicationApplier.CONNECTION
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def proc_cpu_s(pid: int | None) -> float:
-    """utime + stime of a process, from /proc (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError, TypeError):
-        return 0.0
 
 
 # Server variables a configuration may change; every other configuration gets them back at these values.
@@ -188,9 +170,9 @@ class Rig:
 
     def drain(self, cfg: dict, backlog: int, seed: int) -> dict:
         self.configure(cfg)
-        cpu0 = (proc_cpu_s(self.src.pid()), proc_cpu_s(os.getpid()), proc_cpu_s(self.dst.pid()))
+        cpu0 = (cpu_s(self.src.pid()), cpu_s(os.getpid()), cpu_s(self.dst.pid()))
         before, after, txns, load_s, _ = self.load(None, backlog, seed)
-        cpu1 = (proc_cpu_s(self.src.pid()), proc_cpu_s(os.getpid()), proc_cpu_s(self.dst.pid()))
+        cpu1 = (cpu_s(self.src.pid()), cpu_s(os.getpid()), cpu_s(self.dst.pid()))
         # CPU split while the source committed the backlog: its server, the load clients (this process), the
         # target (its binlog fetch only: the apply is stopped).
         load_split = [round((b - a) / load_s, 2) for a, b in zip(cpu0, cpu1)]
@@ -208,16 +190,16 @@ class Rig:
             adaptive = EngineApplier(lambda: self.dst.admin_connect(timeout_s=10), kind="concurrent", mpl="auto")
             adaptive._sampler = threading.Thread(target=adaptive._sample_loop, daemon=True)
         t0 = time.monotonic()
-        c0 = proc_cpu_s(self.dst.pid())
-        s0 = proc_cpu_s(self.src.pid())
+        c0 = cpu_s(self.dst.pid())
+        s0 = cpu_s(self.src.pid())
         self.q(self.dconn, f"START SLAVE '{CONN}' SQL_THREAD")
         if adaptive is not None:
             adaptive._t0 = t0
             adaptive._sampler.start()
         self.applier.wait_for(after, 600)
         dt = time.monotonic() - t0
-        cores = (proc_cpu_s(self.dst.pid()) - c0) / dt
-        src_cores = (proc_cpu_s(self.src.pid()) - s0) / dt
+        cores = (cpu_s(self.dst.pid()) - c0) / dt
+        src_cores = (cpu_s(self.src.pid()) - s0) / dt
         out = {"config": cfg["name"], "backlog": txns, "drain_s": round(dt, 3), "drain_tps": round(txns / dt, 1),
                "source_tps": round(txns / load_s, 1), "target_cores": round(cores, 2),
                "source_cores_drain": round(src_cores, 2),
@@ -341,7 +323,7 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
         if args.json_path:
             Path(args.json_path).write_text(json.dumps({
-                "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.platform()}",
+                "machine": machine(),
                 "args": vars(args), "results": results}, indent=1))
         return
     try:
@@ -370,7 +352,7 @@ def main() -> None:
         print(f"{cfg['name']:<26}{med:>14.0f}{min(rates):>9.0f}{max(rates):>9.0f}{ratio:>18}")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({
-            "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.platform()}",
+            "machine": machine(),
             "args": vars(args), "results": results, "summary": summary}, indent=1))
 
 

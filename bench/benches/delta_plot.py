@@ -112,11 +112,11 @@ def fig3(mpl: dict, live: dict | None, out: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--drain")
-    ap.add_argument("--mpl")
-    ap.add_argument("--live")
-    ap.add_argument("--out", default=str(REPO / "docs" / "img"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--drain", help="bench/run delta --json of drains: the left panel of delta-fig6.png")
+    ap.add_argument("--mpl", help="bench/run delta --configs mpl (or mpl3) --json: delta-fig3.png")
+    ap.add_argument("--live", help="bench/run delta --live --json: the right panel of delta-fig6.png")
+    ap.add_argument("--out", default=str(REPO / "docs" / "img"), help="directory for the PNGs (default docs/img)")
     a = ap.parse_args()
     out = Path(a.out)
     load = lambda p: json.loads(Path(p).read_text()) if p else None  # noqa: E731

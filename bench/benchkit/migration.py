@@ -49,6 +49,27 @@ def wait_migration(cluster, source: str, mid: str, timeout_s: float = 180) -> di
         time.sleep(0.2)
 
 
+def wait_until(cluster, mid: str, what: str, done, source: str = "node-1", timeout_s: float = 90) -> dict:
+    """Poll the source's document of migration `mid` every 50 ms until `done(doc)`; fail saying `what`
+    never happened. Returns that document."""
+    agents, _ = cluster_clients(cluster)
+    deadline = time.monotonic() + timeout_s
+    while not done(doc := agents[source].request("GET", f"/v1/migrations/{mid}")):
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
+    return doc
+
+
+def wait_flipped(cluster, mid: str, source: str = "node-1", timeout_s: float = 90) -> dict:
+    """Until the source reports the directory's compare-and-set done (the point of no return)."""
+    return wait_until(cluster, mid, "the flip", lambda d: d["past_point_of_no_return"], source, timeout_s)
+
+
+def wait_handover_step(cluster, mid: str, step: str, source: str = "node-1", timeout_s: float = 90) -> dict:
+    """Until the source's handover is at `step` (locked, fenced, ...)."""
+    return wait_until(cluster, mid, f"handover step {step}", lambda d: d["handover_step"] == step, source, timeout_s)
+
+
 def wait_phase(cluster, source: str, mid: str, phase: str, timeout_s: float = 60, min_bytes: int = 0) -> dict:
     agents, _ = cluster_clients(cluster)
     deadline = time.monotonic() + timeout_s

@@ -13,7 +13,7 @@ from slacker.agent.client import cluster_clients
 from slacker.errors import Conflict
 
 from benchkit.faults import Scenario, directory_stopped
-from benchkit.migration import (evict_backup_tool, processes_mentioning, start_migration, wait_migration, wait_phase,
+from benchkit.migration import (wait_flipped, evict_backup_tool, processes_mentioning, start_migration, wait_migration, wait_phase,
                                 wait_reading_in)
 
 FAST = {"lease_ttl_s": 4}
@@ -52,16 +52,6 @@ def result(s, mid, timeout_s=120):
         time.sleep(0.3)
 
 
-def wait_flipped(s, mid, timeout_s=90):
-    """Until the source reports the directory's compare-and-set done (the point of no return)."""
-    agents, _ = cluster_clients(s.cluster)
-    deadline = time.monotonic() + timeout_s
-    while not agents["node-1"].request("GET", f"/v1/migrations/{mid}")["past_point_of_no_return"]:
-        assert time.monotonic() < deadline, "the flip never happened"
-        time.sleep(0.05)
-    return agents
-
-
 # ---- --abort ----------------------------------------------------------------------------------
 def test_abort_while_fenced_rolls_back(scenario):
     s = scenario
@@ -79,7 +69,8 @@ def test_abort_while_fenced_rolls_back(scenario):
 def test_abort_after_flip_is_refused_and_it_finishes(scenario):
     s = scenario
     mid = migrate(s, hold_s={"flipped": 4})
-    agents = wait_flipped(s, mid)
+    wait_flipped(s.cluster, mid)
+    agents, _ = cluster_clients(s.cluster)
     with pytest.raises(Conflict, match="past the point of no return"):
         agents["node-1"].request("POST", f"/v1/migrations/{mid}/abort", {})
     doc = wait_migration(s.cluster, "node-1", mid, timeout_s=60)
@@ -121,7 +112,7 @@ def test_source_agent_killed_while_fenced(scenario):
 def test_source_agent_killed_after_flip(scenario):
     s = scenario
     mid = migrate(s, hold_s={"flipped": 30})
-    wait_flipped(s, mid)
+    wait_flipped(s.cluster, mid)
     s.kill_agent("node-1")  # the directory's agent too, in a two-node cluster
     time.sleep(2)
     assert "node-1" not in s.writable(), "the retired source stays fenced"
@@ -146,7 +137,8 @@ def test_target_agent_killed_during_delta(scenario):
 def test_target_agent_killed_after_flip_finishes_forward(scenario):
     s = scenario
     mid = migrate(s, hold_s={"flipped": 3})
-    agents = wait_flipped(s, mid)
+    wait_flipped(s.cluster, mid)
+    agents, _ = cluster_clients(s.cluster)
     s.kill_agent("node-2")
     deadline = time.monotonic() + 30
     while True:
@@ -183,7 +175,7 @@ def test_source_server_killed_during_delta(scenario):
 def test_source_server_killed_after_flip(scenario):
     s = scenario
     mid = migrate(s, hold_s={"flipped": 3})
-    wait_flipped(s, mid)
+    wait_flipped(s.cluster, mid)
     s.kill_tenant_server("node-1")
     doc = wait_migration(s.cluster, "node-1", mid, timeout_s=60)
     assert doc["result"] == "succeeded"
@@ -207,7 +199,7 @@ def test_target_server_killed_after_flip(scenario):
     """Promoted, durable, then killed: restarted by the activation, nothing acknowledged lost."""
     s = scenario
     mid = migrate(s, hold_s={"flipped": 3})
-    wait_flipped(s, mid)
+    wait_flipped(s.cluster, mid)
     s.kill_tenant_server("node-2")
     doc = wait_migration(s.cluster, "node-1", mid, timeout_s=60)
     assert doc["result"] == "succeeded"

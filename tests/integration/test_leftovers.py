@@ -14,7 +14,7 @@ from slacker.agent.client import cluster_clients
 from slacker.procs import wait_gone
 
 from benchkit.faults import Scenario
-from benchkit.migration import node_dir, start_migration, wait_migration, wait_phase
+from benchkit.migration import node_dir, start_migration, wait_flipped, wait_migration, wait_phase
 
 
 @pytest.fixture
@@ -36,13 +36,6 @@ def wait_log(s, node, text, timeout_s=90):
         assert time.monotonic() < deadline, f"{node} never logged {text!r}"
         time.sleep(0.1)
 
-
-def wait_flipped(s, mid, timeout_s=90):
-    agents, _ = cluster_clients(s.cluster)
-    deadline = time.monotonic() + timeout_s
-    while not agents["node-1"].request("GET", f"/v1/migrations/{mid}")["past_point_of_no_return"]:
-        assert time.monotonic() < deadline, "the flip never happened"
-        time.sleep(0.05)
 
 
 def tenant_files(s, node):
@@ -78,7 +71,7 @@ def test_source_agent_killed_midway_through_retiring_its_copy(scenario):
     cleanup and killed the moment part of the copy's files are gone."""
     s = scenario
     mid = migrate(s, "node-2", hold_s={"flipped": 2})
-    wait_flipped(s, mid)
+    wait_flipped(s.cluster, mid)
     before = len(tenant_files(s, "node-1"))
     assert before > 50
     pid = s.agent_pid("node-1")

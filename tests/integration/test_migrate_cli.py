@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from benchkit.migration import create_loaded_tenant, node_dir, start_migration, wait_phase
+from benchkit.migration import create_loaded_tenant, node_dir, start_migration, wait_flipped, wait_phase
 from .test_cli import one_line_error, slacker
 
 
@@ -81,16 +81,11 @@ def test_ctrl_c_aborts(cluster):
 
 
 def test_abort_after_flip_is_refused_with_one_line(cluster):
-    from slacker.agent.client import cluster_clients
     from benchkit.migration import wait_migration
 
     create_loaded_tenant(cluster, "cli4", rows=300)
     doc = start_migration(cluster, "cli4", target="node-2", hold_s={"flipped": 6})
-    agents, _ = cluster_clients(cluster)
-    deadline = time.monotonic() + 60
-    while not agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")["past_point_of_no_return"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_flipped(cluster, doc["id"], timeout_s=60)
     one_line_error(*slacker("migrate", "--abort", "cli4")[::2], "cannot be aborted", "past the point of no return")
     one_line_error(*slacker("migrate", "--abort", "--finish", "cli4")[::2], "exclude each other")
     rc, out, err = slacker("migrate", "--finish", "cli4")

@@ -21,7 +21,7 @@ from slacker import oltp
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
 
-from benchkit.migration import follow, start_migration, wait_migration
+from benchkit.migration import follow, start_migration, wait_handover_step, wait_migration
 
 
 def _tenant_with_accounts(cluster, tenant_id: str = "bank") -> None:
@@ -115,10 +115,7 @@ def test_a_commit_held_across_the_freeze_never_lands_after_the_final_position(cl
     try:
         # Hold the handover with the source frozen, its final position read; the COMMIT arrives then.
         doc = start_migration(cluster, "bank", target="node-2", max_freeze_s=30, hold_s={"frozen": 3})
-        deadline = time.monotonic() + 120
-        while agents["node-1"].request("GET", f"/v1/migrations/{doc['id']}")["handover_step"] != "locked":
-            assert time.monotonic() < deadline, "the handover never froze the source"
-            time.sleep(0.02)
+        wait_handover_step(cluster, doc["id"], "locked", timeout_s=120)
         box = _commit_in_background(conn)
         time.sleep(0.5)
         assert box["thread"].is_alive(), "the COMMIT went through while the source was frozen"

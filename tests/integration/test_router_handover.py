@@ -22,7 +22,7 @@ import pytest
 
 from slacker.router import local as local_router
 
-from benchkit.migration import start_migration, wait_migration
+from benchkit.migration import start_migration, wait_flipped, wait_handover_step, wait_migration
 from .test_cli import slacker
 from .test_router import _connect, _datadir_node, _status, _sysbench, _tenant
 
@@ -352,18 +352,12 @@ def test_source_agent_killed_while_held(routed):
     """The source's agent killed while fenced, its routers holding the tenant: the restarted agent
     rolls the migration back and releases the routers, so the held INSERT runs on the source —
     long before the hold's own deadline, with no error, and it is there."""
-    from slacker.agent.client import cluster_clients
-
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "h5", "node-1")
     conn = _kv_table(listen, "h5", ep.password)
-    agents, _ = cluster_clients(cluster)
     # The hold's deadline is drain + freeze + 5 s = 85 s: far beyond the recovery.
     mid = start_migration(cluster, "h5", target="node-2", hold_s={"fenced": 30}, max_freeze_s=40)["id"]
-    deadline = time.monotonic() + 90
-    while agents["node-1"].request("GET", f"/v1/migrations/{mid}")["handover_step"] != "fenced":
-        assert time.monotonic() < deadline, "never fenced"
-        time.sleep(0.05)
+    wait_handover_step(cluster, mid, "fenced")
     writer, box = _held_insert(conn)
     time.sleep(0.5)
     assert not box, f"the statement was not held: {box}"
@@ -385,17 +379,11 @@ def test_target_agent_killed_after_flip_while_held(routed):
     """The target's agent killed past the point of no return, its routers holding the tenant: the
     source finishes forward once the agent is back and releases the routers to the new owner, so
     the held INSERT runs there with no error — never on the retired source."""
-    from slacker.agent.client import cluster_clients
-
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "h6", "node-1")
     conn = _kv_table(listen, "h6", ep.password)
-    agents, _ = cluster_clients(cluster)
     mid = start_migration(cluster, "h6", target="node-2", hold_s={"flipped": 3}, max_freeze_s=40)["id"]
-    deadline = time.monotonic() + 90
-    while not agents["node-1"].request("GET", f"/v1/migrations/{mid}")["past_point_of_no_return"]:
-        assert time.monotonic() < deadline, "never flipped"
-        time.sleep(0.05)
+    wait_flipped(cluster, mid)
     writer, box = _held_insert(conn)
     time.sleep(0.3)
     assert not box, f"the statement was not held: {box}"

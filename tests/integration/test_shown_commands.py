@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from slacker.cli import main
 
 from .conftest import TEST_PORT_RANGE, _free_port, _next_block
-from benchkit.migration import processes_mentioning, start_migration, wait_migration, wait_phase
+from benchkit.migration import processes_mentioning, start_migration, wait_flipped, wait_migration, wait_phase
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -159,12 +159,7 @@ def _run_abort(sh: Shell, words: list[str]) -> None:
 
 def _run_finish(sh: Shell, words: list[str]) -> None:
     doc = _held_migration(sh, hold_s={"flipped": 8})
-    from slacker.agent.client import cluster_clients
-    agents, _ = cluster_clients(sh.cluster())
-    deadline = time.monotonic() + 120
-    while not agents[doc["source"]].request("GET", f"/v1/migrations/{doc['id']}")["past_point_of_no_return"]:
-        assert time.monotonic() < deadline, "never past the flip"
-        time.sleep(0.05)
+    wait_flipped(sh.cluster(), doc["id"], source=doc["source"], timeout_s=120)
     _, out, _ = sh.run(words)
     assert "retrying its forward steps" in out, out
     end = wait_migration(sh.cluster(), doc["source"], doc["id"], timeout_s=120)

@@ -241,10 +241,10 @@ class NodeBudget:
                 return self.policy.initial_rate()
             return None if self.rate is None else int(self.rate / (len(others) + 1))
 
-    def status(self) -> dict:
+    def status(self, now: float | None = None) -> dict:
         """GET /v1/budget: the node's controller and its members, for `node drain` and the benchmarks."""
         with self._lock:
-            now = time.monotonic()
+            now = time.monotonic() if now is None else now
             copying = self._copying(now)
             r = self.report
             return {"active": self.policy is not None, "split": self.split,

@@ -75,7 +75,7 @@ def test_two_copies_share_one_controller_stepped_once_per_step(split):
     else:
         assert rates["small"] > rates["big"] > 0  # fewest bytes left first; the other keeps going
     assert "node budget" in rep.note
-    doc = b.status()
+    doc = b.status(now=103.5)
     assert doc["copying"] == 2 and doc["split"] == split
     a.close()
     assert not p.closed  # the other copy still runs on it

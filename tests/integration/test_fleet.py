@@ -344,6 +344,7 @@ def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
     p = _drain_proc("--max-rate", "2MB/s")
     try:
         _wait_active(agents["node-1"], 2)
+        _wait_sharing(agents["node-1"], 2)  # the SIGKILL lands while both copies share node-1's budget
         _kill_agent(cluster, "node-1")
         time.sleep(2)
         _start_agent(cluster, "node-1")
@@ -387,3 +388,67 @@ def test_uncordon_during_a_drain_stops_it_after_the_running_move(make_cluster):
     assert (owners[moving["tenant"]].node, owners[moving["tenant"]].epoch) == ("node-2", 2)  # it finished
     assert (owners[other].node, owners[other].epoch) == ("node-1", 1)  # never started
     assert "node-1" not in directory.cordons()
+
+
+def _wait_sharing(agent, n: int, timeout_s: float = 60) -> dict:
+    """node-1's budget (GET /v1/budget) once `n` copies share it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        doc = agent.request("GET", "/v1/budget")
+        if doc["copying"] >= n and all(m["share_bytes_per_s"] for m in doc["members"]):
+            return doc
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} copies share node-1's budget: {doc}")
+
+
+def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
+    """Two copies off node-1 at once are throttled by node-1's one controller: its rate (at most the
+    --max-rate given, the node's cap) is split between them, each gets about half, the sum never more; the
+    migrations say so in their controller notes. Both finish, the data intact."""
+    cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
+    agents, directory = cluster_clients(cluster)
+    for t in ("s1", "s2"):
+        rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
+        assert rc == 0, err
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE k")
+            cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+            cur.execute("INSERT INTO k.t VALUES (7)")
+        conn.close()
+    cap = 4_000_000
+    p = _drain_proc("--max-rate", "4MB/s")
+    try:
+        seen = []
+        _wait_sharing(agents["node-1"], 2)
+        for _ in range(4):
+            doc = agents["node-1"].request("GET", "/v1/budget")
+            if doc["copying"] == 2:
+                seen.append(doc)
+                notes = [m["controller"]["note"] for m in agents["node-1"].request("GET", "/v1/migrations")[
+                    "migrations"] if m.get("active") and (m.get("controller") or {}).get("note")]
+            time.sleep(1.0)
+        out, err = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print(out, err, seen)
+    assert seen, "the two copies never shared node-1's budget"
+    for doc in seen:
+        shares = [m["share_bytes_per_s"] for m in doc["members"] if m["copying"]]
+        rate = doc["rate_bytes_per_s"]
+        assert rate is not None and rate <= cap, doc
+        assert sum(shares) <= rate and sum(shares) >= rate - 2, doc
+        assert max(shares) - min(shares) <= 1, doc  # the fair split
+    assert any("node budget (fair): 2 copies" in n for n in notes), notes
+    assert p.returncode == 0, out + err
+    assert "2 of 2 moved" in out
+    owners = _owners(cluster)
+    assert {owners[t].node for t in ("s1", "s2")} == {"node-2", "node-3"}  # one copy into each target
+    for t in ("s1", "s2"):
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM k.t")
+            assert cur.fetchall() == ((7,),)
+        conn.close()
+    assert agents["node-1"].request("GET", "/v1/budget")["active"] is False  # the last copy closed it

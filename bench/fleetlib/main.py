@@ -72,8 +72,8 @@ def main(argv=None) -> None:
                    for t in drained}
         oltp = {t: fleet.oltp(t) for t in drained[:args.oltp]}
         time.sleep(15)
-        stats = fleet.agents["node-1"].request("GET", "/v1/tenant-stats", query={"history": 0})
-        drained_bytes = sum(int(t.get("data_bytes") or 0) for t in stats.get("tenants", []))
+        stats = fleet.agents["node-1"].request("GET", "/v1/tenant-stats")
+        drained_bytes = sum(int(h[-1].get("data_bytes") or 0) for h in (stats.get("history") or {}).values() if h)
         base = baseline_latency(fleet, "node-1")
         sla = base * args.sla_factor
         print(f"node-1: {drained_bytes / 1e6:.0f} MB in {len(drained)} tenants, latency {base * 1000:.1f} ms "

@@ -80,8 +80,10 @@ def drain_once(fleet: Fleet, node: str, variant: str, sla_s: float, drained: lis
             "left_on_node": sorted(t for t, n in owners.items() if n == node),
             "on_cordoned": sorted(t for t, n in owners.items() if n in set(fleet.directory.cordons())),
             "setpoint_s": sp, "latency_mean_s": mean, "latency_over_setpoint": None if mean is None else mean / sp,
-            "failed_requests": sum(len(w.errors) - before[t][1] for t, w in writers.items())
-            + sum(sum(x.errors.values()) - before_oltp[t][1] for t, x in oltp.items()),
+            "failed_requests": sum(len(w.errors) - before[t][1] for t, w in writers.items()),
+            "failed_request_errors": [e for t, w in writers.items() for e in w.errors[before[t][1]:]][:20],
+            "oltp_errors": sum(sum(x.errors.values()) - before_oltp[t][1] for t, x in oltp.items()),
+            "oltp_error_kinds": {k: v for x in oltp.values() for k, v in x.errors.items()},
             "durations_s": {t.tenant: t.duration_s for t in res.tenants.values()},
             "series": s.samples}
 

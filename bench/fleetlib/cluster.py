@@ -36,7 +36,12 @@ class Fleet:
         self.path = path
         self.cluster = load_cluster(str(path))
         os.environ["SLACKER_CLUSTER"] = str(path)
-        self.admin = local_router.start(run_dir, path, "127.0.0.1:0")
+        # The router on the root namespace's address on the bridge: the agents (in their namespaces) hold it
+        # during each handover, so it must be reachable from them (127.0.0.1 there is their own loopback).
+        import json
+
+        host = json.loads((run_dir / "netns.json").read_text())["root_address"]
+        self.admin = local_router.start(run_dir, path, f"{host}:0")
         self.listen = local_router.listening(run_dir)
         self.agents, self.directory = cluster_clients(self.cluster)
         self.procs: list[subprocess.Popen] = []

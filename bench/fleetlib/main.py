@@ -25,7 +25,7 @@ def parse(argv=None):
     ap.add_argument("--other-records", type=int, default=5000, help="rows per tenant of the other nodes")
     ap.add_argument("--ycsb-rate", type=float, default=20.0, help="offered txn/s per tenant (the harness)")
     ap.add_argument("--oltp", type=int, default=2, help="drained tenants that also run OLTP through the router")
-    ap.add_argument("--sla-factor", type=float, default=2.0,
+    ap.add_argument("--sla-factor", type=float, default=1.5,
                     help="--sla of the drains: node-1's latency measured before, times this")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=["drain", "pair"], default=None)

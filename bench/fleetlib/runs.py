@@ -110,14 +110,14 @@ def move_back(fleet: Fleet, node: str, tenants: list[str]) -> None:
 def pair_once(fleet: Fleet, node: str, budget: str, setpoint_s: float, pair: list[str],
               targets: list[str]) -> dict:
     """Two moves off `node` at once to two targets, both latency-targeting at `setpoint_s`, sharing the
-    node's budget ("fair") or each with its own controller ("own"); the node's other tenants' latency
-    while both copy."""
+    node's budget ("fair") or each with its own controller ("own"); the node's latency (all its tenants,
+    as the controller reads it) while both copy."""
     docs = []
     for t, tgt in zip(pair, targets):
         body = migration_body(t, tgt, setpoint=setpoint_s, force=True, max_freeze=2.0, budget=budget)
         docs.append(start_migration(fleet.agents[node], body))
     copying: list[tuple[float, float | None, float]] = []
-    with Sampler(fleet, node, exclude=set(pair)) as s:
+    with Sampler(fleet, node) as s:  # every tenant on the node, the moving ones too: the per-server SLA
         while True:
             states = [fleet.agents[node].request("GET", f"/v1/migrations/{d['id']}") for d in docs]
             if all(not x["active"] for x in states):

@@ -27,6 +27,8 @@ def parse(argv=None):
     ap.add_argument("--oltp", type=int, default=2, help="drained tenants that also run OLTP through the router")
     ap.add_argument("--sla-factor", type=float, default=1.5,
                     help="--sla of the drains: node-1's latency measured before, times this")
+    ap.add_argument("--max-parallel", type=int, default=0,
+                    help="the shared drains' cap on moves at once (0: the number drained, the budget decides)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=["drain", "pair"], default=None)
     ap.add_argument("--out", default="docs/data/fleet.json")
@@ -80,17 +82,25 @@ def main(argv=None) -> None:
               f"before; --sla {sla * 1000:.1f} ms", flush=True)
         doc = {"meta": {"started": started, "nodes": args.nodes, "tenants": len(layout), "drained": len(drained),
                         "drained_bytes": drained_bytes, "records": args.records, "repeats": args.repeats,
-                        "ycsb_rate": args.ycsb_rate, "oltp": args.oltp, "baseline_latency_s": base, "sla_s": sla,
+                        "ycsb_rate": args.ycsb_rate, "max_parallel": args.max_parallel, "oltp": args.oltp, "baseline_latency_s": base, "sla_s": sla,
                         "command": "bench/fleet " + " ".join(argv or __import__("sys").argv[1:])},
-               "drains": [], "pairs": []}
+               "drains": [], "pairs": [], "lost_acks": None, "oltp_check": None}
         variants = list(DRAIN_VARIANTS)
+
+        def save() -> None:
+            """After every run: a bench stopped half-way still leaves what it measured."""
+            doc["summary"] = summary(doc)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+
         for r in range(args.repeats):
             if args.only in (None, "drain"):
                 order = variants[r % 3:] + variants[:r % 3]  # rotated each repeat
                 for v in order:
-                    d = drain_once(fleet, "node-1", v, sla, drained, writers, oltp)
+                    d = drain_once(fleet, "node-1", v, sla, drained, writers, oltp, args.max_parallel)
                     d["repeat"] = r
                     doc["drains"].append(d)
+                    save()
                     print(f"repeat {r} {v}: {d['outcome']} in {d['drain_s']:.1f}s, latency/setpoint "
                           f"{d['latency_over_setpoint']}, failed requests {d['failed_requests']}", flush=True)
                     move_back(fleet, "node-1", drained)
@@ -99,6 +109,7 @@ def main(argv=None) -> None:
                     p = pair_once(fleet, "node-1", b, sla, drained[:2], nodes[1:3])
                     p["repeat"] = r
                     doc["pairs"].append(p)
+                    save()
                     print(f"repeat {r} pair {b}: latency/setpoint {p['latency_over_setpoint']} over "
                           f"{p['seconds_both_copying']}s", flush=True)
                     move_back(fleet, "node-1", drained)
@@ -112,10 +123,8 @@ def main(argv=None) -> None:
             conn.close()
             checks[t] = {"ok": c.ok, "transfers": c.transfers, "missing_acked": len(c.missing_acked)}
         doc["oltp_check"] = checks
-        doc["summary"] = summary(doc)
         doc["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+        save()
         plot(doc, args.plot)
         print(table(doc))
     finally:

@@ -60,9 +60,9 @@ def baseline_latency(fleet: Fleet, node: str, seconds: int = 10) -> float:
 
 
 def drain_once(fleet: Fleet, node: str, variant: str, sla_s: float, drained: list[str], writers: dict,
-               oltp: dict) -> dict:
+               oltp: dict, max_parallel: int = 0) -> dict:
     split, cap = DRAIN_VARIANTS[variant]
-    opts = DrainOptions(max_parallel=cap or len(drained), split=split, max_freeze_s=2.0, lock_ttl_s=10.0,
+    opts = DrainOptions(max_parallel=cap or max_parallel or len(drained), split=split, max_freeze_s=2.0, lock_ttl_s=10.0,
                         poll_s=0.5).validate()
     settings = Settings(sla_s=sla_s, setpoint_margin=0.25, samples=2).validate()
     before = {t: (len(w.acked), len(w.errors)) for t, w in writers.items()}

@@ -29,8 +29,12 @@ def parse(argv=None):
                     help="--sla of the drains: node-1's latency measured before, times this")
     ap.add_argument("--max-parallel", type=int, default=0,
                     help="the shared drains' cap on moves at once (0: the number drained, the budget decides)")
+    ap.add_argument("--pair-sla-factor", type=float, default=1.5,
+                    help="the two-moves setpoint: node-1's latency measured before, times this (it must bind)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=["drain", "pair"], default=None)
+    ap.add_argument("--report", nargs="+", metavar="JSON", default=None,
+                    help="run nothing: merge these data files (drains and pairs) and print the table and --plot")
     ap.add_argument("--out", default="docs/data/fleet.json")
     ap.add_argument("--plot", default="docs/img/fleet.png")
     return ap.parse_args(argv)
@@ -42,6 +46,12 @@ def main(argv=None) -> None:
     from slacker.client import resolve
 
     args = parse(argv)
+    if args.report:
+        docs = [json.loads(Path(p).read_text()) for p in args.report]
+        doc = dict(docs[0], drains=[d for x in docs for d in x["drains"]], pairs=[p for x in docs for p in x["pairs"]])
+        plot(doc, args.plot)
+        print(table(doc))
+        return
     run_dir = Path(tempfile.mkdtemp(prefix="sl-fleet-bench-", dir="/tmp"))
     fleet = Fleet(run_dir, args.nodes)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -106,7 +116,7 @@ def main(argv=None) -> None:
                     move_back(fleet, "node-1", drained)
             if args.only in (None, "pair"):
                 for b in (["fair", "own"] if r % 2 == 0 else ["own", "fair"]):
-                    p = pair_once(fleet, "node-1", b, sla, drained[:2], nodes[1:3])
+                    p = pair_once(fleet, "node-1", b, base * args.pair_sla_factor, drained[:2], nodes[1:3])
                     p["repeat"] = r
                     doc["pairs"].append(p)
                     save()

@@ -44,10 +44,10 @@ def table(doc: dict) -> str:
                      f"{r['failed_requests']:>10} {str(r['all_drained']):>8}")
     for k, r in s["ratios"].items():
         lines.append(f"drain time {k}: {_fmt(*r)} (paired per repeat)")
-    lines.append("two moves off one source: the source's other tenants' latency / setpoint while both copy")
+    lines.append("two moves off one source: the source's latency (all its tenants) / setpoint while both copy")
     for b, r in s["pair"].items():
         lines.append(f"  {'shared budget' if b == 'fair' else 'two controllers':16} {_fmt(*r['latency_over_setpoint'])}")
-    lines.append(f"acknowledged writes lost: {doc['lost_acks']}; OLTP check: {doc['oltp_check']}")
+    lines.append(f"acknowledged writes lost: {doc.get('lost_acks')}; OLTP check: {doc.get('oltp_check')}")
     return "\n".join(lines)
 
 

@@ -48,7 +48,10 @@ def main(argv=None) -> None:
     args = parse(argv)
     if args.report:
         docs = [json.loads(Path(p).read_text()) for p in args.report]
-        doc = dict(docs[0], drains=[d for x in docs for d in x["drains"]], pairs=[p for x in docs for p in x["pairs"]])
+        # A file from an `--only pair` run, if given, is where the pairs come from (a later, dedicated run).
+        pair_docs = [x for x in docs if "--only pair" in x["meta"].get("command", "")] or docs
+        doc = dict(docs[0], drains=[d for x in docs for d in x["drains"]],
+                   pairs=[p for x in pair_docs for p in x["pairs"]])
         plot(doc, args.plot)
         print(table(doc))
         return

@@ -359,10 +359,11 @@ def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
     assert {t: (owners[t].node != "node-1", owners[t].epoch) for t in ("c1", "c2")} == \
         {"c1": (True, 2), "c2": (True, 2)}
     for t in ("c1", "c2"):
-        conn = resolve(t, cluster).connect()
+        conn = resolve(t, cluster).connect()  # the owner the directory names: the data there, and writable
         with conn.cursor() as cur:
             cur.execute("SELECT id FROM k.t")
             assert cur.fetchall() == ((7,),)
+            cur.execute("INSERT INTO k.t VALUES (8)")
         conn.close()
 
 

@@ -79,9 +79,10 @@ def _connector(tenant):
     return lambda: tenant.admin_connect(timeout_s=2)
 
 
-def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
+def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     """Build the latency source(s) and the controller `options.controller` (ControllerSettings) names, and
-    measure the latency before any byte moves."""
+    measure the latency before any byte moves. `guards` (slacker.controller.budget.TargetGuards): the
+    target guard is read through it, so later moves sharing the node's budget add theirs."""
     c: ControllerSettings = options.controller
     specs = list(c.latency_sources or DEFAULT_SOURCES)
     sources = [build_source(node, s, c.window_s, c.step_s, tenant_id) for s in specs]
@@ -89,7 +90,11 @@ def build_rate_policy(node, tenant_id: str, options) -> RatePolicy:
     if c.target_guard and c.steered and getattr(options, "target", None):
         # Both ends guarded by default (paper §6): the target node's tenants against their own setpoint.
         holder: dict = {}
-        source = GuardedSource(source, build_target_guard(node, options.target, tenant_id, c.window_s, c.step_s),
+        guard = build_target_guard(node, options.target, tenant_id, c.window_s, c.step_s)
+        if guards is not None:
+            guards.add(tenant_id, guard)
+            guard = guards
+        source = GuardedSource(source, guard,
                                setpoint=lambda: holder["ctl"].setpoint_s if "ctl" in holder else c.setpoint_s,
                                target_setpoint=lambda: c.target_setpoint_s or (
                                    holder["ctl"].setpoint_s if "ctl" in holder else c.setpoint_s))
@@ -213,14 +218,24 @@ def apply_settings(migration, body: dict) -> None:
     if "rate_bytes_per_s" in body:
         raise InvalidInput("this migration is steered by its controller", "a fixed rate would fight it",
                            "change setpoint= or max-rate= instead")
+    shared = hasattr(policy, "member")  # a move sharing its node's budget (slacker.controller.budget)
     if "setpoint_s" in body:
-        ctl.set_setpoint(float(body["setpoint_s"]))
+        if shared:
+            policy.set_setpoint(float(body["setpoint_s"]))  # the node's controller takes the strictest
+        else:
+            ctl.set_setpoint(float(body["setpoint_s"]))
     if "max_rate_bytes_per_s" in body:
         ctl.set_max_rate(float(body["max_rate_bytes_per_s"]))
         policy.unthrottled_at_max = False  # a max the operator gives is a cap
     if body.get("pause"):
-        ctl.pause()
+        if shared:
+            policy.pause(True)  # this move only: the node's other copies share the rate
+        else:
+            ctl.pause()
         if migration.pipe is not None:
             migration.pipe.set_rate(0)
     if body.get("resume"):
-        ctl.resume()
+        if shared:
+            policy.pause(False)
+        else:
+            ctl.resume()

@@ -95,7 +95,11 @@ def node_uncordon(cli: CliContext, node_name: str) -> None:
 @click.option("--sla", type=DURATION, default="50ms", show_default=True,
               help="Per-server latency SLA: each move's setpoint derives from it as in `rebalance --execute`.")
 @click.option("--max-parallel", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Moves running at once.")
+              help="A cap on the moves running at once; below it, one more copy starts while the node's latency "
+                   "budget leaves each copy at least 1 MB/s, and each target receives one copy at a time.")
+@click.option("--split", type=click.Choice(["fair", "smallest"]), default="fair", show_default=True,
+              help="How the node's one latency controller splits its rate among the copies: equal shares, or "
+                   "most to the copy with the fewest bytes left.")
 @click.option("--retries", type=click.IntRange(0, 100), default=2, show_default=True,
               help="A failed move is tried again this many times before it is reported.")
 @click.option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
@@ -104,7 +108,8 @@ def node_uncordon(cli: CliContext, node_name: str) -> None:
               help="History samples a load is averaged over (one per agent stats_interval).")
 @click.option("--load-floor", type=float, default=0.05, show_default=True,
               help="Loads closer than this (CPU s/s) count as equal when targets are compared.")
-@click.option("--max-rate", type=RATE, default=None, help="Cap on each copy's rate.")
+@click.option("--max-rate", type=RATE, default=None,
+              help="Cap on the node's copy rate: the max of its one controller, split among its copies.")
 @click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
               help="Each migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
 @click.option("--lock-ttl", type=DURATION, default="30s", show_default=True,
@@ -112,7 +117,8 @@ def node_uncordon(cli: CliContext, node_name: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan (each tenant's target) and change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON document.")
 @pass_cli
-def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, retries: int, setpoint_margin: float,
+def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, split: str, retries: int,
+               setpoint_margin: float,
                samples: int, load_floor: float, max_rate: int | None, max_freeze: float, lock_ttl: float,
                dry_run: bool, as_json: bool) -> None:
     """Cordon NODE, then move every tenant off it live, several at once.
@@ -135,7 +141,7 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, r
     cluster, agents, directory = _clients(cli)
     cluster.node(node_name)
     settings = Settings(sla_s=sla, setpoint_margin=setpoint_margin, samples=samples, load_floor=load_floor).validate()
-    opts = DrainOptions(max_parallel=max_parallel, retries=retries, max_rate_bytes_per_s=max_rate,
+    opts = DrainOptions(max_parallel=max_parallel, split=split, retries=retries, max_rate_bytes_per_s=max_rate,
                         max_freeze_s=max_freeze, lock_ttl_s=lock_ttl, dry_run=dry_run).validate()
     view = DrainView(enabled=not as_json and not dry_run and sys.stderr.isatty())
 

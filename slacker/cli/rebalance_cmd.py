@@ -64,13 +64,16 @@ FRACTION = _Fraction()
               help="TTL of the cluster lock, refreshed while the move runs: a crashed run's lock is free after it.")
 @click.option("--max-wait", type=DURATION, default="4h", show_default=True,
               help="Stop waiting for the migration after this long (it goes on; the move is recorded as unknown).")
+@click.option("--max-moves", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Moves in one pass, on disjoint node pairs (no node in two), run at once, each within its "
+                   "source's latency budget. 1: one move per run, as from cron.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (and the move's outcome) as one JSON document.")
 @pass_cli
 def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, load_floor: float, samples: int,
               min_tenant_share: float, min_tenant_load: float, min_gap_shrink: float, tenant_cooldown: float,
               node_cooldown: float, no_return: float, setpoint_margin: float, max_rate: int | None, max_freeze: float,
               lock_ttl: float,
-              max_wait: float, as_json: bool) -> None:
+              max_wait: float, max_moves: int, as_json: bool) -> None:
     """Find a node whose tenants break the latency SLA or carry far more load than the others, and move
     one tenant off it with a live, latency-targeting migration. Meant for cron: one pass, at most one move.
 
@@ -96,7 +99,7 @@ def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, 
                         node_cooldown_s=node_cooldown, no_return_s=no_return,
                         setpoint_margin=setpoint_margin).validate()
     opts = RunOptions(execute=execute, lock_ttl_s=lock_ttl, max_rate_bytes_per_s=max_rate, max_freeze_s=max_freeze,
-                      max_wait_s=max_wait)
+                      max_wait_s=max_wait, max_moves=max_moves)
     agents, directory = cluster_clients(cli.cluster())
 
     def say(msg: str) -> None:
@@ -108,6 +111,10 @@ def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, 
         print_json(res.to_dict())
     else:
         print_plan(res, execute)
+    failed = [m["plan"]["move"]["tenant"] for m in res.more if m["result"] != "succeeded"]
+    if res.executed and failed and res.result == "succeeded":
+        raise MigrationFailed(f"the move of {', '.join(failed)} did not succeed", "see the pass's results above",
+                              "the tenants are in cool-down, a later run may retry (see docs/rebalance.md)")
     if res.executed and res.result != "succeeded":
         raise MigrationFailed(f"the move of {res.plan.move.tenant} {res.result}", res.error,
                               "the source keeps serving unless the migration passed its flip; the tenant is in "
@@ -166,6 +173,12 @@ def print_plan(res, execute: bool) -> None:
             click.echo(f"  error:    {res.error}")
     elif res.result:
         click.echo(f"  result:   {res.result}: {res.error}")
+    for m in res.more:  # a parallel pass (--max-moves): the moves run with the first
+        mv = m["plan"]["move"]
+        click.echo(f"{'also moving' if execute else 'would also move'} {mv['tenant']}: {mv['source']} -> "
+                   f"{mv['target']} (setpoint {_ms(mv['setpoint_s'])}): {mv['reason']}")
+        if execute:
+            click.echo(f"  result:   {m['result']}" + (f": {m['error']}" if m.get("error") else ""))
     for g in res.guard:
         click.echo(f"  target guard: copy {g['action']} (target latency {_ms(g.get('target_latency_s'))})")
     sys.stdout.flush()

@@ -14,6 +14,7 @@ from ..errors import InvalidInput
 from ..latency import DEFAULT_STEP_S, DEFAULT_WINDOW_S, validate_window
 from ..units import parse_rate
 from .base import RateController, check_max_rate, check_positive, check_setpoint
+from .budget import DEFAULT_BUDGET, check_budget
 from .baselines import FixedRate, ThresholdThrottle
 from .model import ModelController
 from .pid import DEFAULT_GAINS, Gains, ThrottleController, parse_gains
@@ -74,9 +75,13 @@ class ControllerSettings:
     target_guard: bool = True
     force: bool = False  # start even if the setpoint is under the load's own latency
     rate_bytes_per_s: float | None = None  # kind "fixed" only
+    # The node's one controller for its outgoing copies, split fair or smallest-first (slacker.controller.budget);
+    # "own": a controller of this move's own, as before the node budget (a benchmark baseline).
+    budget: str = DEFAULT_BUDGET
 
     def __post_init__(self) -> None:
         kind(self.kind)
+        check_budget(self.budget)
         check_setpoint(self.setpoint_s)
         if self.max_rate_bytes_per_s is not None:
             check_max_rate(self.max_rate_bytes_per_s)

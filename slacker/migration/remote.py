@@ -25,7 +25,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
                    delta_mpl: str | int | None = None, handover_attempts: int = 3,
                    handover_wait: float = 60.0, catchup_mode: bool = True, target_setpoint: float | None = None,
-                   target_guard: bool = True, hold: tuple[str, ...] = ()) -> dict:
+                   target_guard: bool = True, hold: tuple[str, ...] = (), budget: str | None = None) -> dict:
     """The body of POST /v1/migrations on the source agent."""
     chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
                                     ("--setpoint", setpoint is not None)) if on]
@@ -48,7 +48,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
         body["controller"] = ControllerSettings.from_dict({
             "setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate, "latency_sources": list(latency_sources),
             "gains": gains, "window_s": window, "step_s": step, "force": force, "target_guard": target_guard,
-            "target_setpoint_s": target_setpoint, "kind": controller_kind}).to_dict()
+            "target_setpoint_s": target_setpoint, "kind": controller_kind, "budget": budget}).to_dict()
     elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
           or latency_sources or force or not target_guard):
         raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "

@@ -7,6 +7,7 @@ import logging
 import threading
 from pathlib import Path
 
+from ..controller.budget import NodeBudget
 from ..errors import Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
 from ..trash import TrashName, as_field, discard, sweep, sweep_building
@@ -27,6 +28,7 @@ class MigrationService:
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
         self.tally = Tally()  # counters of ended migrations for /metrics
+        self.budget = NodeBudget()  # one controller of this node's latency for its outgoing copies
         # Before anything else looks at the disk: what a crash left half built or half removed.
         sweep_building(node.tenants.tenants_dir)
         node.tenants.sweep()
@@ -92,8 +94,7 @@ class MigrationService:
                                "hold_s is a test and rehearsal aid", "set fault_injection = true in agent.toml")
         options.validate()  # the controller's settings typed before anything is measured
         if rate_policy is None and options.controller:
-            from ..throttle import build_rate_policy
-            rate_policy = build_rate_policy(self.node, tenant_id, options)
+            rate_policy = self._rate_policy(tenant_id, options)
         mig = Migration(self.node, tenant_id, options, rate_policy=rate_policy)
         if rate_policy is not None:
             rate_policy.migration = mig.id
@@ -103,6 +104,24 @@ class MigrationService:
             self._trim()
         self._run(mig, mig.run, rate_policy)
         return mig
+
+    def _rate_policy(self, tenant_id: str, options: MigrationOptions):
+        """The move's controller: a share of the node's budget (one controller of the node's latency for
+        all its outgoing copies), or with budget "own" a controller of its own (the bench baseline)."""
+        from ..throttle import build_rate_policy, build_target_guard
+
+        c = options.controller
+        if c.budget == "own" or not c.steered:
+            return build_rate_policy(self.node, tenant_id, options)
+        guard = None
+        if c.target_guard and options.target:
+            def guard():
+                return build_target_guard(self.node, options.target, tenant_id, c.window_s, c.step_s)
+        from ..controller.metrics import ControllerMetrics
+        share = self.budget.join(tenant_id, options.target, c,
+                                 lambda guards: build_rate_policy(self.node, tenant_id, options, guards=guards),
+                                 guard, c.budget, metrics=ControllerMetrics.on(self.node.registry))
+        return share if share is not None else build_rate_policy(self.node, tenant_id, options)
 
     def _trim(self) -> None:
         done = [m for m in self._outgoing.values() if not m.active]
@@ -185,6 +204,11 @@ def attach(node, server) -> None:
     @server.route("GET", "/v1/migrations")
     def list_(srv, body, q):
         return {"migrations": svc.list()}
+
+    @server.route("GET", "/v1/budget")
+    def budget(srv, body, q):
+        """The node's one controller for its outgoing copies and how its rate is split (docs/fleet.md)."""
+        return svc.budget.status()
 
     @server.route("GET", f"/v1/migrations/{MID}")
     def get(srv, body, q, mid):

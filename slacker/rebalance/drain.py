@@ -18,9 +18,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from ..controller.budget import check_budget
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
 from ..migration.remote import migration_body
-from .moves import MoveRunner, Running
+from .moves import MIN_SHARE_BYTES_PER_S, MoveRunner, Running
 from .placement import Item, PlacementPlan, items_of, node_loads, place
 from .planner import Settings, setpoint_for
 from .runner import AGENT_TIMEOUT_S, collect, owners_of
@@ -36,7 +37,9 @@ def lock_name(node: str) -> str:
 
 @dataclass
 class DrainOptions:
-    max_parallel: int = 2
+    max_parallel: int = 2                # a cap: how many run follows from the source's budget
+    split: str = "fair"                  # how the source's budget is split: fair | smallest (| own: bench only)
+    min_share_bytes_per_s: float = MIN_SHARE_BYTES_PER_S
     retries: int = 2                     # a failed move is tried again this many times
     max_rate_bytes_per_s: float | None = None
     max_freeze_s: float = 0.5
@@ -48,6 +51,7 @@ class DrainOptions:
     def validate(self) -> "DrainOptions":
         if not 1 <= self.max_parallel <= 64:
             raise InvalidInput(f"--max-parallel {self.max_parallel} is out of range", "it must be 1 to 64", "")
+        check_budget(self.split)
         if not 0 <= self.retries <= 100:
             raise InvalidInput(f"--retries {self.retries} is out of range", "it must be 0 to 100", "")
         return self
@@ -218,7 +222,7 @@ def drain(agents: dict, directory, node: str, settings: Settings, opts: DrainOpt
         prev = directory.state_get(state_key) or {}
         if resuming and prev.get("outcome") != "drained":  # the same drain, run again: show what it moved
             res.earlier = _moved_earlier(directory, node, prev)
-        runner = MoveRunner(agents, opts.max_parallel)
+        runner = MoveRunner(agents, opts.max_parallel, opts.min_share_bytes_per_s, budget=opts.split != "own")
         try:
             _loop(agents, directory, node, settings, opts, res, runner, state_key, update, say)
         except KeyboardInterrupt:
@@ -351,12 +355,14 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
         t.state, t.error = "unplaced", why
     batch = []
     for pl in p.placements:
-        if not runner.may_start(node, pl.target, pending=len(batch)):
-            break
+        if not runner.may_start(node, pl.target, pending=len(batch), pending_targets=tuple(b[2] for b in batch)):
+            if len(runner.running) + len(batch) >= runner.max_parallel or "budget" in runner.why_not:
+                break
+            continue  # its target already receives a copy: the next tenant, to another target
         t = res.tenants[pl.tenant]
         t.target, t.data_bytes, t.setpoint_s = pl.target, pl.data_bytes, setpoint
         body = migration_body(pl.tenant, pl.target, setpoint=setpoint, max_rate=opts.max_rate_bytes_per_s,
-                              force=True, max_freeze=opts.max_freeze_s)
+                              force=True, max_freeze=opts.max_freeze_s, budget=opts.split)
         t.attempts += 1
         t.migration = t.migration or "(starting)"
         batch.append((pl.tenant, node, pl.target, body))

@@ -1,9 +1,11 @@
 """Moves in flight: the one place that starts live migrations for the fleet commands and follows them.
 
-A drain asks it whether a move may start now (`may_start`), starts it, adopts
-migrations an earlier run left running on the agents, and polls them all in one
-loop. Today the limit is a count (`--max-parallel`); a per-node latency budget
-shared by a node's concurrent moves belongs here too, behind `may_start`.
+A drain or a rebalancer pass asks it whether a move may start now (`may_start`), starts it, adopts
+migrations an earlier run left running on the agents, and polls them all in one loop. How many run at
+once follows from the source's latency budget (slacker.controller.budget, read from the agent's
+GET /v1/budget): one more copy starts while each copy would still get `min_share_bytes_per_s` of the
+node's rate; `--max-parallel` caps the count, and a target node receives one copy at a time (its
+incoming budget: the copy's target guard is the one controller of its latency).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from ..migration.remote import start_migration
 
 log = logging.getLogger("slacker.rebalance")
 
+# One more copy off a node starts only while every copy would still get this much of the node's rate.
+MIN_SHARE_BYTES_PER_S = 1_000_000
 LOST_AFTER_S = 120.0  # a source agent that has not answered for this long: the move's outcome is read elsewhere
 
 
@@ -39,14 +43,47 @@ class Running:
 
 
 class MoveRunner:
-    def __init__(self, agents: dict, max_parallel: int = 2) -> None:
+    def __init__(self, agents: dict, max_parallel: int = 2, min_share_bytes_per_s: float = MIN_SHARE_BYTES_PER_S,
+                 budget: bool = True) -> None:
         self.agents = agents
         self.max_parallel = max_parallel
+        self.min_share_bytes_per_s = min_share_bytes_per_s
+        self.budget = budget  # False: the count alone (moves with controllers of their own, the bench baseline)
         self.running: dict[str, Running] = {}
+        self._budgets: dict[str, tuple[float, dict | None]] = {}
+        self.why_not = ""  # why the last may_start() said no
 
-    def may_start(self, source: str, target: str, pending: int = 0) -> bool:
-        """Whether one more move from `source` to `target` may start now, `pending` more being about to."""
-        return len(self.running) + pending < self.max_parallel
+    def budget_of(self, node: str) -> dict | None:
+        """The node's budget (GET /v1/budget), read at most once a second; None if it does not answer."""
+        at, doc = self._budgets.get(node, (0.0, None))
+        if time.monotonic() - at >= 1.0:
+            try:
+                doc = self.agents[node].request("GET", "/v1/budget", timeout_s=5)
+            except SlackerError:
+                doc = None
+            self._budgets[node] = (time.monotonic(), doc)
+        return doc
+
+    def may_start(self, source: str, target: str, pending: int = 0, pending_targets: tuple = ()) -> bool:
+        """Whether one more move from `source` to `target` ('' for any) may start now, `pending` more
+        (to `pending_targets`) being about to."""
+        if len(self.running) + pending >= self.max_parallel:
+            self.why_not = f"--max-parallel {self.max_parallel} moves run"
+            return False
+        if target and (target in pending_targets or any(r.target == target for r in self.running.values())):
+            self.why_not = f"{target} already receives a copy"
+            return False
+        if self.budget:
+            doc = self.budget_of(source)
+            if doc and doc.get("active") and doc.get("copying"):
+                rate = doc.get("rate_bytes_per_s")
+                n = int(doc["copying"]) + 1 + pending
+                if rate is not None and rate / n < self.min_share_bytes_per_s:
+                    self.why_not = (f"{source}'s budget ({rate / 1e6:.1f} MB/s over {n - 1} copies) has no room "
+                                    f"for another copy of {self.min_share_bytes_per_s / 1e6:.1f} MB/s")
+                    return False
+        self.why_not = ""
+        return True
 
     def start(self, tenant: str, source: str, target: str, body: dict) -> Running:
         doc = start_migration(self.agents[source], body)

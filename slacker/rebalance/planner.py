@@ -264,8 +264,27 @@ def _fmt_ms(x: float | None) -> str:
 
 # ---- the plan ------------------------------------------------------------------------------
 
-def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -> Plan:
-    """Decide at most one move. Every node gets a report with its figures and why it is (not) hot."""
+def plan_pass(nodes: list[NodeInput], state: State, settings: Settings, now: float, max_moves: int = 1) -> list[Plan]:
+    """Up to `max_moves` moves for one pass, on disjoint node pairs: each plan is made as if the moves before
+    it had happened (their loads moved), and no node is the source or target of two moves. The first plan
+    is plan() as a one-move run makes it; the pass ends at the first plan without a move (returned too)."""
+    st = State(moves=list(state.moves), lock_holder=state.lock_holder, lock_expires_in_s=state.lock_expires_in_s,
+               cordoned=state.cordoned)
+    plans: list[Plan] = []
+    for i in range(max(1, max_moves)):
+        p = plan(nodes, st, settings, now, parallel=i > 0)
+        plans.append(p)
+        if p.decision != "move":
+            break
+        mv = p.move
+        st.moves.append(Move(mv.tenant, mv.source, mv.target, started_at=now, load=mv.tenant_load, result="running"))
+    return plans
+
+
+def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float, parallel: bool = False) -> Plan:
+    """Decide at most one move. Every node gets a report with its figures and why it is (not) hot.
+    `parallel`: the moves in flight are this pass's (plan_pass): their nodes are neither source nor target,
+    rather than holding the move back."""
     k = int(settings.samples)
     tenant_until, node_until, no_return = cooldowns(state.moves, settings, now)
     in_flight = [m for m in state.moves if m.result == "running"]
@@ -364,12 +383,14 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
         left = f" (expires in {state.lock_expires_in_s:.0f}s)" if state.lock_expires_in_s is not None else ""
         return done("none", f"another rebalancer holds the cluster lock: {state.lock_holder}{left}; one move at "
                             "a time")
-    if in_flight:
+    busy = {x for m in in_flight for x in (m.source, m.target)} if parallel else set()
+    if in_flight and not parallel:
         m = in_flight[0]
         return done("none", f"a move is in flight ({m.tenant} {m.source} -> {m.target}); one move at a time")
-    hot = sorted((n for n in reachable if reports[n.name].hot), key=lambda n: -severity[n.name])
+    hot = sorted((n for n in reachable if reports[n.name].hot and n.name not in busy), key=lambda n: -severity[n.name])
     if not hot:
-        return done("none", f"no node was hot for {k} consecutive samples")
+        return done("none", f"no node was hot for {k} consecutive samples"
+                    + (" (but those already in this pass's moves)" if busy else ""))
     cool = [n for n in reachable if not reports[n.name].hot and depth(n) >= k]
     if not cool:
         return done("none", "every reachable node is hot or still warming up: a move would only shift the load "
@@ -414,6 +435,9 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float) -
                 t_load = node_load[tgt.name]
                 if tgt.name in state.cordoned:
                     why_not.append(f"{tgt.name}: cordoned")
+                    continue
+                if tgt.name in busy:
+                    why_not.append(f"{tgt.name}: in another move of this pass")
                     continue
                 if tgt.name in node_until:
                     why_not.append(f"{tgt.name}: in cool-down")

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..errors import AgentUnavailable, Conflict, NotFound, SlackerError
 from ..migration.remote import follow, migration_body, start_migration
-from .planner import Move, NodeInput, Plan, Sample, Settings, State, plan
+from .planner import Move, NodeInput, Plan, Sample, Settings, State, plan_pass
 
 log = logging.getLogger("slacker.rebalance")
 
@@ -35,6 +35,7 @@ class RunOptions:
     max_freeze_s: float = 0.5           # the migration's write-freeze budget (as `slacker migrate --max-freeze`)
     max_wait_s: float = 4 * 3600.0      # give up following a migration after this (it goes on; result unknown)
     poll_s: float = 2.0
+    max_moves: int = 1                  # moves in one pass, on disjoint node pairs, run at once
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
 
@@ -47,10 +48,11 @@ class RunResult:
     error: str = ""
     guard: list[dict] = field(default_factory=list)  # target-guard pauses/resumes
     lock: str = ""                      # what happened to the lock
+    more: list[dict] = field(default_factory=list)   # a parallel pass: the moves after the first (plan, result)
 
     def to_dict(self) -> dict:
         doc = {"plan": self.plan.to_dict(), "executed": self.executed, "result": self.result, "error": self.error,
-               "guard": self.guard, "lock": self.lock}
+               "guard": self.guard, "lock": self.lock, "more": self.more}
         if self.migration is not None:
             m = self.migration
             doc["migration"] = {k: m.get(k) for k in ("id", "tenant", "source", "target", "result", "phase",
@@ -118,13 +120,21 @@ def owners_of(directory) -> dict[str, str]:
 
 
 def make_plan(agents: dict, directory, settings: Settings, lock_holder: str | None = None,
-              lock_expires_in_s: float | None = None, now: float | None = None) -> Plan:
+              lock_expires_in_s: float | None = None, now: float | None = None, max_moves: int = 1) -> list[Plan]:
+    """The pass's plans (planner.plan_pass): one, or up to `max_moves` on disjoint node pairs."""
     now = time.time() if now is None else now
     nodes, running = collect(agents, owners_of(directory))
     state = read_state(directory, running, settings, now)
     state.lock_holder, state.lock_expires_in_s = lock_holder, lock_expires_in_s
     state.cordoned = frozenset(directory.cordons())
-    return plan(nodes, state, settings, now)
+    return plan_pass(nodes, state, settings, now, max_moves)
+
+
+def _result(plans: list[Plan], **kw) -> RunResult:
+    """The first plan is the run's; the pass's further moves (a parallel pass) go in `more`."""
+    res = RunResult(plans[0], **kw)
+    res.more = [{"plan": p.to_dict(), "result": None, "error": ""} for p in plans[1:] if p.decision == "move"]
+    return res
 
 
 # ---- one run ------------------------------------------------------------------------------------
@@ -137,22 +147,26 @@ def run(agents: dict, directory, settings: Settings, opts: RunOptions,
     if not opts.execute:
         info = directory.lock_info(LOCK_NAME)
         other = info.holder if info is not None else None
-        return RunResult(make_plan(agents, directory, settings, other, info.expires_in_s if info else None),
-                         lock="held by " + other if other else "free (dry run: not taken)")
+        return _result(make_plan(agents, directory, settings, other, info.expires_in_s if info else None,
+                                 max_moves=opts.max_moves),
+                       lock="held by " + other if other else "free (dry run: not taken)")
     try:
         directory.acquire_lock(LOCK_NAME, opts.holder, opts.lock_ttl_s)
     except Conflict:
         info = directory.lock_info(LOCK_NAME)
         p = make_plan(agents, directory, settings, info.holder if info else "another rebalancer",
                       info.expires_in_s if info else None)
-        return RunResult(p, lock=f"held by {info.holder if info else 'another rebalancer'}")
+        return _result(p, lock=f"held by {info.holder if info else 'another rebalancer'}")
     try:
-        p = make_plan(agents, directory, settings)
-        res = RunResult(p, lock=f"taken by {opts.holder}")
-        if p.decision != "move":
+        plans = make_plan(agents, directory, settings, max_moves=opts.max_moves)
+        res = _result(plans, lock=f"taken by {opts.holder}")
+        if res.plan.decision != "move":
             _record_run(directory, opts, res)
             return res
-        _make_the_move(agents, directory, settings, opts, res, say)
+        if res.more:
+            _make_the_moves(agents, directory, settings, opts, res, [p for p in plans if p.decision == "move"], say)
+        else:
+            _make_the_move(agents, directory, settings, opts, res, say)
         _record_run(directory, opts, res)
         return res
     finally:
@@ -221,6 +235,71 @@ def _make_the_move(agents: dict, directory, settings: Settings, opts: RunOptions
     except TimeoutError:
         res.result, res.error = "unknown", f"still running after {opts.max_wait_s:.0f}s; the agents finish it"
     _put_move(directory, Move(**{**record.to_dict(), "finished_at": time.time(), "result": res.result}))
+
+
+def _make_the_moves(agents: dict, directory, settings: Settings, opts: RunOptions, res: RunResult,
+                    plans: list[Plan], say: Callable[[str], None]) -> None:
+    """A parallel pass: the moves (on disjoint node pairs) started at once and followed together; each
+    copies within its source's budget (slacker.controller.budget) and pauses on its target's SLA."""
+    from .moves import MoveRunner
+
+    runner = MoveRunner(agents, max_parallel=len(plans))
+    records, batch, guards = {}, [], {}
+    for p in plans:
+        mv = p.move
+        records[mv.tenant] = Move(mv.tenant, mv.source, mv.target, started_at=time.time(), load=mv.tenant_load)
+        _put_move(directory, records[mv.tenant])
+        body = migration_body(mv.tenant, mv.target, setpoint=mv.setpoint_s, max_rate=opts.max_rate_bytes_per_s,
+                              force=True, max_freeze=opts.max_freeze_s)
+        batch.append((mv.tenant, mv.source, mv.target, body))
+        say(f"moving {mv.tenant}: {mv.source} -> {mv.target} with setpoint {mv.setpoint_s * 1000:.0f}ms")
+    res.executed = True
+    outcome: dict[str, tuple[str, str, dict | None]] = {}
+    for tenant, got in runner.start_all(batch).items():
+        if isinstance(got, SlackerError):
+            outcome[tenant] = ("failed", got.one_line(), None)
+        else:
+            guards[tenant] = TargetGuard(agents[got.target], agents[got.source], got.mid, settings.sla_s,
+                                         res.guard, say)
+    deadline = time.monotonic() + opts.max_wait_s
+    last_refresh = time.monotonic()
+    while runner.running:
+        time.sleep(opts.poll_s)
+        if time.monotonic() - last_refresh >= opts.lock_ttl_s / 3:
+            last_refresh = time.monotonic()
+            try:
+                directory.refresh_lock(LOCK_NAME, opts.holder)
+            except SlackerError as exc:
+                log.warning("could not refresh the rebalancer lock: %s", exc.one_line())
+        for r in runner.poll():
+            d = r.doc
+            if r.lost:
+                outcome[r.tenant] = ("unknown", r.lost, d)
+            elif d.get("result") == "succeeded":
+                outcome[r.tenant] = ("succeeded", "", d)
+            else:
+                e = d.get("error") or {}
+                outcome[r.tenant] = ("failed", f"migration {d['id']} {d.get('result')} in phase "
+                                     f"{e.get('phase') or d.get('phase')}: {e.get('what', '')}"
+                                     + (f": {e['why']}" if e.get("why") else ""), d)
+            say(f"{r.tenant}: {outcome[r.tenant][0]}")
+        for tenant, r in runner.running.items():
+            guards[tenant].check(r.doc)
+        if time.monotonic() > deadline:
+            for tenant in runner.running:
+                outcome[tenant] = ("unknown", f"still running after {opts.max_wait_s:.0f}s; the agents finish it",
+                                   None)
+            break
+    for tenant, rec in records.items():
+        result, _, _ = outcome.get(tenant, ("unknown", "", None))
+        _put_move(directory, Move(**{**rec.to_dict(), "finished_at": time.time(), "result": result}))
+    first = plans[0].move.tenant
+    res.result, res.error, res.migration = outcome.get(first, ("unknown", "", None))
+    for m in res.more:
+        t = m["plan"]["move"]["tenant"]
+        m["result"], m["error"], doc = outcome.get(t, ("unknown", "", None))
+        if doc is not None:
+            m["migration"] = {k: doc.get(k) for k in ("id", "result", "phase", "duration_s", "freeze_ms")}
 
 
 def _follow_patiently(agent, doc: dict, on_poll, poll_s: float) -> dict:

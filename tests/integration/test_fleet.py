@@ -26,56 +26,9 @@ from slacker.errors import SlackerError
 from slacker.router import local as local_router
 
 from .test_cli import one_line_error, slacker
-from .test_router import _connect, _wait_route
+from benchkit.writers import RoutedWriter
 
-
-class RoutedWriter:
-    """Inserts ids one at a time through the router (autocommit), reconnecting after an error; keeps
-    what was acknowledged and every failed request."""
-
-    def __init__(self, listen: str, tenant: str, password: str, rate_per_s: float = 25.0) -> None:
-        self.listen, self.tenant, self.password, self.period = listen, tenant, password, 1.0 / rate_per_s
-        self.acked: list[int] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        conn = _connect(listen, f"app@{tenant}", password)
-        with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE IF NOT EXISTS k")
-            cur.execute("CREATE TABLE IF NOT EXISTS k.t (id INT PRIMARY KEY, pad VARCHAR(200))")
-        conn.close()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "RoutedWriter":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        conn, n = None, 0
-        while not self._stop.is_set():
-            try:
-                if conn is None:
-                    conn = _connect(self.listen, f"app@{self.tenant}", self.password, read_timeout=60,
-                                    write_timeout=60)
-                with conn.cursor() as cur:
-                    cur.execute("INSERT INTO k.t VALUES (%s, REPEAT('x', 200))", (n + 1,))
-                n += 1
-                self.acked.append(n)
-            except pymysql.MySQLError as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                conn = None
-                # The id's outcome is unknown: never reuse it.
-                n += 1
-            time.sleep(self.period)
-
-    def stop_and_check(self) -> set[int]:
-        self._stop.set()
-        self._thread.join(90)
-        conn = _connect(self.listen, f"app@{self.tenant}", self.password)
-        with conn.cursor() as cur:
-            cur.execute("SELECT id FROM k.t")
-            present = {r[0] for r in cur.fetchall()}
-        conn.close()
-        return set(self.acked) - present
+from .test_router import _wait_route
 
 
 @pytest.fixture
@@ -344,6 +297,7 @@ def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
     p = _drain_proc("--max-rate", "2MB/s")
     try:
         _wait_active(agents["node-1"], 2)
+        _wait_sharing(agents["node-1"], 2)  # the SIGKILL lands while both copies share node-1's budget
         _kill_agent(cluster, "node-1")
         time.sleep(2)
         _start_agent(cluster, "node-1")
@@ -358,10 +312,11 @@ def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
     assert {t: (owners[t].node != "node-1", owners[t].epoch) for t in ("c1", "c2")} == \
         {"c1": (True, 2), "c2": (True, 2)}
     for t in ("c1", "c2"):
-        conn = resolve(t, cluster).connect()
+        conn = resolve(t, cluster).connect()  # the owner the directory names: the data there, and writable
         with conn.cursor() as cur:
             cur.execute("SELECT id FROM k.t")
             assert cur.fetchall() == ((7,),)
+            cur.execute("INSERT INTO k.t VALUES (8)")
         conn.close()
 
 
@@ -387,3 +342,67 @@ def test_uncordon_during_a_drain_stops_it_after_the_running_move(make_cluster):
     assert (owners[moving["tenant"]].node, owners[moving["tenant"]].epoch) == ("node-2", 2)  # it finished
     assert (owners[other].node, owners[other].epoch) == ("node-1", 1)  # never started
     assert "node-1" not in directory.cordons()
+
+
+def _wait_sharing(agent, n: int, timeout_s: float = 60) -> dict:
+    """node-1's budget (GET /v1/budget) once `n` copies share it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        doc = agent.request("GET", "/v1/budget")
+        if doc["copying"] >= n and all(m["share_bytes_per_s"] for m in doc["members"]):
+            return doc
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} copies share node-1's budget: {doc}")
+
+
+def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
+    """Two copies off node-1 at once are throttled by node-1's one controller: its rate (at most the
+    --max-rate given, the node's cap) is split between them, each gets about half, the sum never more; the
+    migrations say so in their controller notes. Both finish, the data intact."""
+    cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
+    agents, directory = cluster_clients(cluster)
+    for t in ("s1", "s2"):
+        rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
+        assert rc == 0, err
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE k")
+            cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+            cur.execute("INSERT INTO k.t VALUES (7)")
+        conn.close()
+    cap = 4_000_000
+    p = _drain_proc("--max-rate", "4MB/s")
+    try:
+        seen = []
+        _wait_sharing(agents["node-1"], 2)
+        for _ in range(4):
+            doc = agents["node-1"].request("GET", "/v1/budget")
+            if doc["copying"] == 2:
+                seen.append(doc)
+                notes = [m["controller"]["note"] for m in agents["node-1"].request("GET", "/v1/migrations")[
+                    "migrations"] if m.get("active") and (m.get("controller") or {}).get("note")]
+            time.sleep(1.0)
+        out, err = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print(out, err, seen)
+    assert seen, "the two copies never shared node-1's budget"
+    for doc in seen:
+        shares = [m["share_bytes_per_s"] for m in doc["members"] if m["copying"]]
+        rate = doc["rate_bytes_per_s"]
+        assert rate is not None and rate <= cap, doc
+        assert sum(shares) <= rate and sum(shares) >= rate - 2, doc
+        assert max(shares) - min(shares) <= 1, doc  # the fair split
+    assert any("node budget (fair): 2 copies" in n for n in notes), notes
+    assert p.returncode == 0, out + err
+    assert "2 of 2 moved" in out
+    owners = _owners(cluster)
+    assert {owners[t].node for t in ("s1", "s2")} == {"node-2", "node-3"}  # one copy into each target
+    for t in ("s1", "s2"):
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM k.t")
+            assert cur.fetchall() == ((7,),)
+        conn.close()
+    assert agents["node-1"].request("GET", "/v1/budget")["active"] is False  # the last copy closed it

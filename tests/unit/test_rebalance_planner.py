@@ -291,3 +291,20 @@ def test_a_move_of_unknown_outcome_counts_where_the_directory_puts_the_tenant():
     rep = {r.name: r for r in p.nodes}
     assert rep["node-3"].load == 0 and rep["node-1"].load == pytest.approx(0.45)
     assert "in cool-down" in rep["node-1"].reason  # its cool-down holds either way
+
+
+def test_a_parallel_pass_moves_off_two_hot_nodes_on_disjoint_node_pairs():
+    from slacker.rebalance.planner import plan_pass
+
+    busy = {"a": flat(0.20, size=100 * MB), "b": flat(0.15, size=20 * MB), "c": flat(0.10, size=20 * MB)}
+    nodes = cluster(**{"node-1": dict(busy), "node-2": {k + "2": v for k, v in busy.items()},
+                       "node-3": {}, "node-4": {"d": flat(0.01)}})
+    plans = plan_pass(nodes, State(), Settings(), NOW, max_moves=4)
+    moves = [p.move for p in plans if p.decision == "move"]
+    assert len(moves) == 2, [p.reason for p in plans]
+    pairs = [(m.source, m.target) for m in moves]
+    assert {s for s, _ in pairs} == {"node-1", "node-2"} and {t for _, t in pairs} == {"node-3", "node-4"}
+    assert plans[-1].decision == "none"  # the pass ends when no disjoint pair is left
+    # One move per run (the default) is what plan() alone decides.
+    one = plan_pass(nodes, State(), Settings(), NOW)
+    assert len(one) == 1 and one[0].move.tenant == moves[0].tenant

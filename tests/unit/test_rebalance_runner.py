@@ -73,3 +73,55 @@ def test_target_guard_pauses_the_copy_while_the_target_is_above_the_sla():
     target.latency_s = 0.5
     guard.check({"active": True, "phase": "delta"})
     assert len(source.sets) == 2 and [e["action"] for e in events] == ["paused", "resumed"]
+
+
+class _Node:
+    """An agent's API as a pass uses it: the load history, migrations started and (at once) succeeded, the
+    budget; `started` records every move it was asked to start and when."""
+
+    def __init__(self, name, tenants: dict, started: list) -> None:
+        self.name, self.tenants, self.started, self.migs = name, tenants, started, {}
+
+    def request(self, method, path, body=None, query=None, timeout_s=None):
+        import time
+
+        if path == "/v1/tenant-stats":
+            hist = {t: [{"t": time.time() - 60 * (2 - i), "cpu_s_per_s": load, "transactions_per_s": 10.0,
+                         "latency_s": 0.005, "data_bytes": 20_000_000} for i in range(3)]
+                    for t, load in self.tenants.items()}
+            return {"tenants": [], "history": hist}
+        if path == "/v1/migrations" and method == "GET":
+            return {"migrations": [m for m in self.migs.values() if m["active"]]}
+        if path == "/v1/migrations" and method == "POST":
+            mid = f"{body['tenant']}-m"
+            self.started.append((body["tenant"], self.name, body["target"], time.monotonic()))
+            self.migs[mid] = {"id": mid, "tenant": body["tenant"], "target": body["target"], "active": True,
+                              "phase": "snapshot", "polls": 0}
+            return dict(self.migs[mid])
+        if path == "/v1/budget":
+            return {"active": False, "copying": 0}
+        if path.startswith("/v1/migrations/"):
+            m = self.migs[path.split("/")[3]]
+            m["polls"] += 1
+            if m["polls"] >= 2:  # both are still running when the other is polled: they overlap
+                m.update(active=False, result="succeeded", phase="done")
+            return dict(m)
+        return {}
+
+
+def test_a_parallel_pass_starts_its_moves_at_once_on_disjoint_pairs_and_records_each(tmp_path):
+    d = SQLiteStore(tmp_path / "dir.sqlite")
+    started: list = []
+    layout = {"node-1": {"a": 0.20, "b": 0.15, "c": 0.10}, "node-2": {"a2": 0.20, "b2": 0.15, "c2": 0.10},
+              "node-3": {}, "node-4": {"d": 0.01}}
+    agents = {n: _Node(n, ts, started) for n, ts in layout.items()}
+    for i, (t, n) in enumerate((t, n) for n, ts in layout.items() for t in ts):
+        d.register(t, n, "127.0.0.1", 3306 + i)
+    res = run(agents, d, Settings(), RunOptions(execute=True, max_moves=4, poll_s=0.01, holder="h:1"))
+    assert res.executed and res.result == "succeeded" and len(res.more) == 1, res.to_dict()
+    assert res.more[0]["result"] == "succeeded"
+    pairs = [(s, t) for _, s, t, _ in started]
+    assert len(pairs) == 2 and len({x for p in pairs for x in p}) == 4  # no node in two moves
+    assert max(x[3] for x in started) - min(x[3] for x in started) < 1.0  # started together, not in a row
+    recorded = d.state_list(MOVES_PREFIX)
+    assert {v["tenant"]: v["result"] for v in recorded.values()} == {tn: "succeeded" for tn, _, _, _ in started}

@@ -1,0 +1,149 @@
+"""The two experiments: a node drained three ways (the shared budget split fair, smallest-first, and one move
+at a time), and two moves off one source (the shared budget against two independent controllers)."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from slacker.migration.remote import migration_body, start_migration
+from slacker.rebalance.drain import DrainOptions, drain
+from slacker.rebalance.planner import Settings
+
+from .cluster import Fleet, node_latency, wait_until
+
+DRAIN_VARIANTS = {  # name -> (split, max_parallel or None for the number of tenants drained)
+    "serial": ("fair", 1),
+    "fair": ("fair", None),
+    "smallest": ("smallest", None),
+}
+
+
+class Sampler:
+    """Once a second: the node's tenants' latency (those still on it) while something runs."""
+
+    def __init__(self, fleet: Fleet, node: str, exclude: set[str] | None = None) -> None:
+        self.fleet, self.node, self.exclude = fleet, node, exclude or set()
+        self.samples: list[tuple[float, float | None, float]] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Sampler":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join(10)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.wait(1.0):
+            try:
+                lat, tps = node_latency(self.fleet.agents[self.node], self.exclude)
+            except Exception:  # noqa: BLE001 - an agent busy for a second: a gap in the series
+                continue
+            self.samples.append((time.monotonic() - t0, lat, tps))
+
+    def mean(self) -> float | None:
+        """Transaction-weighted mean over the run."""
+        rows = [(lat, tps) for _, lat, tps in self.samples if lat is not None and tps > 0]
+        w = sum(t for _, t in rows)
+        return sum(lat * t for lat, t in rows) / w if w else None
+
+
+def baseline_latency(fleet: Fleet, node: str, seconds: int = 10) -> float:
+    with Sampler(fleet, node) as s:
+        time.sleep(seconds)
+    return s.mean() or 0.001
+
+
+def drain_once(fleet: Fleet, node: str, variant: str, sla_s: float, drained: list[str], writers: dict,
+               oltp: dict, max_parallel: int = 0) -> dict:
+    split, cap = DRAIN_VARIANTS[variant]
+    opts = DrainOptions(max_parallel=cap or max_parallel or len(drained), split=split, max_freeze_s=2.0, lock_ttl_s=10.0,
+                        poll_s=0.5).validate()
+    settings = Settings(sla_s=sla_s, setpoint_margin=0.25, samples=2).validate()
+    before = {t: (len(w.acked), len(w.errors)) for t, w in writers.items()}
+    before_oltp = {t: (len(x.acked), sum(x.errors.values())) for t, x in oltp.items()}
+    t0 = time.monotonic()
+    with Sampler(fleet, node) as s:
+        res = drain(fleet.agents, fleet.directory, node, settings, opts)
+    took = time.monotonic() - t0
+    owners = fleet.owners()
+    setpoints = [t.setpoint_s for t in res.tenants.values() if t.setpoint_s]
+    sp = min(setpoints) if setpoints else sla_s
+    mean = s.mean()
+    return {"variant": variant, "outcome": res.outcome, "drain_s": round(took, 2),
+            "moved": sum(1 for t in res.tenants.values() if t.state == "moved"),
+            "left_on_node": sorted(t for t, n in owners.items() if n == node),
+            "on_cordoned": sorted(t for t, n in owners.items() if n in set(fleet.directory.cordons())),
+            "setpoint_s": sp, "latency_mean_s": mean, "latency_over_setpoint": None if mean is None else mean / sp,
+            "failed_requests": sum(len(w.errors) - before[t][1] for t, w in writers.items()),
+            "failed_request_errors": [e for t, w in writers.items() for e in w.errors[before[t][1]:]][:20],
+            "oltp_errors": sum(sum(x.errors.values()) - before_oltp[t][1] for t, x in oltp.items()),
+            "oltp_error_kinds": {k: v for x in oltp.values() for k, v in x.errors.items()},
+            "durations_s": {t.tenant: t.duration_s for t in res.tenants.values()},
+            "series": s.samples}
+
+
+def move_back(fleet: Fleet, node: str, tenants: list[str]) -> None:
+    """Every drained tenant back to `node`, unthrottled, all at once (the next drain starts from the same
+    layout)."""
+    fleet.directory.uncordon(node)
+    owners = fleet.owners()
+    docs = []
+    for t in tenants:
+        src = owners[t]
+        if src == node:
+            continue
+        body = migration_body(t, node, max_freeze=2.0)
+        docs.append((src, start_migration(fleet.agents[src], body)))
+    for src, doc in docs:
+        wait_until(lambda: not fleet.agents[src].request("GET", f"/v1/migrations/{doc['id']}")["active"], 1800, 1.0)
+    left = [t for t, n in fleet.owners().items() if t in tenants and n != node]
+    if left:
+        raise RuntimeError(f"could not move {left} back to {node}")
+
+
+def pair_once(fleet: Fleet, node: str, budget: str, setpoint_s: float, pair: list[str],
+              targets: list[str]) -> dict:
+    """Two moves off `node` at once to two targets, both latency-targeting at `setpoint_s`, sharing the
+    node's budget ("fair") or each with its own controller ("own"); the node's latency (all its tenants,
+    as the controller reads it) while both copy."""
+    # Both started at once (a start with a controller of its own measures the latency for a few seconds
+    # before it answers; one after the other, the first copy could be over before the second began).
+    docs: list = [None, None]
+
+    def start(i: int, t: str, tgt: str) -> None:
+        body = migration_body(t, tgt, setpoint=setpoint_s, force=True, max_freeze=2.0, budget=budget)
+        docs[i] = start_migration(fleet.agents[node], body)
+    threads = [threading.Thread(target=start, args=(i, t, tgt)) for i, (t, tgt) in enumerate(zip(pair, targets))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    copying: list[tuple[float, float | None, float]] = []
+    with Sampler(fleet, node) as s:  # every tenant on the node, the moving ones too: the per-server SLA
+        while True:
+            states = [fleet.agents[node].request("GET", f"/v1/migrations/{d['id']}") for d in docs]
+            if all(not x["active"] for x in states):
+                break
+            both = all(x["active"] and x.get("phase") == "snapshot" for x in states)
+            if both and s.samples:
+                copying.append(s.samples[-1])
+            time.sleep(1.0)
+    rows = [(lat, tps) for _, lat, tps in dict((c[0], c) for c in copying).values() if lat is not None and tps > 0]
+    w = sum(t for _, t in rows)
+    mean = sum(lat * t for lat, t in rows) / w if w else None
+    return {"budget": budget, "setpoint_s": setpoint_s, "seconds_both_copying": len(rows),
+            "latency_mean_s": mean, "latency_over_setpoint": None if mean is None else mean / setpoint_s,
+            "results": [x.get("result") for x in states], "series": s.samples}
+
+
+def median_spread(xs: list[float]) -> tuple[float | None, float | None, float | None]:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None, None
+    return statistics.median(xs), min(xs), max(xs)

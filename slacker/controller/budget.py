@@ -1,0 +1,335 @@
+"""One latency budget per server: a single controller of the node's latency whose rate is split among
+the node's concurrent outgoing copies (`slacker node drain`, a parallel rebalancer pass).
+
+Two copies off one source, each with its own controller, each see the other's cost as their own and
+fight over the same latency. Here the first latency-targeting move off a node builds the node's
+RatePolicy (the same source, guard and baseline check a lone migration gets); later moves join it as
+members. The controller steps once per step with the node's bytes (every member's, and those of
+members that left), and its rate is split among the members copying now: `fair` (equal shares) or
+`smallest` (the copy with the fewest bytes left gets the most, so moves finish, and free their slot,
+sooner). A migration alone on its node gets exactly the rate its controller gives: it behaves as a
+migration always did. `own` (a controller per migration, the old behaviour) is a benchmark baseline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from ..errors import InvalidInput
+from ..latency import LatencySample, LatencySource
+from .report import StepReport
+
+SPLITS = ("fair", "smallest")
+BUDGETS = SPLITS + ("own",)  # "own": an independent controller per migration (bench baseline only)
+DEFAULT_BUDGET = "fair"
+# smallest-first: the other copies keep this fraction of the node's rate between them, so a paused copy's
+# backup does not stall for the whole of a larger copy (and keeps its transfer's liveness).
+SMALLEST_OTHERS_FRACTION = 0.2
+# A member that has not stepped for this many steps is not copying (it is in prepare, delta, handover).
+IDLE_AFTER_STEPS = 2.5
+
+
+def check_budget(name: str) -> str:
+    if name not in BUDGETS:
+        raise InvalidInput(f"unknown budget {name!r}", f"the budgets are {', '.join(SPLITS)}",
+                           "for example --split fair")
+    return name
+
+
+def split_rate(rate: float | None, remaining: dict[str, int], how: str) -> dict[str, int | None]:
+    """The node's `rate` split among the copies running now (`remaining`: bytes each has left).
+    None (unthrottled) stays None for every copy; the shares add up to the rate."""
+    if not remaining:
+        return {}
+    if rate is None:
+        return {k: None for k in remaining}
+    n = len(remaining)
+    if n == 1 or how == "fair":
+        return {k: int(rate / n) for k in remaining}
+    first = min(remaining, key=lambda k: (remaining[k], k))
+    others = rate * SMALLEST_OTHERS_FRACTION / (n - 1)
+    return {k: int(rate - others * (n - 1)) if k == first else int(others) for k in remaining}
+
+
+class TargetGuards(LatencySource):
+    """The target guards of the node's members, read as one: the worst target (the highest latency) is
+    the one the node's controller sees; any target that cannot be read fails the read. With one member
+    it is that member's guard, unchanged."""
+
+    def __init__(self) -> None:
+        self._guards: dict[str, LatencySource] = {}
+        self._lock = threading.Lock()
+        self.name = "targets"
+
+    def add(self, key: str, guard: LatencySource) -> None:
+        with self._lock:
+            self._guards[key] = guard
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            g = self._guards.pop(key, None)
+        if g is not None:
+            g.close()
+
+    def read(self) -> LatencySample:
+        with self._lock:
+            guards = list(self._guards.values())
+        if len(guards) == 1:
+            return guards[0].read()
+        samples = [g.read() for g in guards]
+        bad = [s for s in samples if not s.ok]
+        if bad or not samples:
+            return bad[0] if bad else LatencySample.failed(self.name, 0.0, "no target")
+        with_lat = [s for s in samples if s.latency_s is not None]
+        return max(with_lat, key=lambda s: s.latency_s) if with_lat else samples[0]
+
+    def close(self) -> None:
+        with self._lock:
+            guards, self._guards = list(self._guards.values()), {}
+        for g in guards:
+            g.close()
+
+
+@dataclass
+class Member:
+    key: str           # the migration's id (its tenant's until the id is known)
+    tenant: str
+    target: str
+    setpoint_s: float
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    mark: str | None = None
+    seen: float | None = None  # monotonic time of its last step (it is copying while it steps)
+    paused: bool = False
+    share: int | None = 0
+
+
+class NodeBudget:
+    """The node's one controller for its outgoing copies, and its members. Thread-safe: every member's
+    telemetry thread steps it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._join_lock = threading.Lock()  # one join at a time: the first builds (and measures), the rest join
+        self.policy = None                  # the node's RatePolicy while it has members
+        self.key: tuple = ()                # what a member must share to join (kind, sources, max rate, ...)
+        self.guards: TargetGuards | None = None
+        self.members: dict[str, Member] = {}
+        self.split = DEFAULT_BUDGET
+        self.retired_bytes = 0
+        self.retired_total = 0
+        self.last_step: float | None = None
+        self.rate: int | None = None
+        self.report: StepReport | None = None
+        self.step_s = 1.0
+
+    # ---- membership ---------------------------------------------------------------------
+    def join(self, tenant: str, target: str, settings, build: Callable[[TargetGuards], Any],
+             guard: Callable[[], LatencySource] | None, split: str, metrics=None) -> "Share | None":
+        """Join the node's budget (building its controller if it has none): `build(guards)` makes the
+        RatePolicy a lone migration would get, its target guard read through `guards`; `guard()` makes a
+        later member's target guard. None: the node's budget runs other settings (another controller kind,
+        latency source or max rate); the caller gives this move a controller of its own."""
+        key = (settings.kind, settings.max_rate_bytes_per_s, tuple(settings.latency_sources), settings.window_s,
+               settings.step_s, settings.target_guard)
+        with self._join_lock:
+            with self._lock:
+                joined = self.policy is not None
+                if joined and key != self.key:
+                    return None  # other controller settings: this move runs on a controller of its own
+            if not joined:
+                guards = TargetGuards()
+                policy = build(guards)  # measures the latency before any byte moves; raises on a bad setpoint
+                policy.metrics = None   # each member reports its own share
+                with self._lock:
+                    self.policy, self.key, self.guards = policy, key, guards
+                    self.retired_bytes = self.retired_total = 0
+                    self.last_step, self.rate, self.report = None, None, None
+                    self.step_s = settings.step_s
+            elif guard is not None:
+                self.guards.add(tenant, guard())
+            with self._lock:
+                self.split = split
+                m = Member(tenant, tenant, target, settings.setpoint_s)
+                self.members[tenant] = m
+                self._set_setpoint()
+                return Share(self, m, metrics)
+
+    def _set_setpoint(self) -> None:
+        """The node's setpoint: the strictest of its members'."""
+        if self.policy is not None and self.members:
+            sp = min(m.setpoint_s for m in self.members.values())
+            if sp != self.policy.controller.setpoint_s:
+                self.policy.controller.set_setpoint(sp)
+
+    def leave(self, m: Member) -> None:
+        with self._lock:
+            if self.members.get(m.key) is not m:
+                return
+            del self.members[m.key]
+            self.retired_bytes += m.bytes_done
+            self.retired_total += m.bytes_total or m.bytes_done
+            policy, guards = self.policy, self.guards
+            if self.members:
+                self._set_setpoint()
+                policy = None
+            else:
+                self.policy, self.guards, self.report, self.rate, self.last_step = None, None, None, None, None
+        if policy is not None:
+            policy.close()  # the node's latency source, and every guard with it
+        elif guards is not None:
+            guards.remove(m.tenant)
+
+    def rekey(self, m: Member, key: str) -> None:
+        with self._lock:
+            if self.members.get(m.key) is m:
+                del self.members[m.key]
+                m.key = key
+                self.members[key] = m
+
+    # ---- stepping -----------------------------------------------------------------------
+    def _copying(self, now: float) -> dict[str, Member]:
+        idle = IDLE_AFTER_STEPS * self.step_s
+        return {k: m for k, m in self.members.items()
+                if m.seen is not None and now - m.seen <= idle and not m.paused}
+
+    def _shares(self, now: float) -> None:
+        copying = self._copying(now)
+        remaining = {k: max(0, (m.bytes_total or m.bytes_done) - m.bytes_done) for k, m in copying.items()}
+        shares = split_rate(self.rate, remaining, self.split)
+        for k, m in self.members.items():
+            m.share = 0 if k not in shares else shares[k]
+
+    def step(self, m: Member, now: float, bytes_done: int, mark: str | None, bytes_total: float | None):
+        with self._lock:
+            m.bytes_done, m.mark, m.seen = int(bytes_done), mark, now
+            m.bytes_total = None if bytes_total is None else int(bytes_total)
+            policy = self.policy
+            due = self.last_step is None or now - self.last_step >= 0.5 * self.step_s
+            if due:
+                copying = self._copying(now)
+                done = self.retired_bytes + sum(x.bytes_done for x in self.members.values())
+                total = self.retired_total + sum((x.bytes_total or x.bytes_done) for x in self.members.values())
+                marks = [x.mark for x in copying.values() if x.mark]
+                self.rate, self.report = policy.step(now, done, mark=marks[0] if marks else None,
+                                                     bytes_total=total)
+                self.last_step = now
+            self._shares(now)
+            share = 0 if m.paused else m.share
+            report = self.report
+            n = len(self._copying(now))
+            if len(self.members) > 1:
+                note = (f"node budget ({self.split}): {n} cop{'y' if n == 1 else 'ies'}, this one "
+                        + ("unthrottled" if share is None else f"{share / 1e6:.1f} of "
+                           f"{(self.rate or 0) / 1e6:.1f} MB/s"))
+                report = replace(report, rate_bytes_per_s=share, bytes_done=m.bytes_done).with_note(note)
+            elif m.paused:
+                report = replace(report, rate_bytes_per_s=0).with_note("paused")
+            return share, report
+
+    def initial_share(self, m: Member) -> int | None:
+        """The rate a member's copy starts at: a lone member the controller's initial rate, one joining
+        copies already running an even part of the node's rate."""
+        with self._lock:
+            if m.paused:
+                return 0
+            others = [x for x in self._copying(time.monotonic()).values() if x is not m]
+            if not others:
+                return self.policy.initial_rate()
+            return None if self.rate is None else int(self.rate / (len(others) + 1))
+
+    def status(self, now: float | None = None) -> dict:
+        """GET /v1/budget: the node's controller and its members, for `node drain` and the benchmarks."""
+        with self._lock:
+            now = time.monotonic() if now is None else now
+            copying = self._copying(now)
+            r = self.report
+            return {"active": self.policy is not None, "split": self.split,
+                    "rate_bytes_per_s": self.rate, "setpoint_s": None if r is None else r.setpoint_s,
+                    "latency_s": None if r is None else r.latency_s,
+                    "fraction": None if r is None else r.fraction,
+                    "copying": len(copying),
+                    "members": [{"migration": m.key, "tenant": m.tenant, "target": m.target,
+                                 "copying": k in copying, "paused": m.paused,
+                                 "share_bytes_per_s": m.share if k in copying else 0,
+                                 "bytes_done": m.bytes_done, "bytes_total": m.bytes_total}
+                                for k, m in sorted(self.members.items())]}
+
+
+class Share:
+    """A member's view of its node's budget, in the place of a RatePolicy: what the migration's
+    telemetry steps, the verification paces by and `slacker migrate --set` changes."""
+
+    def __init__(self, budget: NodeBudget, member: Member, metrics=None) -> None:
+        self.budget, self.member, self.metrics = budget, member, metrics
+        self._migration = ""
+        self.kind = budget.policy.kind if budget.policy is not None else ""
+        self.baseline_latency_s = getattr(budget.policy, "baseline_latency_s", None)
+        self.baseline_idle = getattr(budget.policy, "baseline_idle", False)
+        self.closed = False
+
+    @property
+    def migration(self) -> str:
+        return self._migration
+
+    @migration.setter
+    def migration(self, mid: str) -> None:
+        self._migration = mid
+        if mid:
+            self.budget.rekey(self.member, mid)
+
+    @property
+    def tenant(self) -> str:
+        return self.member.tenant
+
+    @property
+    def controller(self):
+        return self.budget.policy.controller
+
+    @property
+    def source(self):
+        return self.budget.policy.source
+
+    @property
+    def last(self):
+        return self.budget.policy.last
+
+    @property
+    def unthrottled_at_max(self) -> bool:
+        return self.budget.policy.unthrottled_at_max
+
+    @unthrottled_at_max.setter
+    def unthrottled_at_max(self, value: bool) -> None:
+        self.budget.policy.unthrottled_at_max = value
+
+    def initial_rate(self) -> int | None:
+        return self.budget.initial_share(self.member)
+
+    def step(self, now: float, bytes_done: int, warming: bool = False, mark: str | None = None,
+             bytes_total: float | None = None) -> tuple[int | None, StepReport]:
+        rate, report = self.budget.step(self.member, now, bytes_done, mark or ("read-in" if warming else None),
+                                        bytes_total)
+        if self.metrics is not None:
+            self.metrics.update(report, self.migration, self.tenant)
+        return rate, report
+
+    # `slacker migrate --set` on one member: its own setpoint (the node takes the strictest), pause, resume.
+    def set_setpoint(self, setpoint_s: float) -> None:
+        with self.budget._lock:
+            self.member.setpoint_s = float(setpoint_s)
+            self.budget._set_setpoint()
+
+    def pause(self, paused: bool) -> None:
+        with self.budget._lock:
+            self.member.paused = paused
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.metrics is not None:
+            self.metrics.remove(self.migration, self.tenant)
+        self.budget.leave(self.member)

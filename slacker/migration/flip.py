@@ -11,6 +11,7 @@ import logging
 import time
 
 from ..errors import AgentUnavailable, Conflict, SlackerError
+from .protocol import SourceState
 
 log = logging.getLogger("slacker.migration.flip")
 
@@ -55,7 +56,7 @@ class Flip:
         own = self.directory_answer("flip outcome unknown")
         if own.node == m.opts.target and own.epoch == (m.epoch_before or 0) + 1:
             m.epoch_after = own.epoch
-            m.journal.update(m.entry, state="flipped", epoch_after=own.epoch)
+            m.journal.update(m.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)
         else:
             m._cas_started = False
 

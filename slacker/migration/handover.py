@@ -20,6 +20,7 @@ from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerErr
 from ..router.freeze import RouterHold
 from .lease import LEASE_MARGIN_S
 from .options import HandoverAttempt, OverBudget
+from .protocol import Phase, SourceState
 
 log = logging.getLogger("slacker.migration.handover")
 
@@ -44,7 +45,7 @@ class Handover:
         # What arrived while the target left catch-up mode is applied outside the freeze, by rounds that
         # run at the durable speed the freeze's own catch-up will have.
         m.delta_rounds.run()
-        m._phase("handover")
+        m._phase(Phase.HANDOVER)
         for n in range(1, m.opts.handover_attempts + 1):
             if self.wait_until_quiet():
                 # The target kept applying while we waited; catch up what came meanwhile.
@@ -58,7 +59,7 @@ class Handover:
                         f"handover did not fit in --max-freeze {m.opts.max_freeze_s * 1000:.0f}ms",
                         f"{n} attempts, last: {exc.why}",
                         "the source keeps serving; raise --max-freeze or migrate at a quieter time",
-                        phase="handover") from None
+                        phase=Phase.HANDOVER) from None
                 log.info("migration %s: handover attempt %d over budget (%s); more delta rounds", m.id, n, exc.why)
                 self._more_rounds()
 
@@ -66,7 +67,7 @@ class Handover:
         m = self.m
         m._target("resume", {}, timeout_s=60)
         m.delta_rounds.run()
-        m._phase("handover")
+        m._phase(Phase.HANDOVER)
 
     def wait_until_quiet(self) -> bool:
         """Wait, outside the freeze, until no statement runs and no write transaction is open on the source
@@ -88,7 +89,7 @@ class Handover:
                     f"the handover waited {waited:.0f}s (--handover-wait) for the source to be quiet",
                     f"{found[0]}{more}",
                     "the source keeps serving; let it finish or end it (KILL <connection>), "
-                    "or raise --handover-wait", phase="handover")
+                    "or raise --handover-wait", phase=Phase.HANDOVER)
             log.info("migration %s: handover waits for %s", m.id, m.waiting_for)
             m._abort.wait(min(0.2, max(0.01, m.opts.handover_wait_s - waited)))
             m._check_abort()
@@ -124,7 +125,7 @@ class Handover:
             rest = deadline - time.monotonic()
             if rest <= 0:
                 raise OverBudget("handover over budget", f"{step} reached {(time.monotonic() - t0) * 1000:.0f}ms",
-                                 "", phase="handover")
+                                 "", phase=Phase.HANDOVER)
             return rest
 
         def record(outcome: str, freeze_ms: float, reason: str = "") -> None:
@@ -135,7 +136,7 @@ class Handover:
                 m.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
             except LockNotGranted as exc:
                 # Nothing was frozen: like an attempt over budget, more delta rounds and another attempt.
-                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase="handover") from None
+                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase=Phase.HANDOVER) from None
             mark("locked")
             final = m.src.frozen_position()
             m._hold("frozen")
@@ -144,16 +145,16 @@ class Handover:
             except CatchUpTimeout as exc:
                 # a target still applying when the budget runs out is over budget (unfreeze, more
                 # delta rounds, retry), not a failed migration; a stopped applier still fails.
-                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
+                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase=Phase.HANDOVER) from None
             mark("caught_up")
             # Nothing may have committed since the final position was read: the lock still holds.
             if m.src.frozen_position() != final:
                 raise MigrationFailed("source changed during the freeze", "its GTID position moved",
-                                      "handover aborted; the source keeps serving", phase="handover")
+                                      "handover aborted; the source keeps serving", phase=Phase.HANDOVER)
             m._target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
             mark("target_ready")
             left("fence")
-            m.journal.update(m.entry, state="fenced", final_gtid=final)
+            m.journal.update(m.entry, state=SourceState.FENCED, final_gtid=final)
             m.src.fence()
             mark("fenced")
             m._hold("fenced")
@@ -162,9 +163,9 @@ class Handover:
                 m._check_abort()
                 if m.lease.left_s() < LEASE_MARGIN_S:
                     raise MigrationFailed("the lease on the target ran out", "the target may have given up",
-                                          "the source keeps serving", phase="handover")
+                                          "the source keeps serving", phase=Phase.HANDOVER)
                 m._cas_started = True
-            m.journal.update(m.entry, state="flipping")
+            m.journal.update(m.entry, state=SourceState.FLIPPING)
         except BaseException as exc:
             elapsed_ms = round((time.monotonic() - t0) * 1000, 1)
             if isinstance(exc, OverBudget):
@@ -179,14 +180,14 @@ class Handover:
             record("failed", round((time.monotonic() - t0) * 1000, 1), "ownership changed underneath")
             self.undo()
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
-                                  "the source keeps serving", phase="handover")
+                                  "the source keeps serving", phase=Phase.HANDOVER)
         m.epoch_after = own.epoch
         self.flipped_to = own
         m.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         mark("flipped")
         m.handover_steps_ms = steps
         record("flipped", m.freeze_ms)
-        m.journal.update(m.entry, state="flipped", epoch_after=own.epoch)
+        m.journal.update(m.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)
         m.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
         m._hold("flipped")
 
@@ -207,5 +208,5 @@ class Handover:
         finally:
             m.src.unfreeze()
             self.release_routers()  # held statements go on to the source
-            if m.entry.state != "started":
-                m.journal.update(m.entry, state="started")
+            if m.entry.state != SourceState.STARTED:
+                m.journal.update(m.entry, state=SourceState.STARTED)

@@ -41,7 +41,7 @@ from .journal import Entry
 from .lease import Lease
 from .options import HandoverAttempt, MigrationAborted, MigrationOptions, PhaseTiming, RoundReport
 from .peer import TargetPeer
-from .protocol import PHASE_MOVES, check
+from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
 from .telemetry import Telemetry, utc
 from .source import SourceSide
@@ -74,9 +74,9 @@ class Migration:
         self.peer = TargetPeer(node, self.opts.target, self.id)
         self.journal = node.journal
         self.entry = recovered or Entry(id=self.id, tenant=tenant_id, role="source", peer=self.opts.target,
-                                        state="started", source_node=node.name)
+                                        state=SourceState.STARTED, source_node=node.name)
         self.recovered = recovered is not None
-        self.phase = "pending"
+        self.phase = Phase.PENDING
         self.phases: list[PhaseTiming] = []
         self.rounds: list[RoundReport] = []
         self.attempts: list[HandoverAttempt] = []
@@ -108,7 +108,7 @@ class Migration:
         self._abort_reason = ""
         # Held while deciding to send the compare-and-set, so an abort is either before it or refused.
         self._pnr_lock = threading.Lock()
-        self._cas_started = recovered is not None and recovered.state in ("flipping", "flipped")
+        self._cas_started = recovered is not None and recovered.state in (SourceState.FLIPPING, SourceState.FLIPPED)
         self._incoming_created = recovered is not None
         self._source_stopped = False
         self._finish_now = threading.Event()
@@ -157,7 +157,7 @@ class Migration:
             self.verification.set_rate(rate)
 
     def _verifying(self) -> OnlineVerification | None:
-        return self.verification if self.phase == "verify" else None
+        return self.verification if self.phase == Phase.VERIFY else None
 
     def bytes_done(self) -> int:
         if self._verifying():  # the phase's own progress: table bytes summed on both sides
@@ -175,7 +175,8 @@ class Migration:
         # No estimate while paused or crawling: the decaying throughput average would give absurd figures;
         # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
         total = self.verification.bytes_total if self._verifying() else self.bytes_total
-        if (self.phase not in ("snapshot", "copy", "verify") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+        if (self.phase not in (Phase.SNAPSHOT, Phase.COPY, Phase.VERIFY)
+                or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
                 or (self.controller_state is not None and self.controller_state.verdict)
                 or not total or self.current_rate() == 0):
             return None
@@ -229,13 +230,13 @@ class Migration:
 
     def _live(self) -> None:
         """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
-        self._phase("preflight")
+        self._phase(Phase.PREFLIGHT)
         self._preflight()
         self._snapshot()
         self._prepare()
         self.delta_rounds.run()
         if self.opts.verify:
-            self._phase("verify")
+            self._phase(Phase.VERIFY)
             self.verification = OnlineVerification(self)
             self.verification.run()
             if self.opts.verify_only:
@@ -259,20 +260,20 @@ class Migration:
             self._rollback()  # verified, nothing else was asked: the target goes, the source never stopped
             self.result = "verified"
             return
-        self._phase("cleanup")
+        self._phase(Phase.CLEANUP)
         self._go_forward("")
 
     def recover(self) -> None:
         """After an agent restart: ask the directory whether the flip happened, then forward or back."""
-        self._phase("recovering")
+        self._phase(Phase.RECOVERING)
         self.telemetry.start()
         # Routers may hold the tenant for the handover that was cut short: let them go when decided.
         self.handover.routers = RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id)
         try:
-            if self.entry.state == "started":
+            if self.entry.state == SourceState.STARTED:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
                                            "the source agent restarted before the handover", "retry the migration",
-                                           phase="recovering"))
+                                           phase=Phase.RECOVERING))
                 return
             own = self.flip.directory_answer(f"recovering {self.id}")
             if own.node == self.opts.target and own.epoch > (self.epoch_before or 0):
@@ -283,7 +284,7 @@ class Migration:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
                                            "the source agent restarted before the flip; the directory names "
                                            f"{own.node} at epoch {own.epoch}", "retry the migration",
-                                           phase="recovering"))
+                                           phase=Phase.RECOVERING))
         finally:
             self._end()
             self.telemetry.stop()
@@ -354,7 +355,7 @@ class Migration:
             try:
                 if not active:
                     body, holds = {"epoch": self.epoch_after, "tenant": self.tenant_id, **holds}, {}
-                    self.peer.step("activate", body, timeout_s=120, phase="cleanup")
+                    self.peer.step("activate", body, timeout_s=120, phase=Phase.CLEANUP)
                     active = True
                     self.end_wait()
                     self._hold("activated")
@@ -368,8 +369,8 @@ class Migration:
             except BaseException as exc:  # noqa: BLE001 - every failure here is retried, never rolled back
                 self.finishing_reason = one_line(exc)
                 self._wait_for(active)
-                if self.phase != "finishing":
-                    self._phase("finishing")
+                if self.phase != Phase.FINISHING:
+                    self._phase(Phase.FINISHING)
                 log.warning("migration %s finishing (%s): %s; retrying in %.1fs", self.id, reason,
                             self.finishing_reason, backoff)
                 self._finish_now.wait(backoff)
@@ -484,8 +485,8 @@ class Migration:
         if not url_may_carry_secrets(target_url, self.node.cluster.local_subnet):
             raise MigrationFailed(f"refusing to send {self.tenant_id}'s account passwords to {self.opts.target}",
                                   f"{target_url} is plain HTTP to another host",
-                                  "give the agents TLS (https:// URLs in the cluster file)", phase="preflight")
-        self.peer.call("GET", "/v1/status", timeout_s=10, phase="preflight")
+                                  "give the agents TLS (https:// URLs in the cluster file)", phase=Phase.PREFLIGHT)
+        self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True
@@ -496,7 +497,7 @@ class Migration:
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
             "expected_bytes": self.bytes_total,
-            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase="preflight")
+            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self.lease.granted_now()
         self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))
@@ -546,7 +547,7 @@ class Migration:
     def _snapshot(self) -> None:
         from .. import mariadb
 
-        self._phase("snapshot")
+        self._phase(Phase.SNAPSHOT)
         tenant = self.src.tenant()
         defaults = self.work_dir / "backup.cnf"
         mariadb.write_secret(defaults, self.tool.backup_defaults(
@@ -555,7 +556,7 @@ class Migration:
         self._stream(self.tool.stream_argv(defaults, self.work_dir / "tmp"), self.opts.snapshot_timeout_s)
 
     def _prepare(self) -> None:
-        self._phase("prepare")
+        self._phase(Phase.PREPARE)
         pos = self._target("prepare", {}, timeout_s=3600)
         self.backup_position = BackupPosition(pos["binlog_file"], int(pos["binlog_pos"]), pos["gtid"])
         self._target("start", {}, timeout_s=180)
@@ -569,39 +570,39 @@ class Migration:
                                                self.backup_position.gtid))
 
     def _stop_and_copy(self) -> None:
-        self._phase("preflight")
+        self._phase(Phase.PREFLIGHT)
         self._preflight()
-        self._phase("copy")
+        self._phase(Phase.COPY)
         tenant = self.src.tenant()
         t0 = time.monotonic()
         self.src.freeze(lock_timeout_s=max(0.05, self.opts.max_freeze_s / 2))
         final = self.src.frozen_position()
         if self.opts.verify:
             self._source_checksums = self.src.frozen_checksums()
-        self.journal.update(self.entry, state="fenced", final_gtid=final)
+        self.journal.update(self.entry, state=SourceState.FENCED, final_gtid=final)
         self.src.fence()
         # InnoDB files are only consistent on disk after a clean shutdown; writers stay blocked until then.
         self.node.tenants.stop_tenant(tenant)
         self._source_stopped = True
         self.src.frozen = None
         self._stream(["tar", "-C", str(tenant.datadir), "-c", "-f", "-", "."], self.opts.snapshot_timeout_s)
-        self._phase("handover")
+        self._phase(Phase.HANDOVER)
         self._target("start", {"gtid_state": final}, timeout_s=300)
         if self.opts.verify:
             dst = self._target("checksums", {}, timeout_s=600)["checksums"]
             if dst != self._source_checksums:
-                raise MigrationFailed("verification failed", "checksums differ after the copy", "", phase="handover")
+                raise MigrationFailed("verification failed", "checksums differ after the copy", "", phase=Phase.HANDOVER)
             self.verified = True
         self._target("ready", {"final_gtid": None}, timeout_s=120)
         with self._pnr_lock:
             self._check_abort()
             self._cas_started = True
-        self.journal.update(self.entry, state="flipping")
+        self.journal.update(self.entry, state=SourceState.FLIPPING)
         own = self.flip.compare_and_set()
         if own is None:
             self._cas_started = False
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
-                                  "the source keeps serving", phase="handover")
+                                  "the source keeps serving", phase=Phase.HANDOVER)
         self.epoch_after = own.epoch
         self.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
-        self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
+        self.journal.update(self.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)

@@ -15,6 +15,7 @@ from ..delta.convergence import ConvergenceJudge
 from ..errors import MigrationFailed
 from ..mariadb import ops
 from .options import RoundReport
+from .protocol import Phase
 
 # Until a round has been big enough to time, the apply speed is assumed to be this (bytes/s).
 ASSUMED_APPLY_BYTES_PER_S = 1e6
@@ -28,7 +29,7 @@ class DeltaRounds:
 
     def run(self) -> None:
         m = self.m
-        m._phase("delta")
+        m._phase(Phase.DELTA)
         conn = m.src.connect(timeout_s=10)
         try:
             self._rounds(conn)
@@ -71,7 +72,7 @@ class DeltaRounds:
                 return
             verdict = judge.observe(len(m.rounds), write_tps, stats)  # writes vs best apply
             if verdict:
-                raise MigrationFailed(verdict, "", "", phase="delta")
+                raise MigrationFailed(verdict, "", "", phase=Phase.DELTA)
             if last_remaining is not None and remaining >= last_remaining:
                 stalled += 1
                 if stalled >= opts.max_stalled_rounds:
@@ -83,9 +84,9 @@ class DeltaRounds:
                         f"(estimated freeze {est_freeze_s * 1000:.0f}ms > {opts.max_freeze_s * 1000:.0f}ms)"
                         + rates,
                         "the write load outpaces the applier: raise --max-freeze, migrate at a quieter time",
-                        phase="delta")
+                        phase=Phase.DELTA)
             else:
                 stalled = 0
             last_remaining = remaining
         raise MigrationFailed("delta did not converge", f"{opts.max_rounds} rounds were not enough",
-                              "raise --max-freeze or reduce the write load", phase="delta")
+                              "raise --max-freeze or reduce the write load", phase=Phase.DELTA)

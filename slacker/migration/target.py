@@ -29,7 +29,7 @@ from ..router.freeze import RouterHold
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
 from .journal import Entry
-from .protocol import TARGET_MOVES, TargetState, check
+from .protocol import TARGET_MOVES, Phase, TargetState, check
 
 log = logging.getLogger("slacker.migration.target")
 
@@ -60,7 +60,7 @@ class IncomingMigration:
     def create(cls, node, body: dict) -> "IncomingMigration":
         tid = body["tenant"]
         entry = Entry(id=body["migration_id"], tenant=tid, role="target", peer=str(body.get("source_node", "")),
-                      state="receiving", epoch_before=int(body.get("epoch_before") or 0),
+                      state=TargetState.RECEIVING, epoch_before=int(body.get("epoch_before") or 0),
                       source_node=str(body.get("source_node", "")),
                       lease_until=time.time() + float(body.get("lease_ttl_s") or 10.0))
         # Journaled before anything exists on disk, so a restart knows what to remove.
@@ -91,7 +91,7 @@ class IncomingMigration:
             if expected and free < expected * 1.2 + 64 * 1024 * 1024:
                 raise MigrationFailed(f"target node {node.name} lacks disk space",
                                       f"{free} bytes free, the copy needs about {expected}",
-                                      "free space on the target or pick another node", phase="preflight")
+                                      "free space on the target or pick another node", phase=Phase.PREFLIGHT)
             if inc.mode == "stop-and-copy":
                 extract = ["tar", "-x", "-f", "-", "-C", str(tenant.datadir)]
             else:
@@ -122,7 +122,8 @@ class IncomingMigration:
     # ---- the steps the source drives ----------------------------------------------------
     def renew_lease(self, ttl_s: float) -> None:
         with self._lock:
-            self._require("receiving", "received", "prepared", "started", "catching-up", "promoted")
+            self._require(TargetState.RECEIVING, TargetState.RECEIVED, TargetState.PREPARED, TargetState.STARTED,
+                          TargetState.CATCHING_UP, TargetState.PROMOTED)
             self.node.journal.update(self.entry, lease_until=time.time() + ttl_s)
 
     def finish_stream(self, timeout_s: float) -> dict:
@@ -136,7 +137,7 @@ class IncomingMigration:
 
         def track(proc):
             self._prepare_proc = proc
-            if self.state == "aborted":  # removed while starting: take it down with us
+            if self.state == TargetState.ABORTED:  # removed while starting: take it down with us
                 kill_group(proc.pid)
 
         try:
@@ -175,7 +176,7 @@ class IncomingMigration:
 
     def wait_for(self, gtid: str, timeout_s: float) -> float:
         if self.applier is None:
-            raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase="delta")
+            raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase=Phase.DELTA)
         return self.applier.wait_for(gtid, timeout_s)
 
     def applier_stats(self) -> dict:
@@ -202,7 +203,7 @@ class IncomingMigration:
 
         op = body.get("op")
         with self._lock:
-            self._require("catching-up")
+            self._require(TargetState.CATCHING_UP)
             if self._verifier is None:
                 self._verifier = TargetVerifier(lambda: self.tenant.admin_connect(timeout_s=10), self.applier)
             v = self._verifier
@@ -220,7 +221,7 @@ class IncomingMigration:
     def ready(self, final_gtid: str | None) -> None:
         """Stop applying at exactly the source's final position and make it durable; still fenced."""
         with self._lock:
-            self._require("started", "catching-up", "promoted")
+            self._require(TargetState.STARTED, TargetState.CATCHING_UP, TargetState.PROMOTED)
             if self.applier is not None and final_gtid is not None:
                 self.applier.stop_at(final_gtid)
             conn = self.tenant.admin_connect(timeout_s=10)
@@ -231,15 +232,15 @@ class IncomingMigration:
                     ops.flush_durable(conn)
             finally:
                 conn.close()
-            self.node.journal.update(self.entry, state="promoted", final_gtid=final_gtid)
+            self.node.journal.update(self.entry, state=TargetState.PROMOTED, final_gtid=final_gtid)
             self._move(TargetState.PROMOTED)
 
     def resume(self) -> None:
         with self._lock:
-            self._require("promoted", "catching-up")
+            self._require(TargetState.PROMOTED, TargetState.CATCHING_UP)
             if self.applier is not None:
                 self.applier.resume()
-            self.node.journal.update(self.entry, state="receiving")
+            self.node.journal.update(self.entry, state=TargetState.RECEIVING)
             self._move(TargetState.CATCHING_UP)
 
     def _hold(self, hold_s: dict | None, point: str) -> None:
@@ -260,9 +261,9 @@ class IncomingMigration:
         "started" (the server runs without replication, still fenced) or "unfenced" (writable, the
         journal not yet cleared)."""
         with self._lock:
-            if self.state == "owned":
+            if self.state == TargetState.OWNED:
                 return
-            if self.state == "aborted":
+            if self.state == TargetState.ABORTED:
                 raise Conflict(f"incoming migration {self.id} was removed", "its lease ran out before the flip", "")
             own = self.node.directory.lookup(self.tenant_id)  # AgentUnavailable: retried by the caller
             if own.node != self.node.name or own.epoch <= (self.entry.epoch_before or 0):
@@ -315,7 +316,7 @@ class IncomingMigration:
         Its files go through the trash (crash-atomic); the journal entry goes last, so a restart in
         between finds either the journaled tenant again or nothing under its name."""
         with self._lock:
-            if self.state in ("owned", "aborted"):
+            if self.state in (TargetState.OWNED, TargetState.ABORTED):
                 return
             self._move(TargetState.ABORTED)
         if self.receiver is not None:
@@ -358,7 +359,7 @@ class IncomingMigration:
         flip's outcome still open). Nothing changes state while the directory cannot be reached.
         """
         with self._lock:
-            if self.state in ("owned", "aborted"):
+            if self.state in (TargetState.OWNED, TargetState.ABORTED):
                 return "done"
             try:
                 own = self.node.directory.lookup(self.tenant_id)
@@ -374,7 +375,7 @@ class IncomingMigration:
                 except SlackerError as exc:
                     log.warning("activating %s failed: %s", self.tenant_id, exc.one_line())
                     return "waiting"
-            if self.state == "promoted" and own.epoch == self.entry.epoch_before:
+            if self.state == TargetState.PROMOTED and own.epoch == self.entry.epoch_before:
                 # The source may still send its flip: make it fail first by moving the epoch on with the
                 # source as owner. Whichever compare-and-set lands first wins; both sides then agree.
                 try:
@@ -402,7 +403,7 @@ class IncomingRegistry:
             if self.node.tenants.exists(e.tenant) and self.node.tenants.get(e.tenant).info.desired_state == "incoming":
                 journaled[e.tenant] = e
                 continue
-            if self.node.tenants.exists(e.tenant) and e.state == "promoted":
+            if self.node.tenants.exists(e.tenant) and e.state == TargetState.PROMOTED:
                 info = self.node.tenants.get(e.tenant).info
                 if info.desired_state == "running" and not info.fenced:
                     # An activation cut short after it unfenced: the routers may still hold the tenant.
@@ -419,7 +420,7 @@ class IncomingRegistry:
                 continue
             inc = IncomingMigration(self.node, e, t)
             inc.recovered = True
-            if e.state != "promoted":
+            if e.state != TargetState.PROMOTED:
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
             self.node._claim(t.id)
             self._items[e.id] = inc
@@ -476,7 +477,7 @@ class IncomingRegistry:
     def remove(self, mid: str) -> None:
         inc = self.get(mid)
         with inc._lock:
-            if inc.state == "owned":
+            if inc.state == TargetState.OWNED:
                 raise Conflict(f"tenant {inc.tenant_id} is owned here now", "the directory names this node", "")
             inc.remove()
         self._drop(inc)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ..controller.marks import copy_mark
 from ..controller.report import StepReport
+from .protocol import Phase
 
 log = logging.getLogger("slacker.migration.telemetry")
 
@@ -58,7 +59,7 @@ class Telemetry:
         self._last_bytes = (now, done)
         self._note_progress(done)
         if m.rate_policy is not None:
-            if m.phase == "snapshot" and m.pipe is not None and not m.pipe.done:
+            if m.phase == Phase.SNAPSHOT and m.pipe is not None and not m.pipe.done:
                 rate, report = m.rate_policy.step(now, done, mark=copy_mark(m, now), bytes_total=m.bytes_total)
                 m.pipe.set_rate(rate)
                 if m.pipe.commit_locked:
@@ -67,13 +68,13 @@ class Telemetry:
                     report = report.with_note(f"reading the backup tool into memory at this rate "
                                               f"({m.pipe.preread_bytes / 1e6:.1f} MB)")
                 m.controller_state = report
-            elif m.phase == "verify" and m.verification is not None and m.verification.result is None:
+            elif m.phase == Phase.VERIFY and m.verification is not None and m.verification.result is None:
                 # Verification reads every row on both servers: paced like the copy, same setpoint and guard.
                 v = m.verification
                 rate, report = m.rate_policy.step(now, v.bytes_done, bytes_total=v.bytes_total)
                 v.set_rate(rate)
                 m.controller_state = report.with_note("verifying")
-            elif m.result is None and m.phase not in ("pending", "preflight"):
+            elif m.result is None and m.phase not in (Phase.PENDING, Phase.PREFLIGHT):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
                 # what prepare, delta and the freeze cost the clients: keep recording it.
                 sample = m.rate_policy.source.read()
@@ -109,10 +110,10 @@ class Telemetry:
             sample["duration_s"] = round(m.finished_at - m.created, 3)
         if m.controller_state is not None:
             sample.update(m.controller_state.series())
-        if m.phase == "verify" and m.verification is not None:  # bytes_done above is the verification's
+        if m.phase == Phase.VERIFY and m.verification is not None:  # bytes_done above is the verification's
             sample["bytes_total"] = m.verification.bytes_total
             sample["verify_tables_done"] = m.verification.tables_done
-        if m.phase == "delta" and m.delta_stats:  # the MPL and apply rate over time
+        if m.phase == Phase.DELTA and m.delta_stats:  # the MPL and apply rate over time
             sample["delta_mpl"] = m.delta_stats.get("mpl")
             sample["apply_tps"] = m.delta_stats.get("apply_tps")
         with self._lock:

@@ -210,5 +210,4 @@ class OnlineVerification:
         self.m.verified = False
         raise MigrationFailed(f"verification failed at {self.position}", why,
                               "the source keeps serving and the target copy was removed; something changed the "
-                              "target outside replication, or it is a bug (keep both agents' logs); migrate again",
-                              phase="verify")
+                              "target outside replication, or it is a bug (keep both agents' logs); migrate again")

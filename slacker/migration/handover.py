@@ -17,9 +17,9 @@ import logging
 import time
 
 from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerError
-from ..router.freeze import RouterHold
 from .lease import LEASE_MARGIN_S
 from .options import HandoverAttempt, OverBudget
+from .participants import Held, Participants
 from .protocol import Phase, SourceState
 
 log = logging.getLogger("slacker.migration.handover")
@@ -32,9 +32,10 @@ def one_line(exc: BaseException) -> str:
 
 
 class Handover:
-    def __init__(self, m) -> None:
+    def __init__(self, m, participants: Participants) -> None:
         self.m = m  # the migration: options, both sides, journal, lease, flip, and what it reports
-        self.routers: RouterHold | None = None  # the routers' hold of this attempt (slacker/router/freeze.py)
+        self.participants = participants  # the routers, wired in by the agent (slacker.migration.participants)
+        self.routers: Held | None = None  # the routers' hold of this attempt
         self.flipped_to = None  # the ownership the flip wrote: the routers' held commands go there once active
 
     def run(self) -> None:
@@ -113,7 +114,7 @@ class Handover:
         m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
         # Routers hold the tenant's new statements and let open transactions finish (bounded by the
         # freeze budget) before the lock is asked for: no routed statement meets the freeze.
-        self.routers = RouterHold(m.node.directory, m.node.token, m.tenant_id).hold(drain_s=budget, freeze_s=budget)
+        self.routers = self.participants.hold(m.tenant_id, drain_s=budget, freeze_s=budget)
         t0 = time.monotonic()
         deadline = t0 + budget
 

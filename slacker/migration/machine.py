@@ -35,11 +35,11 @@ from ..transfer import TLS_PIPES, blame, make_pipe
 from ..trash import TrashName, discard
 from ..transfer.protocol import new_token
 from .flip import Flip
-from ..router.freeze import RouterHold
 from .handover import Handover, one_line
 from .journal import Entry
 from .lease import Lease
 from .options import HandoverAttempt, MigrationAborted, MigrationOptions, PhaseTiming, RoundReport
+from .participants import Participants
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
@@ -57,8 +57,8 @@ TARGET_HOLD_POINTS = ("activating", "started", "unfenced")  # hold_s points hono
 class Migration:
     """One migration of one tenant from this node. `run()` blocks; `abort()` may come from any thread."""
 
-    def __init__(self, node, tenant_id: str, options: MigrationOptions, rate_policy=None,
-                 recovered: Entry | None = None) -> None:
+    def __init__(self, node, tenant_id: str, options: MigrationOptions, *, participants: Participants,
+                 rate_policy=None, recovered: Entry | None = None) -> None:
         self.node = node
         self.tenant_id = tenant_id
         self.opts = options.validate()
@@ -116,7 +116,7 @@ class Migration:
         # The roles the phase machine sequences, one file each.
         self.lease = Lease(self.peer, self.opts.lease_ttl_s, self.id)
         self.flip = Flip(self)
-        self.handover = Handover(self)
+        self.handover = Handover(self, participants)
         self.delta_rounds: DeltaRounds | None = None  # from the backup's binlog position, once prepared
         self.telemetry = Telemetry(self, self.series_path)
 
@@ -268,7 +268,7 @@ class Migration:
         self._phase(Phase.RECOVERING)
         self.telemetry.start()
         # Routers may hold the tenant for the handover that was cut short: let them go when decided.
-        self.handover.routers = RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id)
+        self.handover.routers = self.handover.participants.held_anywhere(self.tenant_id)
         try:
             if self.entry.state == SourceState.STARTED:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",

@@ -25,18 +25,20 @@ from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, 
 from ..mariadb import ops, replication
 from ..mariadb.rowsums import table_sums
 from ..procs import kill_group, kill_orphan
-from ..router.freeze import RouterHold
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
 from .journal import Entry
+from .participants import Participants
 from .protocol import TARGET_MOVES, Phase, TargetState, check
 
 log = logging.getLogger("slacker.migration.target")
 
 
 class IncomingMigration:
-    def __init__(self, node, entry: Entry, tenant: Tenant, source_host: str = "") -> None:
+    def __init__(self, node, entry: Entry, tenant: Tenant, participants: Participants,
+                 source_host: str = "") -> None:
         self.node = node
+        self.participants = participants  # the routers, told when this copy takes writes
         self.entry = entry
         self.id = entry.id
         self.tenant_id = entry.tenant
@@ -57,7 +59,7 @@ class IncomingMigration:
 
     # ---- creation -------------------------------------------------------------------
     @classmethod
-    def create(cls, node, body: dict) -> "IncomingMigration":
+    def create(cls, node, body: dict, participants: Participants) -> "IncomingMigration":
         tid = body["tenant"]
         entry = Entry(id=body["migration_id"], tenant=tid, role="target", peer=str(body.get("source_node", "")),
                       state=TargetState.RECEIVING, epoch_before=int(body.get("epoch_before") or 0),
@@ -73,7 +75,7 @@ class IncomingMigration:
             node.journal.remove(entry)
             raise
         tenant.info.fenced = True
-        inc = cls(node, entry, tenant, str(body.get("source_host", "")))
+        inc = cls(node, entry, tenant, participants, str(body.get("source_host", "")))
         inc.mode = body.get("mode", "live")
         inc.hold_s = body.get("hold_s") or None
         try:
@@ -294,8 +296,7 @@ class IncomingMigration:
             self._hold(hold_s, "unfenced")
             # It takes writes: routers still holding the tenant's statements send them here now, whoever
             # asked for this activation (the source, or this agent on its own after a restart).
-            RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id).release(after_flip=True,
-                                                                                                  own=own)
+            self.participants.held_anywhere(self.tenant_id).release(after_flip=True, own=own)
             self.node.journal.remove(self.entry)
             self._move(TargetState.OWNED)
             log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
@@ -389,8 +390,9 @@ class IncomingMigration:
 
 
 class IncomingRegistry:
-    def __init__(self, node) -> None:
+    def __init__(self, node, participants: Participants) -> None:
         self.node = node
+        self.participants = participants
         self._items: dict[str, IncomingMigration] = {}
         self._lock = threading.Lock()
         self._recover()
@@ -407,7 +409,7 @@ class IncomingRegistry:
                 info = self.node.tenants.get(e.tenant).info
                 if info.desired_state == "running" and not info.fenced:
                     # An activation cut short after it unfenced: the routers may still hold the tenant.
-                    RouterHold.everywhere(self.node.directory, self.node.token, e.tenant).release(after_flip=True)
+                    self.participants.held_anywhere(e.tenant).release(after_flip=True)
             self.node.journal.remove(e)
         for t in self.node.tenants.list():
             if t.info.desired_state != "incoming":
@@ -418,7 +420,7 @@ class IncomingRegistry:
                 self.node.tenants.kill_tenant(t)
                 self.node.tenants.remove_files(t, "unjournaled")
                 continue
-            inc = IncomingMigration(self.node, e, t)
+            inc = IncomingMigration(self.node, e, t, self.participants)
             inc.recovered = True
             if e.state != TargetState.PROMOTED:
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
@@ -439,7 +441,7 @@ class IncomingRegistry:
                            "stop whatever listens there")
         self.node._claim(tid)
         try:
-            inc = IncomingMigration.create(self.node, body)
+            inc = IncomingMigration.create(self.node, body, self.participants)
         except BaseException:
             self.node._release(tid)
             raise

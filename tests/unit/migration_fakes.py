@@ -20,6 +20,7 @@ from slacker.errors import AgentUnavailable, CatchUpTimeout, Conflict, LockNotGr
 from slacker.migration.journal import Journal
 from slacker.migration.machine import Migration
 from slacker.migration.options import MigrationOptions
+from slacker.migration.participants import NOBODY
 from slacker.migration.protocol import TARGET_MOVES, TargetState, check
 
 # Fault kinds: "error" fails the step before it happens; "lost" does it and then loses the reply.
@@ -255,7 +256,7 @@ def migration_at_handover(world: World, root: Path, **options) -> Migration:
     root.mkdir(parents=True)
     node = FakeNode(world, root)
     opts = MigrationOptions(target="node-2", handover_wait_s=options.pop("handover_wait_s", 0.3), **options)
-    m = Migration(node, "t1", opts)
+    m = Migration(node, "t1", opts, participants=NOBODY)  # no router takes part
     m.src = FakeSource(world)
     m.epoch_before = world.epoch
     m._incoming_created = True

@@ -43,7 +43,7 @@ def _calls(name: str):
 def entered() -> dict[type, set]:
     """What the code moves each side into: phases begun, journal states written, target states taken."""
     out: dict[type, set] = {Phase: set(), SourceState: set(), TargetState: set()}
-    for _, call in _calls("_phase"):
+    for _, call in _calls("enter"):
         out[Phase] |= {m for m in map(_member, call.args) if m is not None}
     for file, tree in _trees().items():
         for n in ast.walk(tree):
@@ -83,7 +83,7 @@ def _is_phase_or_state(node: ast.AST) -> bool:
 
 def bare_literals(trees: dict[str, ast.AST]) -> list[str]:
     """Phase or state names spelt as strings where a phase or state is meant: passed as phase= or state=,
-    to _phase/_move/_require, or compared with a .phase or .state."""
+    to enter/_move/_require, or compared with a .phase or .state."""
     out = []
 
     def lits(node):
@@ -95,7 +95,7 @@ def bare_literals(trees: dict[str, ast.AST]) -> list[str]:
             if isinstance(n, ast.keyword) and n.arg in ("phase", "state"):
                 found = lits(n.value)
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in (
-                    "_phase", "_move", "_require"):
+                    "enter", "_move", "_require"):
                 found = [c for a in n.args for c in lits(a)]
             elif isinstance(n, ast.Compare) and any(map(_is_phase_or_state, [n.left, *n.comparators])):
                 found = [c for side in [n.left, *n.comparators] for c in lits(side)]
@@ -110,7 +110,7 @@ def test_no_phase_or_state_is_a_bare_string_in_the_migration_package():
 
 
 def test_the_reader_sees_a_bare_phase_or_state_and_lets_other_strings_be():
-    bad = ast.parse('m._phase("delta")\nif self.state == "owned": pass\nraise X("", phase="verify")\n'
+    bad = ast.parse('m.enter("delta")\nif self.state == "owned": pass\nraise X("", phase="verify")\n'
                     'j.update(e, state="fenced")\nm.peer.step("verify", {})\nrecord("flipped", 1.0)\n')
     assert bare_literals({"bad.py": bad}) == ["bad.py:1 'delta'", "bad.py:2 'owned'", "bad.py:3 'verify'",
                                               "bad.py:4 'fenced'"]

@@ -13,14 +13,11 @@ A role is handed a `Seam`, never the `Migration`. Through it the role
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ..controller.report import StepReport
 from .options import HandoverAttempt, RoundReport
 from .protocol import Phase
-
-if TYPE_CHECKING:
-    from .machine import Migration
 
 
 # ---- what the roles decide ----------------------------------------------------------------------
@@ -103,7 +100,7 @@ class Seam:
 
     __slots__ = ("_m",)
 
-    def __init__(self, machine: "Migration") -> None:
+    def __init__(self, machine) -> None:  # the Migration (slacker.migration.machine), which imports this file
         object.__setattr__(self, "_m", machine)
 
     def __setattr__(self, name: str, value) -> None:

@@ -206,13 +206,11 @@ def apply_settings(migration, body: dict) -> None:
                                "setpoint and max-rate need a migration started with --setpoint",
                                "use rate=, pause or resume")
         if "rate_bytes_per_s" in body:
-            migration.paused_rate = None
-            migration.set_rate(float(body["rate_bytes_per_s"]))
+            migration.fixed_rate(float(body["rate_bytes_per_s"]))
         if body.get("pause"):
-            migration.paused_rate = migration.current_rate()
-            migration.set_rate(0)
+            migration.pause()
         if body.get("resume"):
-            migration.set_rate(getattr(migration, "paused_rate", None))
+            migration.resume()
         return
     ctl = policy.controller
     if "rate_bytes_per_s" in body:

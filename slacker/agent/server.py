@@ -382,7 +382,8 @@ def serve(node: Node) -> ApiServer:
     server = ApiServer(node, node.config.listen_host, node.config.listen_port, ssl_context=ssl_context)
     try:
         from ..migration.service import attach  # migrations add their own routes
-        attach(node, server)
+        from ..router.freeze import Routers  # the handover's participants: the routers the directory announces
+        attach(node, server, Routers(node.directory, node.token))
     except ModuleNotFoundError as exc:
         if exc.name != "slacker.migration.service":
             raise

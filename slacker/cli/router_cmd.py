@@ -38,13 +38,15 @@ def router(ctx: click.Context, listen: str, admin: str, advertise: str | None, l
     import logging
     import signal
 
+    from ..agent.client import cluster_clients
     from ..router.control import Router, RouterOptions
 
     cli = ctx.find_object(CliContext)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     opts = RouterOptions(listen=listen, admin=admin or None, advertise=advertise, list_interval_s=list_interval,
                          register=not no_register, tls_cert=tls_cert, tls_key=tls_key)
-    r = Router(cli.cluster(), opts).start()
+    cluster = cli.cluster()
+    r = Router(cluster, opts, *cluster_clients(cluster)).start()
     signal.signal(signal.SIGTERM, lambda *_: r.stop())
     click.echo(f"router: clients to {r.listen} (USER@TENANT), status at http://{r.admin}/status, "
                f"metrics at http://{r.admin}/metrics" if r.admin else f"router: clients to {r.listen}", err=True)

@@ -1,6 +1,6 @@
 """The seconds of a copy in which the copy is not what moves latency: one place that names them.
 
-The migration's tick asks `copy_mark(migration, now)` once a step and hands the answer to
+The migration's tick asks its `CopyMarks.mark(pipe, policy, now)` once a step and hands the answer to
 `RatePolicy.step(mark=...)`; a controller leaves marked seconds out of what it learns
 (slacker.controller.model) and the verdict does not count them. The marks:
 
@@ -19,23 +19,27 @@ from __future__ import annotations
 BACKUP_START_S = 6.0  # the longest start stall measured (issue 14, sessions 5-7: 2-6 s)
 
 
-def copy_mark(migration, now: float) -> str | None:
-    pipe = migration.pipe
-    if pipe is None:
+class CopyMarks:
+    """The marks of one copy: it remembers when the backup tool started (after the read-in)."""
+
+    def __init__(self) -> None:
+        self.started_at: float | None = None
+
+    def mark(self, pipe, policy, now: float) -> str | None:
+        """The mark of the second at `now`: the copy's pipe and its rate policy (None: no controller)."""
+        if pipe is None:
+            return None
+        if getattr(pipe, "prereading", False):
+            self.started_at = None
+            # A read-in held at rate zero reads nothing: its seconds show the load alone, not the copy.
+            rate = getattr(pipe, "rate", None)
+            return "read-in" if rate is None or rate > 0 else None
+        if getattr(pipe, "commit_locked", False):
+            return "commit lock"
+        if policy is not None and policy.controller.paused:
+            return "paused"
+        if self.started_at is None:
+            self.started_at = now
+        if now - self.started_at < BACKUP_START_S:
+            return "backup start"
         return None
-    if getattr(pipe, "prereading", False):
-        migration._copy_started_at = None
-        # A read-in held at rate zero reads nothing: its seconds show the load alone, not the copy.
-        rate = getattr(pipe, "rate", None)
-        return "read-in" if rate is None or rate > 0 else None
-    if getattr(pipe, "commit_locked", False):
-        return "commit lock"
-    policy = migration.rate_policy
-    if policy is not None and policy.controller.paused:
-        return "paused"
-    started = getattr(migration, "_copy_started_at", None)
-    if started is None:
-        started = migration._copy_started_at = now
-    if now - started < BACKUP_START_S:
-        return "backup start"
-    return None

@@ -11,13 +11,15 @@ import logging
 import time
 
 from ..errors import AgentUnavailable, Conflict, SlackerError
+from .protocol import SourceState
+from .seams import Finishing, Flipped, FlipNotSent, Outage, Seam
 
 log = logging.getLogger("slacker.migration.flip")
 
 
 class Flip:
-    def __init__(self, m, ask_every_s: float = 0.5) -> None:
-        self.m = m  # the migration: its directory, source side, epochs and reported outage
+    def __init__(self, m: Seam, ask_every_s: float = 0.5) -> None:
+        self.m = m  # the migration as its roles see it: directory, source side, epochs; outage and flip back
         self.ask_every_s = ask_every_s  # how often an unreachable directory is asked again
 
     def directory_answer(self, why: str, since: float | None = None):
@@ -28,8 +30,8 @@ class Flip:
             try:
                 own = m.node.directory.lookup(m.tenant_id)
                 if since is not None or time.monotonic() - t0 > 1:
-                    m.outage_s = round(time.monotonic() - t0, 1)
-                m.finishing_reason = ""
+                    m.record(Outage(round(time.monotonic() - t0, 1)))
+                m.record(Finishing(""))
                 m.end_wait()
                 return own
             except AgentUnavailable as exc:
@@ -38,15 +40,16 @@ class Flip:
 
     def _report_outage(self, why: str, t0: float, exc: SlackerError) -> None:
         m = self.m
-        m.outage_s = round(time.monotonic() - t0, 1)
-        m.finishing_reason = (f"directory unreachable for {m.outage_s:.0f}s ({why}); the source stays "
-                              f"fenced until it answers: {exc.why or exc.what}")
+        outage_s = round(time.monotonic() - t0, 1)
+        m.record(Outage(outage_s))
+        m.record(Finishing(f"directory unreachable for {outage_s:.0f}s ({why}); the source stays "
+                           f"fenced until it answers: {exc.why or exc.what}"))
         cluster = m.node.cluster
         where = "etcd" if getattr(cluster, "directory_backend", "") == "etcd" else getattr(cluster, "directory_node", "")
         m.wait_on("directory", where, False,
-                  f"waiting for the directory to answer ({why}; unreachable for {m.outage_s:.0f}s); the tenant is "
+                  f"waiting for the directory to answer ({why}; unreachable for {outage_s:.0f}s); the tenant is "
                   "not writable until it does (`slacker status`)")
-        if m.outage_s > m.opts.max_freeze_s:
+        if outage_s > m.opts.max_freeze_s:
             m.src.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
 
     def settle(self) -> None:
@@ -54,10 +57,10 @@ class Flip:
         m = self.m
         own = self.directory_answer("flip outcome unknown")
         if own.node == m.opts.target and own.epoch == (m.epoch_before or 0) + 1:
-            m.epoch_after = own.epoch
-            m.journal.update(m.entry, state="flipped", epoch_after=own.epoch)
+            m.record(Flipped(own.epoch))
+            m.journal.update(m.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)
         else:
-            m._cas_started = False
+            m.record(FlipNotSent())
 
     def compare_and_set(self, deadline: float | None = None):
         """Send the flip. Returns the new ownership, or None if someone else moved the epoch first."""
@@ -69,12 +72,12 @@ class Flip:
             try:
                 own = m.node.directory.compare_and_set(m.tenant_id, m.epoch_before, target.name,
                                                        target.tenant_host, port)
-                m.finishing_reason = ""
+                m.record(Finishing(""))
                 m.end_wait()
                 if deadline is not None and time.monotonic() > deadline:
                     # Sent in time, answered late: the freeze outlasted its bound waiting on the directory.
                     # A resend after an outage must not shrink the outage already measured.
-                    m.outage_s = max(m.outage_s or 0.0, round(time.monotonic() - sent, 3))
+                    m.record(Outage(round(time.monotonic() - sent, 3), at_least=True))
                 return own
             except (AgentUnavailable, Conflict) as exc:
                 since = None
@@ -85,7 +88,7 @@ class Flip:
                     since = sent
                 own = self.directory_answer("flip outcome unknown", since=since)
                 if own.node == target.name and own.epoch == m.epoch_before + 1:
-                    m.finishing_reason = ""
+                    m.record(Finishing(""))
                     return own  # our write landed before the connection broke
                 if own.epoch != m.epoch_before:
                     return None  # someone else won (the target, giving up on an expired lease)

@@ -17,9 +17,11 @@ import logging
 import time
 
 from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerError
-from ..router.freeze import RouterHold
 from .lease import LEASE_MARGIN_S
 from .options import HandoverAttempt, OverBudget
+from .participants import Held, Participants
+from .seams import AttemptEnded, Flipped, FlipNotSent, LeftCatchUp, Seam, StepReached, WaitingFor
+from .protocol import Phase, SourceState
 
 log = logging.getLogger("slacker.migration.handover")
 
@@ -31,20 +33,20 @@ def one_line(exc: BaseException) -> str:
 
 
 class Handover:
-    def __init__(self, m) -> None:
-        self.m = m  # the migration: options, both sides, journal, lease, flip, and what it reports
-        self.routers: RouterHold | None = None  # the routers' hold of this attempt (slacker/router/freeze.py)
+    def __init__(self, m: Seam, participants: Participants) -> None:
+        self.m = m  # the migration as its roles see it: options, both sides, journal, lease, flip; results back
+        self.participants = participants  # the routers, wired in by the agent (slacker.migration.participants)
+        self.routers: Held | None = None  # the routers' hold of this attempt
         self.flipped_to = None  # the ownership the flip wrote: the routers' held commands go there once active
 
     def run(self) -> None:
         m = self.m
         # leave catch-up mode before any freeze, so its cost never lands in the freeze.
-        m.durable_ms = m._target("durable", {}, timeout_s=120)
-        m.delta_stats["catchup"] = m.durable_ms.get("catchup", False)
+        m.record(LeftCatchUp(m.target("durable", {}, timeout_s=120)))
         # What arrived while the target left catch-up mode is applied outside the freeze, by rounds that
         # run at the durable speed the freeze's own catch-up will have.
-        m.delta_rounds.run()
-        m._phase("handover")
+        m.more_rounds()
+        m.enter(Phase.HANDOVER)
         for n in range(1, m.opts.handover_attempts + 1):
             if self.wait_until_quiet():
                 # The target kept applying while we waited; catch up what came meanwhile.
@@ -58,15 +60,15 @@ class Handover:
                         f"handover did not fit in --max-freeze {m.opts.max_freeze_s * 1000:.0f}ms",
                         f"{n} attempts, last: {exc.why}",
                         "the source keeps serving; raise --max-freeze or migrate at a quieter time",
-                        phase="handover") from None
+                        phase=Phase.HANDOVER) from None
                 log.info("migration %s: handover attempt %d over budget (%s); more delta rounds", m.id, n, exc.why)
                 self._more_rounds()
 
     def _more_rounds(self) -> None:
         m = self.m
-        m._target("resume", {}, timeout_s=60)
-        m.delta_rounds.run()
-        m._phase("handover")
+        m.target("resume", {}, timeout_s=60)
+        m.more_rounds()
+        m.enter(Phase.HANDOVER)
 
     def wait_until_quiet(self) -> bool:
         """Wait, outside the freeze, until no statement runs and no write transaction is open on the source
@@ -77,21 +79,21 @@ class Handover:
         while True:
             found = m.src.blockers(older_than_s=m.opts.max_freeze_s)
             if not found:
-                m.waiting_for = ""
+                m.record(WaitingFor(""))
                 return time.monotonic() - t0 > m.opts.step_s
             waited = time.monotonic() - t0
             more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
-            m.waiting_for = f"{found[0]}{more}"
+            m.record(WaitingFor(f"{found[0]}{more}"))
             if waited >= m.opts.handover_wait_s:
-                m.waiting_for = ""
+                m.record(WaitingFor(""))
                 raise MigrationFailed(
                     f"the handover waited {waited:.0f}s (--handover-wait) for the source to be quiet",
                     f"{found[0]}{more}",
                     "the source keeps serving; let it finish or end it (KILL <connection>), "
-                    "or raise --handover-wait", phase="handover")
-            log.info("migration %s: handover waits for %s", m.id, m.waiting_for)
-            m._abort.wait(min(0.2, max(0.01, m.opts.handover_wait_s - waited)))
-            m._check_abort()
+                    "or raise --handover-wait", phase=Phase.HANDOVER)
+            log.info("migration %s: handover waits for %s%s", m.id, found[0], more)
+            m.wait(min(0.2, max(0.01, m.opts.handover_wait_s - waited)))
+            m.check_abort()
 
     def _warm_connections(self) -> None:
         """Open the connections the freeze will use (target agent; the directory when another agent
@@ -112,59 +114,60 @@ class Handover:
         m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
         # Routers hold the tenant's new statements and let open transactions finish (bounded by the
         # freeze budget) before the lock is asked for: no routed statement meets the freeze.
-        self.routers = RouterHold(m.node.directory, m.node.token, m.tenant_id).hold(drain_s=budget, freeze_s=budget)
+        self.routers = self.participants.hold(m.tenant_id, drain_s=budget, freeze_s=budget)
         t0 = time.monotonic()
         deadline = t0 + budget
 
         def mark(step: str) -> None:
             steps[step] = round((time.monotonic() - t0) * 1000, 1)
-            m.handover_step = step
+            m.record(StepReached(step))
 
         def left(step: str) -> float:
             rest = deadline - time.monotonic()
             if rest <= 0:
                 raise OverBudget("handover over budget", f"{step} reached {(time.monotonic() - t0) * 1000:.0f}ms",
-                                 "", phase="handover")
+                                 "", phase=Phase.HANDOVER)
             return rest
 
         def record(outcome: str, freeze_ms: float, reason: str = "") -> None:
-            m.attempts.append(HandoverAttempt(n, outcome, freeze_ms, steps, reason, len(m.src.interrupted)))
+            m.record(AttemptEnded(HandoverAttempt(n, outcome, freeze_ms, dict(steps), reason, len(m.src.interrupted))))
 
         try:
             try:
                 m.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
             except LockNotGranted as exc:
                 # Nothing was frozen: like an attempt over budget, more delta rounds and another attempt.
-                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase="handover") from None
+                raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase=Phase.HANDOVER) from None
             mark("locked")
             final = m.src.frozen_position()
-            m._hold("frozen")
+            m.hold("frozen")
             try:
-                m._target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
+                m.target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
             except CatchUpTimeout as exc:
                 # a target still applying when the budget runs out is over budget (unfreeze, more
                 # delta rounds, retry), not a failed migration; a stopped applier still fails.
-                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase="handover") from None
+                raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase=Phase.HANDOVER) from None
             mark("caught_up")
             # Nothing may have committed since the final position was read: the lock still holds.
             if m.src.frozen_position() != final:
                 raise MigrationFailed("source changed during the freeze", "its GTID position moved",
-                                      "handover aborted; the source keeps serving", phase="handover")
-            m._target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
+                                      "handover aborted; the source keeps serving", phase=Phase.HANDOVER)
+            m.target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
             mark("target_ready")
             left("fence")
-            m.journal.update(m.entry, state="fenced", final_gtid=final)
+            m.journal.update(m.entry, state=SourceState.FENCED, final_gtid=final)
             m.src.fence()
             mark("fenced")
-            m._hold("fenced")
+            m.hold("fenced")
             left("flip")
-            with m._pnr_lock:
-                m._check_abort()
+
+            def lease_holds() -> None:
                 if m.lease.left_s() < LEASE_MARGIN_S:
                     raise MigrationFailed("the lease on the target ran out", "the target may have given up",
-                                          "the source keeps serving", phase="handover")
-                m._cas_started = True
-            m.journal.update(m.entry, state="flipping")
+                                          "the source keeps serving", phase=Phase.HANDOVER)
+
+            m.begin_flip(lease_holds)  # an abort from here on is refused
+            m.journal.update(m.entry, state=SourceState.FLIPPING)
         except BaseException as exc:
             elapsed_ms = round((time.monotonic() - t0) * 1000, 1)
             if isinstance(exc, OverBudget):
@@ -175,20 +178,24 @@ class Handover:
             raise
         own = m.flip.compare_and_set(deadline)
         if own is None:  # the directory answered: the flip did not happen
-            m._cas_started = False
+            m.record(FlipNotSent())
             record("failed", round((time.monotonic() - t0) * 1000, 1), "ownership changed underneath")
             self.undo()
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
-                                  "the source keeps serving", phase="handover")
-        m.epoch_after = own.epoch
+                                  "the source keeps serving", phase=Phase.HANDOVER)
         self.flipped_to = own
-        m.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
+        freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         mark("flipped")
-        m.handover_steps_ms = steps
-        record("flipped", m.freeze_ms)
-        m.journal.update(m.entry, state="flipped", epoch_after=own.epoch)
+        m.record(Flipped(own.epoch, freeze_ms, steps))
+        record("flipped", freeze_ms)
+        m.journal.update(m.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)
         m.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
-        m._hold("flipped")
+        m.hold("flipped")
+
+    def release_everywhere_when_done(self) -> None:
+        """After an agent restart: every router may hold the tenant for the handover that was cut short;
+        the release, once the migration is decided, goes to all of them."""
+        self.routers = self.participants.held_anywhere(self.m.tenant_id)
 
     def release_routers(self, after_flip: bool = False) -> None:
         """Let the routers' held statements go: after the flip (the target takes writes) to the new owner,
@@ -200,12 +207,12 @@ class Handover:
     def undo(self) -> None:
         """Before the flip: unfence, unfreeze. The target keeps its copy for the next attempt."""
         m = self.m
-        m.handover_step = ""
+        m.record(StepReached(""))
         try:
             if m.src.fenced:
                 m.src.unfence()
         finally:
             m.src.unfreeze()
             self.release_routers()  # held statements go on to the source
-            if m.entry.state != "started":
-                m.journal.update(m.entry, state="started")
+            if m.entry.state != SourceState.STARTED:
+                m.journal.update(m.entry, state=SourceState.STARTED)

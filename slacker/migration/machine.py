@@ -35,14 +35,16 @@ from ..transfer import TLS_PIPES, blame, make_pipe
 from ..trash import TrashName, discard
 from ..transfer.protocol import new_token
 from .flip import Flip
-from ..router.freeze import RouterHold
 from .handover import Handover, one_line
 from .journal import Entry
 from .lease import Lease
 from .options import HandoverAttempt, MigrationAborted, MigrationOptions, PhaseTiming, RoundReport
+from .participants import Participants
 from .peer import TargetPeer
-from .protocol import PHASE_MOVES, check
+from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
+from .seams import (AttemptEnded, ControllerStep, Finishing, FlipNotSent, Flipped, LeftCatchUp, Outage, Result,
+                    RoundDone, Seam, StepReached, WaitingFor)
 from .telemetry import Telemetry, utc
 from .source import SourceSide
 from ..verify.online import OnlineVerification
@@ -57,8 +59,8 @@ TARGET_HOLD_POINTS = ("activating", "started", "unfenced")  # hold_s points hono
 class Migration:
     """One migration of one tenant from this node. `run()` blocks; `abort()` may come from any thread."""
 
-    def __init__(self, node, tenant_id: str, options: MigrationOptions, rate_policy=None,
-                 recovered: Entry | None = None) -> None:
+    def __init__(self, node, tenant_id: str, options: MigrationOptions, *, participants: Participants,
+                 rate_policy=None, recovered: Entry | None = None) -> None:
         self.node = node
         self.tenant_id = tenant_id
         self.opts = options.validate()
@@ -74,9 +76,9 @@ class Migration:
         self.peer = TargetPeer(node, self.opts.target, self.id)
         self.journal = node.journal
         self.entry = recovered or Entry(id=self.id, tenant=tenant_id, role="source", peer=self.opts.target,
-                                        state="started", source_node=node.name)
+                                        state=SourceState.STARTED, source_node=node.name)
         self.recovered = recovered is not None
-        self.phase = "pending"
+        self.phase = Phase.PENDING
         self.phases: list[PhaseTiming] = []
         self.rounds: list[RoundReport] = []
         self.attempts: list[HandoverAttempt] = []
@@ -104,21 +106,30 @@ class Migration:
         self.pipe = None
         self.rate_policy = rate_policy  # None: fixed rate from options
         self.controller_state: StepReport | None = None  # the controller's last step (slacker.controller.report)
+        self.paused_rate: float | None = None  # `--set pause` without a controller: the rate `resume` restores
+        # What preflight, the copy and prepare learn on the way.
+        self.tool = None  # the backup tool for the source's server version (slacker.backup)
+        self.transfer_token = ""  # the copy's one-time token, given to the target's receiver
+        self.receiver: tuple[str, int] | None = None  # the target's receiver (host, port)
+        self.backup_position: BackupPosition | None = None  # where the prepared copy stands in the binlog
+        self._source_checksums: dict | None = None  # stop-and-copy --verify: the frozen source's checksums
         self._abort = threading.Event()
         self._abort_reason = ""
         # Held while deciding to send the compare-and-set, so an abort is either before it or refused.
         self._pnr_lock = threading.Lock()
-        self._cas_started = recovered is not None and recovered.state in ("flipping", "flipped")
+        self._cas_started = recovered is not None and recovered.state in (SourceState.FLIPPING, SourceState.FLIPPED)
         self._incoming_created = recovered is not None
         self._source_stopped = False
         self._finish_now = threading.Event()
         self.finish_backoff_s = 0.5  # the first wait before a failed forward step is retried; then doubling
-        # The roles the phase machine sequences, one file each.
+        # The roles the phase machine sequences, one file each; each sees the migration through one seam
+        # (slacker.migration.seams) and hands back what it decides.
+        self.seam = Seam(self)
         self.lease = Lease(self.peer, self.opts.lease_ttl_s, self.id)
-        self.flip = Flip(self)
-        self.handover = Handover(self)
+        self.flip = Flip(self.seam)
+        self.handover = Handover(self.seam, participants)
         self.delta_rounds: DeltaRounds | None = None  # from the backup's binlog position, once prepared
-        self.telemetry = Telemetry(self, self.series_path)
+        self.telemetry = Telemetry(self.seam, self.series_path)
 
     # ---- public -----------------------------------------------------------------
     @property
@@ -149,6 +160,19 @@ class Migration:
         """`slacker migrate --finish`: retry the forward steps at once instead of at the next backoff."""
         self._finish_now.set()
 
+    def pause(self) -> None:
+        """`--set pause` of a migration without a controller: rate 0, the rate before kept for `resume`."""
+        self.paused_rate = self.current_rate()
+        self.set_rate(0)
+
+    def resume(self) -> None:
+        self.set_rate(self.paused_rate)
+
+    def fixed_rate(self, rate: float | None) -> None:
+        """`--set rate=`: a new fixed rate; a pause before it is forgotten."""
+        self.paused_rate = None
+        self.set_rate(rate)
+
     def set_rate(self, rate: float | None) -> None:
         self.opts.rate_bytes_per_s = rate
         if self.pipe is not None and self.rate_policy is None:
@@ -157,7 +181,7 @@ class Migration:
             self.verification.set_rate(rate)
 
     def _verifying(self) -> OnlineVerification | None:
-        return self.verification if self.phase == "verify" else None
+        return self.verification if self.phase == Phase.VERIFY else None
 
     def bytes_done(self) -> int:
         if self._verifying():  # the phase's own progress: table bytes summed on both sides
@@ -175,7 +199,8 @@ class Migration:
         # No estimate while paused or crawling: the decaying throughput average would give absurd figures;
         # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
         total = self.verification.bytes_total if self._verifying() else self.bytes_total
-        if (self.phase not in ("snapshot", "copy", "verify") or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
+        if (self.phase not in (Phase.SNAPSHOT, Phase.COPY, Phase.VERIFY)
+                or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
                 or (self.controller_state is not None and self.controller_state.verdict)
                 or not total or self.current_rate() == 0):
             return None
@@ -229,15 +254,19 @@ class Migration:
 
     def _live(self) -> None:
         """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
-        self._phase("preflight")
+        self.enter(Phase.PREFLIGHT)
         self._preflight()
         self._snapshot()
         self._prepare()
         self.delta_rounds.run()
         if self.opts.verify:
-            self._phase("verify")
-            self.verification = OnlineVerification(self)
-            self.verification.run()
+            self.enter(Phase.VERIFY)
+            self.verification = OnlineVerification(self.seam)
+            try:
+                self.verification.run()
+            finally:  # its verdict, equal or not (a failure on the way leaves it None)
+                if self.verification.result is not None:
+                    self.verified = self.verification.result == "equal"
             if self.opts.verify_only:
                 return  # _drive rolls back: the source was never touched
         self.handover.run()
@@ -259,20 +288,20 @@ class Migration:
             self._rollback()  # verified, nothing else was asked: the target goes, the source never stopped
             self.result = "verified"
             return
-        self._phase("cleanup")
+        self.enter(Phase.CLEANUP)
         self._go_forward("")
 
     def recover(self) -> None:
         """After an agent restart: ask the directory whether the flip happened, then forward or back."""
-        self._phase("recovering")
+        self.enter(Phase.RECOVERING)
         self.telemetry.start()
         # Routers may hold the tenant for the handover that was cut short: let them go when decided.
-        self.handover.routers = RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id)
+        self.handover.release_everywhere_when_done()
         try:
-            if self.entry.state == "started":
+            if self.entry.state == SourceState.STARTED:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
                                            "the source agent restarted before the handover", "retry the migration",
-                                           phase="recovering"))
+                                           phase=Phase.RECOVERING))
                 return
             own = self.flip.directory_answer(f"recovering {self.id}")
             if own.node == self.opts.target and own.epoch > (self.epoch_before or 0):
@@ -283,7 +312,7 @@ class Migration:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
                                            "the source agent restarted before the flip; the directory names "
                                            f"{own.node} at epoch {own.epoch}", "retry the migration",
-                                           phase="recovering"))
+                                           phase=Phase.RECOVERING))
         finally:
             self._end()
             self.telemetry.stop()
@@ -354,12 +383,12 @@ class Migration:
             try:
                 if not active:
                     body, holds = {"epoch": self.epoch_after, "tenant": self.tenant_id, **holds}, {}
-                    self.peer.step("activate", body, timeout_s=120, phase="cleanup")
+                    self.peer.step("activate", body, timeout_s=120, phase=Phase.CLEANUP)
                     active = True
                     self.end_wait()
-                    self._hold("activated")
+                    self.hold_point("activated")
                     self.handover.release_routers(after_flip=True)  # the target takes writes now
-                self.src.retire(self.id, pause=lambda step: self._hold(f"retire-{step}"))
+                self.src.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""
                 self.end_wait()
@@ -368,8 +397,8 @@ class Migration:
             except BaseException as exc:  # noqa: BLE001 - every failure here is retried, never rolled back
                 self.finishing_reason = one_line(exc)
                 self._wait_for(active)
-                if self.phase != "finishing":
-                    self._phase("finishing")
+                if self.phase != Phase.FINISHING:
+                    self.enter(Phase.FINISHING)
                 log.warning("migration %s finishing (%s): %s; retrying in %.1fs", self.id, reason,
                             self.finishing_reason, backoff)
                 self._finish_now.wait(backoff)
@@ -412,8 +441,56 @@ class Migration:
             self.waited.append({"for": w["for"], "node": w["node"], "writable": w["writable"],
                                 "message": w["message"], "seconds": round(time.monotonic() - w["since"], 1)})
 
+    # ---- what the roles decide, recorded (slacker.migration.seams) ------------------------
+    def record(self, result: Result) -> None:
+        """The one place the roles' decisions become the migration's fields."""
+        match result:
+            case RoundDone(report, applier):
+                self.delta_stats = applier
+                self.rounds.append(report)
+            case LeftCatchUp(durable):
+                self.durable_ms = durable
+                self.delta_stats["catchup"] = durable.get("catchup", False)
+            case AttemptEnded(attempt):
+                self.attempts.append(attempt)
+            case StepReached(step):
+                self.handover_step = step
+            case WaitingFor(what):
+                self.waiting_for = what
+            case Flipped(epoch, freeze_ms, steps_ms):
+                self.epoch_after = epoch
+                if freeze_ms is not None:
+                    self.freeze_ms = freeze_ms
+                if steps_ms is not None:
+                    self.handover_steps_ms = steps_ms
+            case FlipNotSent():
+                self._cas_started = False
+            case Outage(seconds, at_least):
+                self.outage_s = max(self.outage_s or 0.0, seconds) if at_least else seconds
+            case Finishing(reason):
+                self.finishing_reason = reason
+            case ControllerStep(report):
+                self.controller_state = report
+            case _:
+                raise TypeError(f"not a result of a role: {result!r}")
+
+    # ---- what the roles ask of the machine ------------------------------------------------
+    def wait_abortable(self, seconds: float) -> None:
+        self._abort.wait(seconds)
+
+    def begin_flip(self, guard=None) -> None:
+        """Mark the compare-and-set as sent, atomically with an abort: refused if aborted or if `guard` raises."""
+        with self._pnr_lock:
+            self.check_abort()
+            if guard is not None:
+                guard()
+            self._cas_started = True
+
+    def more_rounds(self) -> None:
+        self.delta_rounds.run()
+
     # ---- phases -----------------------------------------------------------------
-    def _phase(self, name: str) -> None:
+    def enter(self, name: str) -> None:
         if name == self.phase:
             return  # more of the same phase (delta rounds again after leaving catch-up mode)
         check(PHASE_MOVES, self.phase, name, f"migration {self.id}")
@@ -421,9 +498,9 @@ class Migration:
         self.phase = name
         self.phases.append(PhaseTiming(name, utc(), round(time.monotonic() - self.created, 3)))
         log.info("migration %s: %s", self.id, name)
-        self._hold(name)
+        self.hold_point(name)
 
-    def _hold(self, point: str) -> None:
+    def hold_point(self, point: str) -> None:
         hold = (self.opts.hold_s or {}).get(point)
         if hold and getattr(self.node.config, "fault_injection", False):
             log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
@@ -436,7 +513,7 @@ class Migration:
             finally:
                 self.holding = ""
             if not self.past_point_of_no_return:
-                self._check_abort()
+                self.check_abort()
 
     def _target_holds(self) -> dict:
         """The fault-injection points of the target's activation (slacker.migration.target), passed on."""
@@ -448,13 +525,13 @@ class Migration:
             p = self.phases[-1]
             p.duration_s = round(time.monotonic() - self.created - p.start_s, 3)
 
-    def _check_abort(self) -> None:
+    def check_abort(self) -> None:
         if self._abort.is_set():
             raise MigrationAborted(f"migration {self.id} aborted", self._abort_reason,
                                    "the source keeps serving", phase=self.phase)
 
-    def _target(self, name: str, body: dict | None = None, timeout_s: float = 60.0):
-        self._check_abort()
+    def target_step(self, name: str, body: dict | None = None, timeout_s: float = 60.0):
+        self.check_abort()
         return self.peer.step(name, body, timeout_s=timeout_s, phase=self.phase)
 
     def _preflight(self) -> None:
@@ -484,8 +561,8 @@ class Migration:
         if not url_may_carry_secrets(target_url, self.node.cluster.local_subnet):
             raise MigrationFailed(f"refusing to send {self.tenant_id}'s account passwords to {self.opts.target}",
                                   f"{target_url} is plain HTTP to another host",
-                                  "give the agents TLS (https:// URLs in the cluster file)", phase="preflight")
-        self.peer.call("GET", "/v1/status", timeout_s=10, phase="preflight")
+                                  "give the agents TLS (https:// URLs in the cluster file)", phase=Phase.PREFLIGHT)
+        self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True
@@ -496,7 +573,7 @@ class Migration:
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
             "expected_bytes": self.bytes_total,
-            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase="preflight")
+            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self.lease.granted_now()
         self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))
@@ -513,11 +590,11 @@ class Migration:
         try:
             self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
         except MigrationFailed as exc:
-            self._check_abort()
+            self.check_abort()
             raise self._copy_failure(exc) from None
         deadline = time.monotonic() + timeout_s
         while not self.pipe.done:
-            self._check_abort()
+            self.check_abort()
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -525,7 +602,7 @@ class Migration:
             result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
         except MigrationFailed as exc:
             raise self._copy_failure(exc) from None
-        self._target("stream", {"timeout_s": 120}, timeout_s=180)
+        self.target_step("stream", {"timeout_s": 120}, timeout_s=180)
         self.bytes_total = result.bytes_sent
 
     def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
@@ -546,7 +623,7 @@ class Migration:
     def _snapshot(self) -> None:
         from .. import mariadb
 
-        self._phase("snapshot")
+        self.enter(Phase.SNAPSHOT)
         tenant = self.src.tenant()
         defaults = self.work_dir / "backup.cnf"
         mariadb.write_secret(defaults, self.tool.backup_defaults(
@@ -555,53 +632,53 @@ class Migration:
         self._stream(self.tool.stream_argv(defaults, self.work_dir / "tmp"), self.opts.snapshot_timeout_s)
 
     def _prepare(self) -> None:
-        self._phase("prepare")
-        pos = self._target("prepare", {}, timeout_s=3600)
+        self.enter(Phase.PREPARE)
+        pos = self.target_step("prepare", {}, timeout_s=3600)
         self.backup_position = BackupPosition(pos["binlog_file"], int(pos["binlog_pos"]), pos["gtid"])
-        self._target("start", {}, timeout_s=180)
+        self.target_step("start", {}, timeout_s=180)
         tenant = self.src.tenant()
-        self._target("replicate", {"source_host": tenant.host, "source_port": tenant.port,
+        self.target_step("replicate", {"source_host": tenant.host, "source_port": tenant.port,
                                    "start_gtid": self.backup_position.gtid,
                                    "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl,
                                    "catchup": self.opts.delta_catchup},
                      timeout_s=60)
-        self.delta_rounds = DeltaRounds(self, ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
+        self.delta_rounds = DeltaRounds(self.seam, ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
                                                self.backup_position.gtid))
 
     def _stop_and_copy(self) -> None:
-        self._phase("preflight")
+        self.enter(Phase.PREFLIGHT)
         self._preflight()
-        self._phase("copy")
+        self.enter(Phase.COPY)
         tenant = self.src.tenant()
         t0 = time.monotonic()
         self.src.freeze(lock_timeout_s=max(0.05, self.opts.max_freeze_s / 2))
         final = self.src.frozen_position()
         if self.opts.verify:
             self._source_checksums = self.src.frozen_checksums()
-        self.journal.update(self.entry, state="fenced", final_gtid=final)
+        self.journal.update(self.entry, state=SourceState.FENCED, final_gtid=final)
         self.src.fence()
         # InnoDB files are only consistent on disk after a clean shutdown; writers stay blocked until then.
         self.node.tenants.stop_tenant(tenant)
         self._source_stopped = True
         self.src.frozen = None
         self._stream(["tar", "-C", str(tenant.datadir), "-c", "-f", "-", "."], self.opts.snapshot_timeout_s)
-        self._phase("handover")
-        self._target("start", {"gtid_state": final}, timeout_s=300)
+        self.enter(Phase.HANDOVER)
+        self.target_step("start", {"gtid_state": final}, timeout_s=300)
         if self.opts.verify:
-            dst = self._target("checksums", {}, timeout_s=600)["checksums"]
+            dst = self.target_step("checksums", {}, timeout_s=600)["checksums"]
             if dst != self._source_checksums:
-                raise MigrationFailed("verification failed", "checksums differ after the copy", "", phase="handover")
+                raise MigrationFailed("verification failed", "checksums differ after the copy", "", phase=Phase.HANDOVER)
             self.verified = True
-        self._target("ready", {"final_gtid": None}, timeout_s=120)
+        self.target_step("ready", {"final_gtid": None}, timeout_s=120)
         with self._pnr_lock:
-            self._check_abort()
+            self.check_abort()
             self._cas_started = True
-        self.journal.update(self.entry, state="flipping")
+        self.journal.update(self.entry, state=SourceState.FLIPPING)
         own = self.flip.compare_and_set()
         if own is None:
             self._cas_started = False
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
-                                  "the source keeps serving", phase="handover")
+                                  "the source keeps serving", phase=Phase.HANDOVER)
         self.epoch_after = own.epoch
         self.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
-        self.journal.update(self.entry, state="flipped", epoch_after=own.epoch)
+        self.journal.update(self.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)

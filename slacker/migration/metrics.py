@@ -14,9 +14,10 @@ from collections import Counter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from .protocol import Phase
 
 LABELS = ["node", "migration", "tenant"]
-PAST_FLIP_PHASES = ("cleanup", "finishing")
+PAST_FLIP_PHASES = (Phase.CLEANUP, Phase.FINISHING)
 
 
 def past_flip_s(m, now: float) -> float:
@@ -89,7 +90,7 @@ class MigrationCollector(Collector):
             phase.add_metric(key + [m.opts.target, m.phase], 1)
             phase_s.add_metric(key, now - m.created - m.phases[-1].start_s if m.phases else now - m.created)
             done.add_metric(key, m.bytes_done())
-            size.add_metric(key, (m.verification.bytes_total if m.phase == "verify" and m.verification
+            size.add_metric(key, (m.verification.bytes_total if m.phase == Phase.VERIFY and m.verification
                                   else m.bytes_total) or 0)
             r = m.current_rate()
             rate.add_metric(key, math.nan if r is None else r)

@@ -15,20 +15,22 @@ from ..delta.convergence import ConvergenceJudge
 from ..errors import MigrationFailed
 from ..mariadb import ops
 from .options import RoundReport
+from .protocol import Phase
+from .seams import RoundDone, Seam
 
 # Until a round has been big enough to time, the apply speed is assumed to be this (bytes/s).
 ASSUMED_APPLY_BYTES_PER_S = 1e6
 
 
 class DeltaRounds:
-    def __init__(self, m, start: tuple[tuple[str, int], str]) -> None:
-        self.m = m  # the migration: options, source side, target steps, the reports it shows
+    def __init__(self, m: Seam, start: tuple[tuple[str, int], str]) -> None:
+        self.m = m  # the migration as its roles see it: options, source side, target steps; each round back
         self.position = start  # ((binlog file, offset), gtid) the next round counts from
         self.apply_rate: float | None = None
 
     def run(self) -> None:
         m = self.m
-        m._phase("delta")
+        m.enter(Phase.DELTA)
         conn = m.src.connect(timeout_s=10)
         try:
             self._rounds(conn)
@@ -41,7 +43,7 @@ class DeltaRounds:
         last_remaining = None
         judge, prev_t = ConvergenceJudge(), None
         for _ in range(opts.max_rounds):
-            m._check_abort()
+            m.check_abort()
             prev, prev_gtid = self.position
             p = ops.binlog_position(conn)
             now = time.monotonic()  # the source's commit rate since the previous round
@@ -51,7 +53,7 @@ class DeltaRounds:
             prev_t = now
             size = gtids.binlog_bytes_between(p.logs, prev, (p.file, p.pos))
             txns = gtids.transactions_between(prev_gtid, p.gtid)
-            doc = m._target("wait", {"gtid": p.gtid, "timeout_s": opts.round_timeout_s},
+            doc = m.target("wait", {"gtid": p.gtid, "timeout_s": opts.round_timeout_s},
                             timeout_s=opts.round_timeout_s + 30)
             dur = float(doc["waited_s"])
             if size > 0 and dur > 0.01:
@@ -61,17 +63,16 @@ class DeltaRounds:
             remaining = gtids.binlog_bytes_between(p2.logs, (p.file, p.pos), (p2.file, p2.pos))
             est_freeze_s = remaining / (self.apply_rate or ASSUMED_APPLY_BYTES_PER_S)
             stats = doc.get("applier") or {}
-            m.delta_stats = stats
-            m.rounds.append(RoundReport(len(m.rounds) + 1, txns, size, round(dur, 4), remaining,
-                                        round(est_freeze_s * 1000, 1), write_tps, stats.get("apply_tps"),
-                                        stats.get("mpl")))
+            n = m.rounds_done + 1
+            m.record(RoundDone(RoundReport(n, txns, size, round(dur, 4), remaining, round(est_freeze_s * 1000, 1),
+                                           write_tps, stats.get("apply_tps"), stats.get("mpl")), stats))
             self.position = ((p.file, p.pos), p.gtid)
             # Leave half the budget for the freeze's own fixed costs (lock, fence, flip).
             if est_freeze_s <= opts.max_freeze_s / 2:
                 return
-            verdict = judge.observe(len(m.rounds), write_tps, stats)  # writes vs best apply
+            verdict = judge.observe(n, write_tps, stats)  # writes vs best apply
             if verdict:
-                raise MigrationFailed(verdict, "", "", phase="delta")
+                raise MigrationFailed(verdict, "", "", phase=Phase.DELTA)
             if last_remaining is not None and remaining >= last_remaining:
                 stalled += 1
                 if stalled >= opts.max_stalled_rounds:
@@ -83,9 +84,9 @@ class DeltaRounds:
                         f"(estimated freeze {est_freeze_s * 1000:.0f}ms > {opts.max_freeze_s * 1000:.0f}ms)"
                         + rates,
                         "the write load outpaces the applier: raise --max-freeze, migrate at a quieter time",
-                        phase="delta")
+                        phase=Phase.DELTA)
             else:
                 stalled = 0
             last_remaining = remaining
         raise MigrationFailed("delta did not converge", f"{opts.max_rounds} rounds were not enough",
-                              "raise --max-freeze or reduce the write load", phase="delta")
+                              "raise --max-freeze or reduce the write load", phase=Phase.DELTA)

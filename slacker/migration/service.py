@@ -14,6 +14,7 @@ from ..trash import TrashName, as_field, discard, sweep, sweep_building
 from .machine import Migration
 from .metrics import MigrationCollector, Tally
 from .options import MigrationOptions
+from .participants import Participants
 from .reconcile import Reconciler
 from .target import IncomingRegistry
 
@@ -22,8 +23,9 @@ KEEP_FINISHED = 50
 
 
 class MigrationService:
-    def __init__(self, node) -> None:
+    def __init__(self, node, participants: Participants) -> None:
         self.node = node
+        self.participants = participants  # the routers (slacker.migration.participants), wired in by the agent
         self._outgoing: dict[str, Migration] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
@@ -32,7 +34,7 @@ class MigrationService:
         # Before anything else looks at the disk: what a crash left half built or half removed.
         sweep_building(node.tenants.tenants_dir)
         node.tenants.sweep()
-        self.incoming = IncomingRegistry(node)
+        self.incoming = IncomingRegistry(node, participants)
         self._clean_work_dirs()
         self._recover_outgoing()
         self.reconciler = Reconciler(node)
@@ -57,7 +59,7 @@ class MigrationService:
     def _recover_outgoing(self) -> None:
         for entry in self.node.journal.entries("source"):
             opts = MigrationOptions(target=entry.peer)
-            mig = Migration(self.node, entry.tenant, opts, recovered=entry)
+            mig = Migration(self.node, entry.tenant, opts, participants=self.participants, recovered=entry)
             log.warning("migration %s was in state %s when the agent stopped: recovering", entry.id, entry.state)
             self.node._claim(entry.tenant)
             self._outgoing[mig.id] = mig
@@ -95,7 +97,7 @@ class MigrationService:
         options.validate()  # the controller's settings typed before anything is measured
         if rate_policy is None and options.controller:
             rate_policy = self._rate_policy(tenant_id, options)
-        mig = Migration(self.node, tenant_id, options, rate_policy=rate_policy)
+        mig = Migration(self.node, tenant_id, options, participants=self.participants, rate_policy=rate_policy)
         if rate_policy is not None:
             rate_policy.migration = mig.id
         self.node._claim(tenant_id)
@@ -186,9 +188,10 @@ def options_from_body(body: dict) -> MigrationOptions:
     return MigrationOptions(**{k: v for k, v in body.items() if k in allowed})
 
 
-def attach(node, server) -> None:
-    """Give a node its migration service and add the migration routes to its API server."""
-    svc = MigrationService(node)
+def attach(node, server, participants: Participants) -> None:
+    """Give a node its migration service and add the migration routes to its API server. `participants`
+    take part in every handover of this node's tenants (the routers: slacker.router.freeze.Routers)."""
+    svc = MigrationService(node, participants)
     node.migrations = svc
     node.registry.register(MigrationCollector(node.name, svc))
     node.supervisor.on_tick.append(svc.tick)

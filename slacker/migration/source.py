@@ -13,6 +13,7 @@ from ..errors import MigrationFailed
 from ..mariadb import freeze as freezing
 from ..mariadb import ops
 from ..mariadb.rowsums import table_sums
+from .protocol import Phase
 
 log = logging.getLogger("slacker.migration.source")
 
@@ -35,25 +36,25 @@ class SourceSide:
         """Refuse what cannot migrate (one line each); returns (server version, warnings)."""
         tenant = self.tenant()
         if not tenant.is_running():
-            raise MigrationFailed(f"tenant {self.tenant_id} is not running", "", "start it first", phase="preflight")
+            raise MigrationFailed(f"tenant {self.tenant_id} is not running", "", "start it first", phase=Phase.PREFLIGHT)
         if tenant.info.fenced:
             raise MigrationFailed(f"tenant {self.tenant_id} is fenced (read-only) on {self.node.name}",
                                   "an earlier migration has not finished", "see `slacker status`",
-                                  phase="preflight")
+                                  phase=Phase.PREFLIGHT)
         conn = self.connect()
         try:
             log_bin, fmt, version = ops.server_facts(conn)
             if live and (not log_bin or fmt != "ROW"):
                 raise MigrationFailed(f"tenant {self.tenant_id} cannot migrate live",
                                       f"binary log is {'on' if log_bin else 'off'}, format {fmt}",
-                                      "it needs log_bin and binlog_format=ROW", phase="preflight")
+                                      "it needs log_bin and binlog_format=ROW", phase=Phase.PREFLIGHT)
             bad = ops.non_transactional_tables(conn) if live else []
             if bad:
                 raise MigrationFailed(f"tenant {self.tenant_id} cannot migrate live",
                                       f"{len(bad)} table(s) not in InnoDB: {', '.join(bad[:5])}"
                                       + (" ..." if len(bad) > 5 else ""),
                                       "ALTER TABLE ... ENGINE=InnoDB, or use --mode stop-and-copy",
-                                      phase="preflight")
+                                      phase=Phase.PREFLIGHT)
             warnings = []
             no_pk = ops.tables_without_primary_key(conn) if live else []
             if no_pk:

@@ -25,18 +25,20 @@ from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, 
 from ..mariadb import ops, replication
 from ..mariadb.rowsums import table_sums
 from ..procs import kill_group, kill_orphan
-from ..router.freeze import RouterHold
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
 from .journal import Entry
-from .protocol import TARGET_MOVES, TargetState, check
+from .participants import Participants
+from .protocol import TARGET_MOVES, Phase, TargetState, check
 
 log = logging.getLogger("slacker.migration.target")
 
 
 class IncomingMigration:
-    def __init__(self, node, entry: Entry, tenant: Tenant, source_host: str = "") -> None:
+    def __init__(self, node, entry: Entry, tenant: Tenant, participants: Participants,
+                 source_host: str = "") -> None:
         self.node = node
+        self.participants = participants  # the routers, told when this copy takes writes
         self.entry = entry
         self.id = entry.id
         self.tenant_id = entry.tenant
@@ -57,10 +59,10 @@ class IncomingMigration:
 
     # ---- creation -------------------------------------------------------------------
     @classmethod
-    def create(cls, node, body: dict) -> "IncomingMigration":
+    def create(cls, node, body: dict, participants: Participants) -> "IncomingMigration":
         tid = body["tenant"]
         entry = Entry(id=body["migration_id"], tenant=tid, role="target", peer=str(body.get("source_node", "")),
-                      state="receiving", epoch_before=int(body.get("epoch_before") or 0),
+                      state=TargetState.RECEIVING, epoch_before=int(body.get("epoch_before") or 0),
                       source_node=str(body.get("source_node", "")),
                       lease_until=time.time() + float(body.get("lease_ttl_s") or 10.0))
         # Journaled before anything exists on disk, so a restart knows what to remove.
@@ -73,7 +75,7 @@ class IncomingMigration:
             node.journal.remove(entry)
             raise
         tenant.info.fenced = True
-        inc = cls(node, entry, tenant, str(body.get("source_host", "")))
+        inc = cls(node, entry, tenant, participants, str(body.get("source_host", "")))
         inc.mode = body.get("mode", "live")
         inc.hold_s = body.get("hold_s") or None
         try:
@@ -91,7 +93,7 @@ class IncomingMigration:
             if expected and free < expected * 1.2 + 64 * 1024 * 1024:
                 raise MigrationFailed(f"target node {node.name} lacks disk space",
                                       f"{free} bytes free, the copy needs about {expected}",
-                                      "free space on the target or pick another node", phase="preflight")
+                                      "free space on the target or pick another node", phase=Phase.PREFLIGHT)
             if inc.mode == "stop-and-copy":
                 extract = ["tar", "-x", "-f", "-", "-C", str(tenant.datadir)]
             else:
@@ -122,7 +124,8 @@ class IncomingMigration:
     # ---- the steps the source drives ----------------------------------------------------
     def renew_lease(self, ttl_s: float) -> None:
         with self._lock:
-            self._require("receiving", "received", "prepared", "started", "catching-up", "promoted")
+            self._require(TargetState.RECEIVING, TargetState.RECEIVED, TargetState.PREPARED, TargetState.STARTED,
+                          TargetState.CATCHING_UP, TargetState.PROMOTED)
             self.node.journal.update(self.entry, lease_until=time.time() + ttl_s)
 
     def finish_stream(self, timeout_s: float) -> dict:
@@ -136,7 +139,7 @@ class IncomingMigration:
 
         def track(proc):
             self._prepare_proc = proc
-            if self.state == "aborted":  # removed while starting: take it down with us
+            if self.state == TargetState.ABORTED:  # removed while starting: take it down with us
                 kill_group(proc.pid)
 
         try:
@@ -175,7 +178,7 @@ class IncomingMigration:
 
     def wait_for(self, gtid: str, timeout_s: float) -> float:
         if self.applier is None:
-            raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase="delta")
+            raise MigrationFailed("no delta applier on the target", "replicate was not called", "", phase=Phase.DELTA)
         return self.applier.wait_for(gtid, timeout_s)
 
     def applier_stats(self) -> dict:
@@ -202,7 +205,7 @@ class IncomingMigration:
 
         op = body.get("op")
         with self._lock:
-            self._require("catching-up")
+            self._require(TargetState.CATCHING_UP)
             if self._verifier is None:
                 self._verifier = TargetVerifier(lambda: self.tenant.admin_connect(timeout_s=10), self.applier)
             v = self._verifier
@@ -220,7 +223,7 @@ class IncomingMigration:
     def ready(self, final_gtid: str | None) -> None:
         """Stop applying at exactly the source's final position and make it durable; still fenced."""
         with self._lock:
-            self._require("started", "catching-up", "promoted")
+            self._require(TargetState.STARTED, TargetState.CATCHING_UP, TargetState.PROMOTED)
             if self.applier is not None and final_gtid is not None:
                 self.applier.stop_at(final_gtid)
             conn = self.tenant.admin_connect(timeout_s=10)
@@ -231,15 +234,15 @@ class IncomingMigration:
                     ops.flush_durable(conn)
             finally:
                 conn.close()
-            self.node.journal.update(self.entry, state="promoted", final_gtid=final_gtid)
+            self.node.journal.update(self.entry, state=TargetState.PROMOTED, final_gtid=final_gtid)
             self._move(TargetState.PROMOTED)
 
     def resume(self) -> None:
         with self._lock:
-            self._require("promoted", "catching-up")
+            self._require(TargetState.PROMOTED, TargetState.CATCHING_UP)
             if self.applier is not None:
                 self.applier.resume()
-            self.node.journal.update(self.entry, state="receiving")
+            self.node.journal.update(self.entry, state=TargetState.RECEIVING)
             self._move(TargetState.CATCHING_UP)
 
     def _hold(self, hold_s: dict | None, point: str) -> None:
@@ -260,9 +263,9 @@ class IncomingMigration:
         "started" (the server runs without replication, still fenced) or "unfenced" (writable, the
         journal not yet cleared)."""
         with self._lock:
-            if self.state == "owned":
+            if self.state == TargetState.OWNED:
                 return
-            if self.state == "aborted":
+            if self.state == TargetState.ABORTED:
                 raise Conflict(f"incoming migration {self.id} was removed", "its lease ran out before the flip", "")
             own = self.node.directory.lookup(self.tenant_id)  # AgentUnavailable: retried by the caller
             if own.node != self.node.name or own.epoch <= (self.entry.epoch_before or 0):
@@ -293,8 +296,7 @@ class IncomingMigration:
             self._hold(hold_s, "unfenced")
             # It takes writes: routers still holding the tenant's statements send them here now, whoever
             # asked for this activation (the source, or this agent on its own after a restart).
-            RouterHold.everywhere(self.node.directory, self.node.token, self.tenant_id).release(after_flip=True,
-                                                                                                  own=own)
+            self.participants.held_anywhere(self.tenant_id).release(after_flip=True, own=own)
             self.node.journal.remove(self.entry)
             self._move(TargetState.OWNED)
             log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
@@ -315,7 +317,7 @@ class IncomingMigration:
         Its files go through the trash (crash-atomic); the journal entry goes last, so a restart in
         between finds either the journaled tenant again or nothing under its name."""
         with self._lock:
-            if self.state in ("owned", "aborted"):
+            if self.state in (TargetState.OWNED, TargetState.ABORTED):
                 return
             self._move(TargetState.ABORTED)
         if self.receiver is not None:
@@ -358,7 +360,7 @@ class IncomingMigration:
         flip's outcome still open). Nothing changes state while the directory cannot be reached.
         """
         with self._lock:
-            if self.state in ("owned", "aborted"):
+            if self.state in (TargetState.OWNED, TargetState.ABORTED):
                 return "done"
             try:
                 own = self.node.directory.lookup(self.tenant_id)
@@ -374,7 +376,7 @@ class IncomingMigration:
                 except SlackerError as exc:
                     log.warning("activating %s failed: %s", self.tenant_id, exc.one_line())
                     return "waiting"
-            if self.state == "promoted" and own.epoch == self.entry.epoch_before:
+            if self.state == TargetState.PROMOTED and own.epoch == self.entry.epoch_before:
                 # The source may still send its flip: make it fail first by moving the epoch on with the
                 # source as owner. Whichever compare-and-set lands first wins; both sides then agree.
                 try:
@@ -388,8 +390,9 @@ class IncomingMigration:
 
 
 class IncomingRegistry:
-    def __init__(self, node) -> None:
+    def __init__(self, node, participants: Participants) -> None:
         self.node = node
+        self.participants = participants
         self._items: dict[str, IncomingMigration] = {}
         self._lock = threading.Lock()
         self._recover()
@@ -402,11 +405,11 @@ class IncomingRegistry:
             if self.node.tenants.exists(e.tenant) and self.node.tenants.get(e.tenant).info.desired_state == "incoming":
                 journaled[e.tenant] = e
                 continue
-            if self.node.tenants.exists(e.tenant) and e.state == "promoted":
+            if self.node.tenants.exists(e.tenant) and e.state == TargetState.PROMOTED:
                 info = self.node.tenants.get(e.tenant).info
                 if info.desired_state == "running" and not info.fenced:
                     # An activation cut short after it unfenced: the routers may still hold the tenant.
-                    RouterHold.everywhere(self.node.directory, self.node.token, e.tenant).release(after_flip=True)
+                    self.participants.held_anywhere(e.tenant).release(after_flip=True)
             self.node.journal.remove(e)
         for t in self.node.tenants.list():
             if t.info.desired_state != "incoming":
@@ -417,9 +420,9 @@ class IncomingRegistry:
                 self.node.tenants.kill_tenant(t)
                 self.node.tenants.remove_files(t, "unjournaled")
                 continue
-            inc = IncomingMigration(self.node, e, t)
+            inc = IncomingMigration(self.node, e, t, self.participants)
             inc.recovered = True
-            if e.state != "promoted":
+            if e.state != TargetState.PROMOTED:
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
             self.node._claim(t.id)
             self._items[e.id] = inc
@@ -438,7 +441,7 @@ class IncomingRegistry:
                            "stop whatever listens there")
         self.node._claim(tid)
         try:
-            inc = IncomingMigration.create(self.node, body)
+            inc = IncomingMigration.create(self.node, body, self.participants)
         except BaseException:
             self.node._release(tid)
             raise
@@ -476,7 +479,7 @@ class IncomingRegistry:
     def remove(self, mid: str) -> None:
         inc = self.get(mid)
         with inc._lock:
-            if inc.state == "owned":
+            if inc.state == TargetState.OWNED:
                 raise Conflict(f"tenant {inc.tenant_id} is owned here now", "the directory names this node", "")
             inc.remove()
         self._drop(inc)

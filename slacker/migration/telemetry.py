@@ -11,8 +11,10 @@ from datetime import datetime, timezone
 
 from dataclasses import replace
 
-from ..controller.marks import copy_mark
+from ..controller.marks import CopyMarks
 from ..controller.report import StepReport
+from .protocol import Phase
+from .seams import ControllerStep, Seam
 
 log = logging.getLogger("slacker.migration.telemetry")
 
@@ -22,8 +24,9 @@ def utc() -> str:
 
 
 class Telemetry:
-    def __init__(self, m, series_path) -> None:
-        self.m = m  # the migration: its pipe, phase, controller and what the samples show
+    def __init__(self, m: Seam, series_path) -> None:
+        self.m = m  # the migration as its roles see it: its pipe, phase, controller; each step's report back
+        self.marks = CopyMarks()  # the seconds of the copy the controller leaves out (slacker.controller.marks)
         self.series_path = series_path
         self.throughput = 0.0  # bytes/s, a decaying average of the copy's progress
         self._last_bytes = (time.monotonic(), 0)
@@ -58,37 +61,38 @@ class Telemetry:
         self._last_bytes = (now, done)
         self._note_progress(done)
         if m.rate_policy is not None:
-            if m.phase == "snapshot" and m.pipe is not None and not m.pipe.done:
-                rate, report = m.rate_policy.step(now, done, mark=copy_mark(m, now), bytes_total=m.bytes_total)
+            if m.phase == Phase.SNAPSHOT and m.pipe is not None and not m.pipe.done:
+                rate, report = m.rate_policy.step(now, done, mark=self.marks.mark(m.pipe, m.rate_policy, now),
+                                                  bytes_total=m.bytes_total)
                 m.pipe.set_rate(rate)
                 if m.pipe.commit_locked:
                     report = report.with_note("backup holds the commit lock: copying unthrottled")
                 elif m.pipe.prereading:
                     report = report.with_note(f"reading the backup tool into memory at this rate "
                                               f"({m.pipe.preread_bytes / 1e6:.1f} MB)")
-                m.controller_state = report
-            elif m.phase == "verify" and m.verification is not None and m.verification.result is None:
+                m.record(ControllerStep(report))
+            elif m.phase == Phase.VERIFY and m.verification is not None and m.verification.result is None:
                 # Verification reads every row on both servers: paced like the copy, same setpoint and guard.
                 v = m.verification
                 rate, report = m.rate_policy.step(now, v.bytes_done, bytes_total=v.bytes_total)
                 v.set_rate(rate)
-                m.controller_state = report.with_note("verifying")
-            elif m.result is None and m.phase not in ("pending", "preflight"):
+                m.record(ControllerStep(report.with_note("verifying")))
+            elif m.result is None and m.phase not in (Phase.PENDING, Phase.PREFLIGHT):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
                 # what prepare, delta and the freeze cost the clients: keep recording it.
                 sample = m.rate_policy.source.read()
                 prev = m.controller_state or StepReport(t=now, setpoint_s=m.rate_policy.controller.setpoint_s,
                                                         rate_bytes_per_s=None)
-                m.controller_state = replace(prev, t=now, latency_s=sample.latency_s,
-                                             note="observing (no copy in this phase)").with_sides(
-                    getattr(m.rate_policy.source, "sides", None))
+                m.record(ControllerStep(replace(prev, t=now, latency_s=sample.latency_s,
+                                                note="observing (no copy in this phase)").with_sides(
+                    getattr(m.rate_policy.source, "sides", None))))
         self.record()
 
     def _note_progress(self, done: int) -> None:
         """Progress is anything that moves the migration on: a phase begun, bytes copied, a delta round,
         a handover step or attempt, a verified table."""
         m = self.m
-        mark = (m.phase, done, len(m.rounds), len(m.attempts), m.handover_step,
+        mark = (m.phase, done, m.rounds_done, m.attempts_made, m.handover_step,
                 m.verification.tables_done if m.verification is not None else 0)
         if mark != self._progress_mark:
             self._progress_mark = mark
@@ -109,10 +113,10 @@ class Telemetry:
             sample["duration_s"] = round(m.finished_at - m.created, 3)
         if m.controller_state is not None:
             sample.update(m.controller_state.series())
-        if m.phase == "verify" and m.verification is not None:  # bytes_done above is the verification's
+        if m.phase == Phase.VERIFY and m.verification is not None:  # bytes_done above is the verification's
             sample["bytes_total"] = m.verification.bytes_total
             sample["verify_tables_done"] = m.verification.tables_done
-        if m.phase == "delta" and m.delta_stats:  # the MPL and apply rate over time
+        if m.phase == Phase.DELTA and m.delta_stats:  # the MPL and apply rate over time
             sample["delta_mpl"] = m.delta_stats.get("mpl")
             sample["apply_tps"] = m.delta_stats.get("apply_tps")
         with self._lock:

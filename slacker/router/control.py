@@ -78,10 +78,9 @@ class RouterOptions:
 class Router:
     """One router: the data path process plus the threads that follow the directory."""
 
-    def __init__(self, cluster, options: RouterOptions, agents=None, directory=None) -> None:
-        if agents is None or directory is None:
-            from ..agent.client import cluster_clients
-            agents, directory = cluster_clients(cluster)
+    def __init__(self, cluster, options: RouterOptions, agents: dict, directory) -> None:
+        """`agents`: name -> client of each node's agent (the tenants' credentials); `directory`: where
+        ownership is read and watched. Both as slacker.agent.client.cluster_clients(cluster) gives them."""
         self.cluster, self.options = cluster, options
         self.agents, self.directory = agents, directory
         self.proc: subprocess.Popen | None = None

@@ -122,3 +122,17 @@ class RouterHold:
     def to_dict(self) -> dict:
         return {"routers_held": len(self.held), "routers_missing": len(self.missing), "busy": self.busy,
                 "drain_ms": self.waited_ms}
+
+
+class Routers:
+    """Every router announced in the directory, as a handover's participants
+    (slacker.migration.participants): the agent wires one into its migration service."""
+
+    def __init__(self, directory, token: str) -> None:
+        self.directory, self.token = directory, token
+
+    def hold(self, tenant: str, drain_s: float, freeze_s: float) -> RouterHold:
+        return RouterHold(self.directory, self.token, tenant).hold(drain_s=drain_s, freeze_s=freeze_s)
+
+    def held_anywhere(self, tenant: str) -> RouterHold:
+        return RouterHold.everywhere(self.directory, self.token, tenant)

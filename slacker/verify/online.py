@@ -54,7 +54,8 @@ def key_text(plan: rowsums.TablePlan, lo: list | None, hi: list | None) -> str:
 
 class OnlineVerification:
     def __init__(self, m) -> None:
-        self.m = m  # the migration: its source side, target steps, rate policy and options
+        self.m = m  # the migration as its roles see it (slacker.migration.seams): its source side, target
+        # steps, rate policy and options; its verdict is `result`, which the machine records
         self.bytes_total = 0
         self.bytes_done = 0
         self.rows_done = 0
@@ -99,10 +100,10 @@ class OnlineVerification:
         held = False
         try:
             th = time.monotonic()
-            m._target("verify", {"op": "hold"}, timeout_s=60)
+            m.target("verify", {"op": "hold"}, timeout_s=60)
             held = True  # from here on the target must be told to close (it releases a held applier)
             self.position = rowsums.open_snapshot(conn)
-            doc = m._target("verify", {"op": "open", "gtid": self.position, "timeout_s": m.opts.round_timeout_s},
+            doc = m.target("verify", {"op": "open", "gtid": self.position, "timeout_s": m.opts.round_timeout_s},
                             timeout_s=m.opts.round_timeout_s + 30)
             self.held_s = round(time.monotonic() - th, 3)
             plans = rowsums.table_plans(conn)
@@ -120,9 +121,8 @@ class OnlineVerification:
                 done_bytes += plan.data_bytes
                 self.bytes_done = done_bytes  # the estimate per chunk, set right at each table's end
             self.result = "equal"
-            m.verified = True
         except Aborted:
-            m._check_abort()
+            m.check_abort()
             raise
         finally:
             self.table = ""
@@ -164,7 +164,7 @@ class OnlineVerification:
             return
         lo, rows_seen, bytes_seen, pending = None, 0, 0, None
         while True:
-            m._check_abort()
+            m.check_abort()
             rows = chunk_rows(m.opts.verify_chunk_bytes, rows_seen, bytes_seen)
             if len(plan.pk) == 1:  # one statement reads each row once and names the chunk's last key
                 src, hi = rowsums.next_chunk_sum(conn, plan, lo, rows)
@@ -198,7 +198,7 @@ class OnlineVerification:
                          f"checksums {'equal' if src[1:3] == dst[1:3] else 'differ'}")
         left = src[3]
         while left > 0:
-            m._check_abort()
+            m.check_abort()
             left -= self.bucket.take(left)
         self.rows_done += src[0]
         self.chunks_done += 1
@@ -207,8 +207,6 @@ class OnlineVerification:
 
     def _differ(self, why: str) -> None:
         self.result = "differ"
-        self.m.verified = False
         raise MigrationFailed(f"verification failed at {self.position}", why,
                               "the source keeps serving and the target copy was removed; something changed the "
-                              "target outside replication, or it is a bug (keep both agents' logs); migrate again",
-                              phase="verify")
+                              "target outside replication, or it is a bug (keep both agents' logs); migrate again")

@@ -20,7 +20,8 @@ from slacker.errors import AgentUnavailable, CatchUpTimeout, Conflict, LockNotGr
 from slacker.migration.journal import Journal
 from slacker.migration.machine import Migration
 from slacker.migration.options import MigrationOptions
-from slacker.migration.protocol import TARGET_MOVES, TargetState, check
+from slacker.migration.participants import NOBODY
+from slacker.migration.protocol import TARGET_MOVES, Phase, TargetState, check
 
 # Fault kinds: "error" fails the step before it happens; "lost" does it and then loses the reply.
 FAULT_KINDS = ("error", "lost")
@@ -255,7 +256,7 @@ def migration_at_handover(world: World, root: Path, **options) -> Migration:
     root.mkdir(parents=True)
     node = FakeNode(world, root)
     opts = MigrationOptions(target="node-2", handover_wait_s=options.pop("handover_wait_s", 0.3), **options)
-    m = Migration(node, "t1", opts)
+    m = Migration(node, "t1", opts, participants=NOBODY)  # no router takes part
     m.src = FakeSource(world)
     m.epoch_before = world.epoch
     m._incoming_created = True
@@ -263,12 +264,12 @@ def migration_at_handover(world: World, root: Path, **options) -> Migration:
     def more_rounds():
         if world.frozen or world.read_only:
             world.violations.append("the source stays frozen or fenced through delta rounds")
-        m._phase("delta")
+        m.enter(Phase.DELTA)
 
     m.delta_rounds = SimpleNamespace(run=more_rounds)
     m.lease.granted_now()
     m.journal.write(m.entry)
-    m.phase = "delta"
+    m.phase = Phase.DELTA
     m.finish_backoff_s = 0.001
     m.flip.ask_every_s = 0.001
     return m

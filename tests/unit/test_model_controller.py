@@ -322,22 +322,23 @@ def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():
 def test_the_migration_marks_the_read_in_the_backups_start_the_lock_and_a_pause():
     from types import SimpleNamespace
 
-    from slacker.controller.marks import BACKUP_START_S, copy_mark
+    from slacker.controller.marks import BACKUP_START_S, CopyMarks
 
     pipe = SimpleNamespace(prereading=True, commit_locked=False)
     ctl = ModelController(0.1, MAX)
-    mig = SimpleNamespace(pipe=pipe, rate_policy=SimpleNamespace(controller=ctl))
-    assert copy_mark(mig, 0.0) == "read-in"
+    policy = SimpleNamespace(controller=ctl)
+    marks = CopyMarks()
+    assert marks.mark(pipe, policy, 0.0) == "read-in"
     pipe.prereading = False
-    assert copy_mark(mig, 10.0) == "backup start"  # the tool starts when the read-in ends
-    assert copy_mark(mig, 10.0 + BACKUP_START_S - 0.1) == "backup start"
-    assert copy_mark(mig, 10.0 + BACKUP_START_S) is None
+    assert marks.mark(pipe, policy, 10.0) == "backup start"  # the tool starts when the read-in ends
+    assert marks.mark(pipe, policy, 10.0 + BACKUP_START_S - 0.1) == "backup start"
+    assert marks.mark(pipe, policy, 10.0 + BACKUP_START_S) is None
     ctl.pause()
-    assert copy_mark(mig, 30.0) == "paused"
+    assert marks.mark(pipe, policy, 30.0) == "paused"
     ctl.resume()
     pipe.commit_locked = True
-    assert copy_mark(mig, 31.0) == "commit lock"
-    assert copy_mark(SimpleNamespace(pipe=None, rate_policy=None), 0.0) is None
+    assert marks.mark(pipe, policy, 31.0) == "commit lock"
+    assert CopyMarks().mark(None, None, 0.0) is None
 
 
 def test_max_duration_aborts_with_the_verdicts_figures():

@@ -43,13 +43,13 @@ def test_last_freeze_and_the_count_over_budget():
 
 
 def test_progress_is_a_phase_bytes_a_round_or_a_handover_step(tmp_path):
-    m = SimpleNamespace(phase="snapshot", rounds=[], attempts=[], handover_step="", verification=None)
+    m = SimpleNamespace(phase="snapshot", rounds_done=0, attempts_made=0, handover_step="", verification=None)
     t = Telemetry(m, tmp_path / "s.jsonl")
     t._note_progress(10)
     first = t.progress_at = 1.0  # as if long ago
     t._note_progress(10)
     assert t.progress_at == first  # nothing moved
-    for change in (lambda: None, lambda: m.rounds.append(1), lambda: setattr(m, "handover_step", "locked"),
+    for change in (lambda: None, lambda: setattr(m, "rounds_done", 1), lambda: setattr(m, "handover_step", "locked"),
                    lambda: setattr(m, "phase", "delta")):
         t.progress_at = first
         change()

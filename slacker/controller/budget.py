@@ -153,25 +153,25 @@ class NodeBudget:
                 self.guards.add(tenant, guard())
             with self._lock:
                 self.split = split
-                m = Member(tenant, tenant, target, settings.setpoint_s)
-                self.members[tenant] = m
+                member = Member(tenant, tenant, target, settings.setpoint_s)
+                self.members[tenant] = member
                 self._set_setpoint()
-                return Share(self, m, metrics)
+                return Share(self, member, metrics)
 
     def _set_setpoint(self) -> None:
         """The node's setpoint: the strictest of its members'."""
         if self.policy is not None and self.members:
-            sp = min(m.setpoint_s for m in self.members.values())
+            sp = min(member.setpoint_s for member in self.members.values())
             if sp != self.policy.controller.setpoint_s:
                 self.policy.controller.set_setpoint(sp)
 
-    def leave(self, m: Member) -> None:
+    def leave(self, member: Member) -> None:
         with self._lock:
-            if self.members.get(m.key) is not m:
+            if self.members.get(member.key) is not member:
                 return
-            del self.members[m.key]
-            self.retired_bytes += m.bytes_done
-            self.retired_total += m.bytes_total or m.bytes_done
+            del self.members[member.key]
+            self.retired_bytes += member.bytes_done
+            self.retired_total += member.bytes_total or member.bytes_done
             policy, guards = self.policy, self.guards
             if self.members:
                 self._set_setpoint()
@@ -181,32 +181,32 @@ class NodeBudget:
         if policy is not None:
             policy.close()  # the node's latency source, and every guard with it
         elif guards is not None:
-            guards.remove(m.tenant)
+            guards.remove(member.tenant)
 
-    def rekey(self, m: Member, key: str) -> None:
+    def rekey(self, member: Member, key: str) -> None:
         with self._lock:
-            if self.members.get(m.key) is m:
-                del self.members[m.key]
-                m.key = key
-                self.members[key] = m
+            if self.members.get(member.key) is member:
+                del self.members[member.key]
+                member.key = key
+                self.members[key] = member
 
     # ---- stepping -----------------------------------------------------------------------
     def _copying(self, now: float) -> dict[str, Member]:
         idle = IDLE_AFTER_STEPS * self.step_s
-        return {k: m for k, m in self.members.items()
-                if m.seen is not None and now - m.seen <= idle and not m.paused}
+        return {k: member for k, member in self.members.items()
+                if member.seen is not None and now - member.seen <= idle and not member.paused}
 
     def _shares(self, now: float) -> None:
         copying = self._copying(now)
-        remaining = {k: max(0, (m.bytes_total or m.bytes_done) - m.bytes_done) for k, m in copying.items()}
+        remaining = {k: max(0, (member.bytes_total or member.bytes_done) - member.bytes_done) for k, member in copying.items()}
         shares = split_rate(self.rate, remaining, self.split)
-        for k, m in self.members.items():
-            m.share = 0 if k not in shares else shares[k]
+        for k, member in self.members.items():
+            member.share = 0 if k not in shares else shares[k]
 
-    def step(self, m: Member, now: float, bytes_done: int, mark: str | None, bytes_total: float | None):
+    def step(self, member: Member, now: float, bytes_done: int, mark: str | None, bytes_total: float | None):
         with self._lock:
-            m.bytes_done, m.mark, m.seen = int(bytes_done), mark, now
-            m.bytes_total = None if bytes_total is None else int(bytes_total)
+            member.bytes_done, member.mark, member.seen = int(bytes_done), mark, now
+            member.bytes_total = None if bytes_total is None else int(bytes_total)
             policy = self.policy
             due = self.last_step is None or now - self.last_step >= 0.5 * self.step_s
             if due:
@@ -218,25 +218,25 @@ class NodeBudget:
                                                      bytes_total=total)
                 self.last_step = now
             self._shares(now)
-            share = 0 if m.paused else m.share
+            share = 0 if member.paused else member.share
             report = self.report
             n = len(self._copying(now))
             if len(self.members) > 1:
                 note = (f"node budget ({self.split}): {n} cop{'y' if n == 1 else 'ies'}, this one "
                         + ("unthrottled" if share is None else f"{share / 1e6:.1f} of "
                            f"{(self.rate or 0) / 1e6:.1f} MB/s"))
-                report = replace(report, rate_bytes_per_s=share, bytes_done=m.bytes_done).with_note(note)
-            elif m.paused:
+                report = replace(report, rate_bytes_per_s=share, bytes_done=member.bytes_done).with_note(note)
+            elif member.paused:
                 report = replace(report, rate_bytes_per_s=0).with_note("paused")
             return share, report
 
-    def initial_share(self, m: Member) -> int | None:
+    def initial_share(self, member: Member) -> int | None:
         """The rate a member's copy starts at: a lone member the controller's initial rate, one joining
         copies already running an even part of the node's rate."""
         with self._lock:
-            if m.paused:
+            if member.paused:
                 return 0
-            others = [x for x in self._copying(time.monotonic()).values() if x is not m]
+            others = [x for x in self._copying(time.monotonic()).values() if x is not member]
             if not others:
                 return self.policy.initial_rate()
             return None if self.rate is None else int(self.rate / (len(others) + 1))
@@ -252,11 +252,11 @@ class NodeBudget:
                     "latency_s": None if r is None else r.latency_s,
                     "fraction": None if r is None else r.fraction,
                     "copying": len(copying),
-                    "members": [{"migration": m.key, "tenant": m.tenant, "target": m.target,
-                                 "copying": k in copying, "paused": m.paused,
-                                 "share_bytes_per_s": m.share if k in copying else 0,
-                                 "bytes_done": m.bytes_done, "bytes_total": m.bytes_total}
-                                for k, m in sorted(self.members.items())]}
+                    "members": [{"migration": member.key, "tenant": member.tenant, "target": member.target,
+                                 "copying": k in copying, "paused": member.paused,
+                                 "share_bytes_per_s": member.share if k in copying else 0,
+                                 "bytes_done": member.bytes_done, "bytes_total": member.bytes_total}
+                                for k, member in sorted(self.members.items())]}
 
 
 class Share:

@@ -21,7 +21,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    latency_sources: tuple[str, ...] = (), controller_kind: str | None = None,
                    gains: str | None = None, window: float | None = None, step: float | None = None,
                    force: bool = False, max_freeze: float = 0.5, verify: bool = False, verify_only: bool = False,
-                   pipe: str | None = None,
+                   pipe: str | None = None, data_path: str | None = None,
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
                    delta_mpl: str | int | None = None, handover_attempts: int = 3,
                    handover_wait: float = 60.0, catchup_mode: bool = True, target_setpoint: float | None = None,
@@ -41,6 +41,11 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                   "rate_bytes_per_s": rate}
     if pipe:
         body["pipe"] = pipe
+    if data_path:
+        if pipe == "pv":
+            raise InvalidInput("--data-path applies to the native pipe", "pv | nc has a data path of its own",
+                               "drop --data-path or --pipe pv")
+        body["data_path"] = data_path
     if hold:
         body["hold_s"] = parse_holds(hold)
     if setpoint is not None:

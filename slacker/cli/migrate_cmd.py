@@ -65,10 +65,11 @@ def _controller_kind(ctx, param, value: str | None) -> str | None:
               help="live: hot backup + delta rounds + brief freeze; stop-and-copy: the baseline with downtime.")
 @click.option("--pipe", type=click.Choice(["native", "pv"]), default=None,
               help="Throttled pipe implementation (default: native, see docs/transfer.md).")
-@click.option("--data-path", type=click.Choice(["auto", "splice", "copy"]), default=None,
-              help="How the native pipe moves the bytes on both sides: splice (in the kernel, never through "
-                   "the agents' memory), copy (read and write through the agents), auto (the default: splice "
-                   "unless the cluster uses TLS). For comparisons; see docs/transfer.md.")
+@click.option("--data-path", type=click.Choice(["auto", "splice", "copy", "splice-send"]), default=None,
+              help="How the native pipe moves the bytes: splice (in the kernel on both sides, never through the "
+                   "agents' memory), copy (read and write through the agents), splice-send (splice on the source, "
+                   "copy on the target), auto (the default: the fastest measured for a plain stream, copy under "
+                   "TLS). For comparisons; see docs/transfer.md.")
 @click.option("--max-rounds", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="Give up if the delta has not converged after this many rounds.")
 @click.option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,

@@ -32,6 +32,7 @@ from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_
 from ..controller.report import StepReport
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
+from ..transfer.native import wants_splice
 from ..trash import TrashName, discard
 from ..transfer.protocol import new_token
 from .flip import Flip
@@ -545,7 +546,7 @@ class Migration:
         """The native pipe's data path (slacker.transfer.native.wants_splice); pv has only its own."""
         if self.opts.pipe != "native" or self.opts.data_path == "auto":
             return {}
-        return {"use_splice": self.opts.data_path == "splice"}
+        return {"use_splice": wants_splice(self.opts.data_path, self.node.config.tls is not None, "send")}
 
     def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
         """The pipe's error, saying which side broke: the target's agent is asked (transfer/blame.py)."""

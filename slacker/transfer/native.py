@@ -29,22 +29,25 @@ from .stages import StageClock, exited_child_cpu_s
 F_SETPIPE_SZ = 1031
 CHUNK_BYTES = 1 << 20
 PRODUCER_EXIT_GRACE_S = 30.0
-DATA_PATHS = ("auto", "splice", "copy")
-SPLICE_BY_DEFAULT = False  # auto: splice unless TLS (splice would bypass the encryption)
+# How the bytes move on each side (sender, receiver): splice in the kernel, or copy through Python.
+DATA_PATHS = {"splice": (True, True), "copy": (False, False), "splice-send": (True, False)}
+# What "auto" means for a plain stream (TLS always copies: splice would bypass the encryption).
+AUTO_DATA_PATH = "copy"
 
 
-def wants_splice(data_path: str | None, tls: bool) -> bool:
-    """Whether a side of the copy splices: "auto" (or None) does when the stream is plain and the
-    kernel offers splice; "splice" insists (refused with TLS); "copy" reads and writes through Python."""
+def wants_splice(data_path: str | None, tls: bool, side: str) -> bool:
+    """Whether `side` ("send" or "receive") of the copy splices. "auto" (or None) is AUTO_DATA_PATH for
+    a plain stream when the kernel offers splice, copy under TLS; a path that splices is refused with TLS."""
     path = data_path or "auto"
-    if path not in DATA_PATHS:
-        raise InvalidInput(f"unknown data path {path!r}", f"known: {', '.join(DATA_PATHS)}", "omit it for auto")
-    if path == "splice" and tls:
+    if path != "auto" and path not in DATA_PATHS:
+        raise InvalidInput(f"unknown data path {path!r}", f"known: auto, {', '.join(DATA_PATHS)}",
+                           "omit it for auto")
+    if path == "auto":
+        path = "copy" if tls or not hasattr(os, "splice") else AUTO_DATA_PATH
+    if tls and any(DATA_PATHS[path]):
         raise InvalidInput("splice cannot be used with TLS", "splice moves bytes around the TLS layer",
                            "use --data-path auto or copy")
-    if path == "auto":
-        return SPLICE_BY_DEFAULT and not tls and hasattr(os, "splice")
-    return path == "splice"
+    return DATA_PATHS[path][0 if side == "send" else 1]
 
 
 class NativePipe(ThrottledPipe):
@@ -56,7 +59,7 @@ class NativePipe(ThrottledPipe):
     def __init__(self, *args, chunk_bytes: int = CHUNK_BYTES, burst_s: float = DEFAULT_BURST_S,
                  min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool | None = None,
                  ssl_context=None, **kwargs) -> None:
-        """use_splice: None picks splice whenever the stream is plain (wants_splice)."""
+        """use_splice: None is the "auto" data path's choice for the sender (wants_splice)."""
         super().__init__(*args, **kwargs)
         # TLS (slacker.tls.client_context): the receiver's certificate is checked against the
         # cluster CA and its address. splice() would bypass the encryption, so it is refused.
@@ -65,7 +68,7 @@ class NativePipe(ThrottledPipe):
             raise InvalidInput("splice cannot be used with TLS", "splice moves bytes around the TLS layer",
                                "drop use_splice")
         self.chunk_bytes = int(chunk_bytes)
-        self.use_splice = wants_splice("auto", ssl_context is not None) if use_splice is None else use_splice
+        self.use_splice = wants_splice("auto", ssl_context is not None, "send") if use_splice is None else use_splice
         self.stages = StageClock()
         self._bucket = TokenBucket(self._rate, burst_s=burst_s, min_burst_bytes=min_burst_bytes)
         self._sock: socket.socket | None = None

@@ -81,11 +81,11 @@ class Receiver:
         ssl_context=None,
         data_path: str | None = None,
     ) -> None:
-        """data_path: "auto" (None) splices when the stream is plain, "copy" reads and writes in Python."""
+        """data_path: the copy's data path (slacker.transfer.native.wants_splice); None is "auto"."""
         from .native import wants_splice
 
         self.migration_id = migration_id
-        self.use_splice = wants_splice(data_path, ssl_context is not None)
+        self.use_splice = wants_splice(data_path, ssl_context is not None, "receive")
         self.stages = StageClock()
         try:
             self._mid = protocol.migration_id_bytes(migration_id)

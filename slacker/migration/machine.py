@@ -91,6 +91,7 @@ class Migration:
         self.steps = StepTimes()  # the fixed steps' durations (steps_ms) and the copy's stages (copy_stages)
         self.verified: bool | None = None
         self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
+        self.ended = threading.Event()  # set with the result: GET ...?wait= returns at once (service.py)
         self.result: str | None = None
         self.error: SlackerError | None = None
         self.epoch_before: int | None = recovered.epoch_before if recovered else None
@@ -124,6 +125,16 @@ class Migration:
         self.telemetry = Telemetry(self, self.series_path)
 
     # ---- public -----------------------------------------------------------------
+    @property
+    def result(self) -> str | None:
+        return self._result
+
+    @result.setter
+    def result(self, value: str | None) -> None:
+        self._result = value
+        if value is not None:
+            self.ended.set()
+
     @property
     def active(self) -> bool:
         return self.result is None

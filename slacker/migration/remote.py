@@ -82,20 +82,26 @@ def start_migration(source_agent, body: dict) -> dict:
 
 def follow(source_agent, doc: dict, on_poll: Callable[[dict], None] | None = None,
            poll_s: float = POLL_S, on_unreachable: Callable[[dict, AgentUnavailable], None] | None = None) -> dict:
-    """Poll the source agent until the migration is no longer active; returns its last document.
+    """Follow the migration until it is no longer active (a long poll every `poll_s`: its end is seen
+    as soon as it happens); returns its last document.
 
     With `on_unreachable`, a source agent that does not answer is waited for (it may be restarting:
     it recovers the migration from its journal under the same id), and `on_unreachable(last document,
     the error)` is called at each poll it misses; without it the error is raised."""
     while doc["active"]:
-        time.sleep(poll_s)
+        t0 = time.monotonic()
         try:
-            doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}")
+            # The agent holds the request until the migration ends or poll_s passed: the end is seen at once.
+            doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}", query={"wait": poll_s},
+                                       timeout_s=poll_s + 30)
         except AgentUnavailable as exc:
             if on_unreachable is None:
                 raise
             on_unreachable(doc, exc)
+            time.sleep(max(0.0, poll_s - (time.monotonic() - t0)))
             continue
+        if doc["active"]:
+            time.sleep(max(0.0, poll_s - (time.monotonic() - t0)))  # an agent that does not hold the request
         if on_poll is not None:
             on_poll(doc)
     return doc

@@ -24,7 +24,8 @@ def runs_of(res: dict, kind: str, tenant: str | None = None, variant: str | None
 def fit(points: list[tuple[float, float]]) -> dict:
     """Least squares seconds = intercept + bytes x slope: the fixed cost and the marginal rate."""
     n = len(points)
-    if n < 2 or len({x for x, _ in points}) < 2:
+    xs = [x for x, _ in points]
+    if n < 3 or max(xs) < 1.5 * min(xs):  # one size (or nearly): no line to fit
         return {}
     mx = sum(x for x, _ in points) / n
     my = sum(y for _, y in points) / n
@@ -32,6 +33,12 @@ def fit(points: list[tuple[float, float]]) -> dict:
     slope = sum((x - mx) * (y - my) for x, y in points) / sxx
     return {"intercept_s": my - slope * mx, "slope_s_per_mb": slope * MB,
             "marginal_mb_s": (1 / slope / MB) if slope > 0 else float("inf"), "points": n}
+
+
+def outside_copy(mig: list[dict]) -> list[float]:
+    """Each migration's seconds outside its copy (CLI, preflight, prepare, start, delta, handover,
+    cleanup): total minus the copy step. Robust where the copy's own speed swings with the load."""
+    return [r["total_s"] - r["steps_ms"]["copy"] / 1000 for r in mig if "copy" in r.get("steps_ms", {})]
 
 
 def pairs(res: dict, variant: str) -> dict[str, list[float]]:
@@ -73,6 +80,16 @@ def ratio_table(res: dict) -> str:
             d = row["variants"][v]
             cells += [f"{med(d['total_s']):.2f} ({spread(d['total_s'])})",
                       f"{med(d['ratios']):.2f}x ({spread(d['ratios'])})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("| outside the copy (s): bare = its prepare; migrate = total - the copy step | bare | "
+                 + " | ".join(res["variants"]) + " |")
+    lines.append("|---|---|" + "---|" * len(res["variants"]))
+    for t in s["sizes"]:
+        cells = [t, f"{med([r['prepare_s'] for r in runs_of(res, 'bare', t)]):.2f}"]
+        for v in res["variants"]:
+            xs = outside_copy(runs_of(res, "migrate", t, v))
+            cells.append(f"{med(xs):.2f} ({spread(xs)})" if xs else "-")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("| fit: seconds = fixed + bytes / marginal rate | fixed (s) | marginal (MB/s) | runs |")
@@ -143,6 +160,18 @@ def rate_table(res: dict) -> str:
             lines.append(f"| {v} | {x[0]['asked'] / MB:.1f} | {med(ach):.2f} ({spread(ach)}) | "
                          f"{med([r['error'] for r in x]) * 100:+.1f}% | {len(x)} |")
     return "\n".join(lines)
+
+
+def merge(labelled: list[tuple[str, dict]]) -> dict:
+    """Several results side by side (e.g. before and after a change): each variant is named
+    LABEL:VARIANT; runs stay in their order, so every migration keeps its bare run before it."""
+    out = {"tenants": [], "variants": [], "runs": [], "merged": [label for label, _ in labelled]}
+    for label, res in labelled:
+        out["tenants"] += [t for t in res["tenants"] if t not in out["tenants"]]
+        out["variants"] += [f"{label}:{v}" for v in res["variants"]]
+        for r in res["runs"]:
+            out["runs"].append(dict(r, variant=f"{label}:{r['variant']}") if "variant" in r else dict(r))
+    return out
 
 
 def report(res: dict) -> str:

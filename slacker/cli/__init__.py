@@ -15,7 +15,17 @@ from .common import CliContext
 
 
 class SlackerGroup(click.Group):
-    """Turns SlackerError and usage errors into one line and a non-zero exit (traceback with --debug)."""
+    """Turns SlackerError and usage errors into one line and a non-zero exit (traceback with --debug).
+    Loads a command's family when it is asked for (FAMILIES), all of them to list them."""
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name not in self.commands and name in FAMILIES:
+            _load(FAMILIES[name])
+        return super().get_command(ctx, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register()
+        return super().list_commands(ctx)
 
     def main(self, *args, **kwargs):
         kwargs["standalone_mode"] = False
@@ -68,15 +78,21 @@ def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
     ctx.obj = CliContext(cluster_path=cluster_path, debug=debug)
 
 
+# Each command family lives in its own module, imported when one of its commands runs (or for the
+# command list): `slacker migrate` does not pay for importing the router, ycsb and the rebalancer.
+FAMILIES = {"cluster": "cluster_cmd", "tenant": "tenant_cmd", "status": "tenant_cmd", "locate": "tenant_cmd",
+            "agent": "agent_cmd", "migrate": "migrate_cmd", "ycsb": "ycsb_cmd", "plot": "plot_cmd",
+            "rebalance": "rebalance_cmd", "node": "node_cmd", "router": "router_cmd"}
+
+
+def _load(module: str) -> None:
+    try:
+        __import__(f"{__name__}.{module}")
+    except ModuleNotFoundError as exc:  # a command family not built yet
+        if exc.name != f"{__name__}.{module}":
+            raise
+
+
 def _register() -> None:
-    # Each command family lives in its own module; import order is help order.
-    families = ("cluster_cmd", "tenant_cmd", "agent_cmd", "migrate_cmd", "ycsb_cmd", "plot_cmd", "rebalance_cmd", "node_cmd", "router_cmd")
-    for name in families:
-        try:
-            __import__(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:  # a command family not built yet
-            if exc.name != f"{__name__}.{name}":
-                raise
-
-
-_register()
+    for module in dict.fromkeys(FAMILIES.values()):
+        _load(module)

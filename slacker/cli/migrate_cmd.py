@@ -65,6 +65,11 @@ def _controller_kind(ctx, param, value: str | None) -> str | None:
               help="live: hot backup + delta rounds + brief freeze; stop-and-copy: the baseline with downtime.")
 @click.option("--pipe", type=click.Choice(["native", "pv"]), default=None,
               help="Throttled pipe implementation (default: native, see docs/transfer.md).")
+@click.option("--data-path", type=click.Choice(["auto", "splice", "copy", "splice-send"]), default=None,
+              help="How the native pipe moves the bytes: splice (in the kernel on both sides, never through the "
+                   "agents' memory), copy (read and write through the agents), splice-send (splice on the source, "
+                   "copy on the target), auto (the default: the fastest measured for a plain stream, copy under "
+                   "TLS). For comparisons; see docs/transfer.md.")
 @click.option("--max-rounds", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="Give up if the delta has not converged after this many rounds.")
 @click.option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
@@ -104,7 +109,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, verify_only: bool,
             mode: str,
-            pipe: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
+            pipe: str | None, data_path: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
@@ -168,7 +173,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                           max_rate=max_rate, latency_sources=latency_sources, controller_kind=controller_kind,
                           gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
                           verify_only=verify_only,
-                          pipe=pipe, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
+                          pipe=pipe, data_path=data_path, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
                           delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
                           handover_wait=handover_wait, catchup_mode=catchup_mode, target_setpoint=target_setpoint,
                           target_guard=not no_target_guard, hold=hold)

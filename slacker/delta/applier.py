@@ -116,9 +116,13 @@ class ReplicationApplier(DeltaApplier):
         # The copy is consistent at start_gtid: replication continues from exactly there.
         self._call(replication.stop_all_slaves)
         self._call(replication.reset_master)
-        self._call(replication.set_gtid_slave_pos, start_gtid)
+        # The binlog state before the slave position: setting the state waits for InnoDB to confirm a
+        # checkpoint of everything written so far, and the slave position is an InnoDB write that, with
+        # catch-up mode's relaxed log flushing, reaches the disk only at InnoDB's next once-a-second flush
+        # (measured: 0.75-0.85 s of every move waited here in the other order).
         if start_gtid:
             self._call(replication.set_gtid_binlog_state, start_gtid)
+        self._call(replication.set_gtid_slave_pos, start_gtid)
         self._call(replication.change_master, self.CONNECTION, source.host, source.port, source.user,
                    source.password, ssl_ca=source.ssl_ca, ssl_cert=source.ssl_cert, ssl_key=source.ssl_key)
         self._call(replication.start_slave, self.CONNECTION)

@@ -32,6 +32,7 @@ from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_
 from ..controller.report import StepReport
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
+from ..transfer.native import wants_splice
 from ..trash import TrashName, discard
 from ..transfer.protocol import new_token
 from .flip import Flip
@@ -45,6 +46,7 @@ from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
 from .seams import (AttemptEnded, ControllerStep, Finishing, FlipNotSent, Flipped, LeftCatchUp, Outage, Result,
                     RoundDone, Seam, StepReached, WaitingFor)
+from .steps import StepTimes
 from .telemetry import Telemetry, utc
 from .source import SourceSide
 from ..verify.online import OnlineVerification
@@ -88,9 +90,12 @@ class Migration:
         self.bytes_total = 0
         self.freeze_ms: float | None = None
         self.handover_steps_ms: dict[str, float] = {}
+        self.steps = StepTimes()  # the fixed steps' durations (steps_ms) and the copy's stages (copy_stages)
         self.verified: bool | None = None
         self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
-        self.result: str | None = None
+        self.ended = threading.Event()  # set with the result: GET ...?wait= returns at once (service.py)
+        self._result: str | None = None
+        self.result = None  # a property: setting a result also sets `ended`
         self.error: SlackerError | None = None
         self.epoch_before: int | None = recovered.epoch_before if recovered else None
         self.epoch_after: int | None = recovered.epoch_after if recovered else None
@@ -132,6 +137,16 @@ class Migration:
         self.telemetry = Telemetry(self.seam, self.series_path)
 
     # ---- public -----------------------------------------------------------------
+    @property
+    def result(self) -> str | None:
+        return self._result
+
+    @result.setter
+    def result(self, value: str | None) -> None:
+        self._result = value
+        if value is not None:
+            self.ended.set()
+
     @property
     def active(self) -> bool:
         return self.result is None
@@ -220,7 +235,8 @@ class Migration:
             "rate_bytes_per_s": rate, "unthrottled": rate is None,
             "throughput_bytes_per_s": round(self.telemetry.throughput, 1), "eta_s": self.eta_s(),
             "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms,
-            "handover_steps_ms": self.handover_steps_ms, "handover_attempts": [asdict(a) for a in self.attempts],
+            "handover_steps_ms": self.handover_steps_ms, "steps_ms": self.steps.ms,
+            "copy_stages": self.steps.copy_stages(self.pipe), "handover_attempts": [asdict(a) for a in self.attempts],
             "verified": self.verified, "verify": self.verification.to_dict() if self.verification else None,
             "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
             "past_point_of_no_return": self.past_point_of_no_return, "finishing_reason": self.finishing_reason,
@@ -383,12 +399,14 @@ class Migration:
             try:
                 if not active:
                     body, holds = {"epoch": self.epoch_after, "tenant": self.tenant_id, **holds}, {}
-                    self.peer.step("activate", body, timeout_s=120, phase=Phase.CLEANUP)
+                    with self.steps.timed("target_activate"):
+                        self.peer.step("activate", body, timeout_s=120, phase=Phase.CLEANUP)
                     active = True
                     self.end_wait()
                     self.hold_point("activated")
                     self.handover.release_routers(after_flip=True)  # the target takes writes now
-                self.src.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
+                with self.steps.timed("retire"):
+                    self.src.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""
                 self.end_wait()
@@ -532,7 +550,8 @@ class Migration:
 
     def target_step(self, name: str, body: dict | None = None, timeout_s: float = 60.0):
         self.check_abort()
-        return self.peer.step(name, body, timeout_s=timeout_s, phase=self.phase)
+        with self.steps.timed(f"target_{name}"):
+            return self.peer.step(name, body, timeout_s=timeout_s, phase=self.phase)
 
     def _preflight(self) -> None:
         if self.opts.target == self.source:
@@ -542,17 +561,20 @@ class Migration:
         if self.node.config.tls is not None and not TLS_PIPES.get(self.opts.pipe):
             raise InvalidInput(f"the {self.opts.pipe} pipe cannot be used: this cluster requires TLS",
                                "pv | nc sends the backup in plain text", "use --pipe native (the default)")
-        own = self.node.directory.lookup(self.tenant_id)
+        with self.steps.timed("lookup"):
+            own = self.node.directory.lookup(self.tenant_id)
         if own.node != self.source:
             raise Conflict(f"tenant {self.tenant_id} is owned by {own.node}", f"not by {self.source}",
                            "ask the owner's agent")
         self.epoch_before = own.epoch
-        version, self.warnings = self.src.inspect(live=self.opts.mode == "live")
+        with self.steps.timed("inspect"):
+            version, self.warnings = self.src.inspect(live=self.opts.mode == "live")
         for w in self.warnings:
             log.warning("migration %s: %s", self.id, w)
         self.tool = select_tool(version)
         tenant = self.src.tenant()
-        tenant.ensure_service_accounts()
+        with self.steps.timed("accounts"):
+            tenant.ensure_service_accounts()
         binlog_bytes = sum(p.stat().st_size for p in tenant.datadir.glob("binlog.*"))
         data_bytes = directory_bytes(tenant.datadir)
         self.bytes_total = data_bytes if self.opts.mode == "stop-and-copy" else max(0, data_bytes - binlog_bytes)
@@ -562,17 +584,19 @@ class Migration:
             raise MigrationFailed(f"refusing to send {self.tenant_id}'s account passwords to {self.opts.target}",
                                   f"{target_url} is plain HTTP to another host",
                                   "give the agents TLS (https:// URLs in the cluster file)", phase=Phase.PREFLIGHT)
-        self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
+        with self.steps.timed("target_status"):
+            self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True
-        doc = self.peer.create({
+        with self.steps.timed("target_create"):
+            doc = self.peer.create({
             "migration_id": self.id, "tenant": self.tenant_id, "port": tenant.port, "source_node": self.source,
             "source_host": tenant.host, "epoch_before": own.epoch, "lease_ttl_s": self.opts.lease_ttl_s,
             "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
-            "expected_bytes": self.bytes_total,
+            "expected_bytes": self.bytes_total, "data_path": self.opts.data_path,
             **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self.lease.granted_now()
         self.lease.start()
@@ -586,24 +610,32 @@ class Migration:
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
                               commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context(),
-                              preread_program=True)
+                              preread_program=True, **self._data_path())
         try:
-            self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
+            with self.steps.timed("pipe_start"):
+                self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
         except MigrationFailed as exc:
             self.check_abort()
             raise self._copy_failure(exc) from None
         deadline = time.monotonic() + timeout_s
-        while not self.pipe.done:
-            self.check_abort()
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        with self.steps.timed("copy"):
+            while not self.pipe.done:
+                self.check_abort()
+                if time.monotonic() > deadline:
+                    break
+                self.pipe.wait_done(0.1)  # wakes as soon as the copy ends; an abort is seen within 0.1 s
         try:
             result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
         except MigrationFailed as exc:
             raise self._copy_failure(exc) from None
-        self.target_step("stream", {"timeout_s": 120}, timeout_s=180)
+        self.steps.receiver = self.target_step("stream", {"timeout_s": 120}, timeout_s=180).get("stages")
         self.bytes_total = result.bytes_sent
+
+    def _data_path(self) -> dict:
+        """The native pipe's data path (slacker.transfer.native.wants_splice); pv has only its own."""
+        if self.opts.pipe != "native" or self.opts.data_path == "auto":
+            return {}
+        return {"use_splice": wants_splice(self.opts.data_path, self.node.config.tls is not None, "send")}
 
     def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
         """The pipe's error, saying which side broke: the target's agent is asked (transfer/blame.py)."""

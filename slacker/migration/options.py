@@ -8,6 +8,7 @@ from ..controller.settings import ControllerSettings
 from ..errors import InvalidInput, MigrationFailed
 from ..delta import APPLIERS, DEFAULT_APPLIER, DEFAULT_MPL, parse_mpl
 from ..transfer import DEFAULT_PIPE
+from ..transfer.native import DATA_PATHS
 
 MODES = ("live", "stop-and-copy")
 
@@ -30,6 +31,8 @@ class MigrationOptions:
     max_rounds: int = 20
     max_stalled_rounds: int = 3  # rounds in a row that did not shrink before giving up
     pipe: str = DEFAULT_PIPE
+    # The native pipe's data path (slacker.transfer.native.DATA_PATHS): auto, splice, copy, splice-send.
+    data_path: str = "auto"
     step_s: float = 1.0
     round_timeout_s: float = 600.0
     snapshot_timeout_s: float = 24 * 3600.0
@@ -76,6 +79,9 @@ class MigrationOptions:
         if self.delta_applier not in APPLIERS:
             raise InvalidInput(f"unknown delta applier {self.delta_applier!r}", f"appliers are {', '.join(APPLIERS)}", "")
         self.delta_mpl = parse_mpl(self.delta_mpl)
+        if self.data_path != "auto" and self.data_path not in DATA_PATHS:
+            raise InvalidInput(f"unknown data path {self.data_path!r}", f"known: auto, {', '.join(DATA_PATHS)}",
+                               "omit it for auto")
         if not 0.1 <= self.step_s <= 60:
             raise InvalidInput(f"step {self.step_s}s is out of range", "use 0.1s to 60s", "")
         if not 2 <= self.lease_ttl_s <= 600:

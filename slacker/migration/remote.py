@@ -21,7 +21,7 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                    latency_sources: tuple[str, ...] = (), controller_kind: str | None = None,
                    gains: str | None = None, window: float | None = None, step: float | None = None,
                    force: bool = False, max_freeze: float = 0.5, verify: bool = False, verify_only: bool = False,
-                   pipe: str | None = None,
+                   pipe: str | None = None, data_path: str | None = None,
                    max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
                    delta_mpl: str | int | None = None, handover_attempts: int = 3,
                    handover_wait: float = 60.0, catchup_mode: bool = True, target_setpoint: float | None = None,
@@ -41,6 +41,11 @@ def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: flo
                   "rate_bytes_per_s": rate}
     if pipe:
         body["pipe"] = pipe
+    if data_path:
+        if pipe == "pv":
+            raise InvalidInput("--data-path applies to the native pipe", "pv | nc has a data path of its own",
+                               "drop --data-path or --pipe pv")
+        body["data_path"] = data_path
     if hold:
         body["hold_s"] = parse_holds(hold)
     if setpoint is not None:
@@ -77,20 +82,26 @@ def start_migration(source_agent, body: dict) -> dict:
 
 def follow(source_agent, doc: dict, on_poll: Callable[[dict], None] | None = None,
            poll_s: float = POLL_S, on_unreachable: Callable[[dict, AgentUnavailable], None] | None = None) -> dict:
-    """Poll the source agent until the migration is no longer active; returns its last document.
+    """Follow the migration until it is no longer active (a long poll every `poll_s`: its end is seen
+    as soon as it happens); returns its last document.
 
     With `on_unreachable`, a source agent that does not answer is waited for (it may be restarting:
     it recovers the migration from its journal under the same id), and `on_unreachable(last document,
     the error)` is called at each poll it misses; without it the error is raised."""
     while doc["active"]:
-        time.sleep(poll_s)
+        t0 = time.monotonic()
         try:
-            doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}")
+            # The agent holds the request until the migration ends or poll_s passed: the end is seen at once.
+            doc = source_agent.request("GET", f"/v1/migrations/{doc['id']}", query={"wait": poll_s},
+                                       timeout_s=poll_s + 30)
         except AgentUnavailable as exc:
             if on_unreachable is None:
                 raise
             on_unreachable(doc, exc)
+            time.sleep(max(0.0, poll_s - (time.monotonic() - t0)))
             continue
+        if doc["active"]:
+            time.sleep(max(0.0, poll_s - (time.monotonic() - t0)))  # an agent that does not hold the request
         if on_poll is not None:
             on_poll(doc)
     return doc

@@ -20,6 +20,7 @@ from .target import IncomingRegistry
 
 log = logging.getLogger("slacker.migrations")
 KEEP_FINISHED = 50
+MAX_WAIT_S = 5.0  # the longest a GET of one migration waits for its end (?wait=SECONDS)
 
 
 class MigrationService:
@@ -215,7 +216,10 @@ def attach(node, server, participants: Participants) -> None:
 
     @server.route("GET", f"/v1/migrations/{MID}")
     def get(srv, body, q, mid):
-        return svc.get(mid).to_dict()
+        m = svc.get(mid)
+        if q.get("wait"):  # long poll: answer as soon as it ends, or after `wait` seconds (at most 5)
+            m.ended.wait(min(max(float(q["wait"]), 0.0), MAX_WAIT_S))
+        return m.to_dict()
 
     @server.route("POST", f"/v1/migrations/{MID}/abort")
     def abort(srv, body, q, mid):

@@ -99,7 +99,7 @@ class IncomingMigration:
             else:
                 extract = select_tool().extract_argv(tenant.datadir)
             inc.receiver = Receiver(inc.id, body["token"], extract, bind_host=node.config.tenant_host,
-                                    ssl_context=node.tls_server_context())
+                                    ssl_context=node.tls_server_context(), data_path=body.get("data_path"))
             inc.receiver.start()
         except BaseException:
             inc.remove()
@@ -132,7 +132,8 @@ class IncomingMigration:
         assert self.receiver is not None
         result = self.receiver.wait(timeout_s)
         self._move(TargetState.RECEIVED)
-        return {"bytes_received": getattr(result, "bytes_received", self.receiver.bytes_received)}
+        return {"bytes_received": getattr(result, "bytes_received", self.receiver.bytes_received),
+                "stages": self.receiver.stages.as_dict()}
 
     def prepare(self) -> dict:
         tool = select_tool()

@@ -184,6 +184,10 @@ class ThrottledPipe(ABC):
         """Processes this pipe started, producer first (diagnostics and tests)."""
         return []
 
+    def wait_done(self, timeout: float) -> bool:
+        """Block until the transfer ended or `timeout` passed; True if it ended (no verdict, no abort)."""
+        return self._finished.wait(timeout)
+
     def wait(self, timeout: float) -> TransferResult:
         """Block until the receiver acknowledged the stream; abort and raise on failure or timeout."""
         if not self._started:

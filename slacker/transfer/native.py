@@ -1,14 +1,18 @@
-"""NativePipe: the agent itself reads the producer and writes the socket.
+"""NativePipe: the agent itself moves the producer's output to the socket.
 
-One thread does `read(1 MiB) -> token bucket -> sendall`. The bucket is asked
-before every slice, so a rate cut or a pause applies to the very next slice
-(no credit carried over, see bucket.py), and bytes_sent is exact.
+One thread asks the token bucket before every slice, so a rate cut or a pause
+applies to the very next slice (no credit carried over, see bucket.py), and
+bytes_sent is exact. The data path (wants_splice): `splice` moves each slice from
+the producer's pipe to the socket in the kernel, never through this process
+(plain streams only); `copy` is `read(1 MiB) -> sendall` (TLS needs it). Where
+the pump waited, and its CPU, are in `stages` (slacker.transfer.stages).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import select
 import socket
 import struct
 import subprocess
@@ -20,10 +24,30 @@ from ._proc import StreamTail, env_or_none, kill_group, spawn
 from ..errors import InvalidInput
 from .base import ThrottledPipe, stage_error
 from .bucket import DEFAULT_BURST_S, DEFAULT_MIN_BURST_BYTES, Aborted, TokenBucket
+from .stages import StageClock, exited_child_cpu_s
 
 F_SETPIPE_SZ = 1031
 CHUNK_BYTES = 1 << 20
 PRODUCER_EXIT_GRACE_S = 30.0
+# How the bytes move on each side (sender, receiver): splice in the kernel, or copy through Python.
+DATA_PATHS = {"splice": (True, True), "copy": (False, False), "splice-send": (True, False)}
+# What "auto" means for a plain stream (TLS always copies: splice would bypass the encryption).
+AUTO_DATA_PATH = "copy"
+
+
+def wants_splice(data_path: str | None, tls: bool, side: str) -> bool:
+    """Whether `side` ("send" or "receive") of the copy splices. "auto" (or None) is AUTO_DATA_PATH for
+    a plain stream when the kernel offers splice, copy under TLS; a path that splices is refused with TLS."""
+    path = data_path or "auto"
+    if path != "auto" and path not in DATA_PATHS:
+        raise InvalidInput(f"unknown data path {path!r}", f"known: auto, {', '.join(DATA_PATHS)}",
+                           "omit it for auto")
+    if path == "auto":
+        path = "copy" if tls or not hasattr(os, "splice") else AUTO_DATA_PATH
+    if tls and any(DATA_PATHS[path]):
+        raise InvalidInput("splice cannot be used with TLS", "splice moves bytes around the TLS layer",
+                           "use --data-path auto or copy")
+    return DATA_PATHS[path][0 if side == "send" else 1]
 
 
 class NativePipe(ThrottledPipe):
@@ -33,8 +57,9 @@ class NativePipe(ThrottledPipe):
     stage_labels = {"transport": "the transport (TCP, or TLS over TCP, from this process)"}
 
     def __init__(self, *args, chunk_bytes: int = CHUNK_BYTES, burst_s: float = DEFAULT_BURST_S,
-                 min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool = False,
+                 min_burst_bytes: int = DEFAULT_MIN_BURST_BYTES, use_splice: bool | None = None,
                  ssl_context=None, **kwargs) -> None:
+        """use_splice: None is the "auto" data path's choice for the sender (wants_splice)."""
         super().__init__(*args, **kwargs)
         # TLS (slacker.tls.client_context): the receiver's certificate is checked against the
         # cluster CA and its address. splice() would bypass the encryption, so it is refused.
@@ -43,7 +68,8 @@ class NativePipe(ThrottledPipe):
             raise InvalidInput("splice cannot be used with TLS", "splice moves bytes around the TLS layer",
                                "drop use_splice")
         self.chunk_bytes = int(chunk_bytes)
-        self.use_splice = use_splice
+        self.use_splice = wants_splice("auto", ssl_context is not None, "send") if use_splice is None else use_splice
+        self.stages = StageClock()
         self._bucket = TokenBucket(self._rate, burst_s=burst_s, min_burst_bytes=min_burst_bytes)
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
@@ -136,33 +162,78 @@ class NativePipe(ThrottledPipe):
             self._finished.set()
 
     def _pump(self) -> None:
-        fd = self._proc.stdout.fileno()
-        sock = self._sock
-        if self.use_splice:
-            sfd = sock.fileno()
+        clock = self.stages
+        clock.start()
+        try:
+            self._pump_splice() if self.use_splice else self._pump_copy()
+        finally:
+            clock.stop()
+
+    def _pump_splice(self) -> None:
+        """producer's pipe -> socket in the kernel; the bucket grants each slice before it moves."""
+        fd, sfd = self._proc.stdout.fileno(), self._sock.fileno()
+        clock, now = self.stages, time.monotonic
+        clock.path = "splice"
+        ready = select.poll()
+        ready.register(fd, select.POLLIN)
+        waited = {"producer_wait_s": 0.0, "throttle_wait_s": 0.0, "send_s": 0.0}
+        try:
             while not self._aborted.is_set():
+                t0 = now()
+                ready.poll()  # data or EOF: the time until then is the producer's
+                t1 = now()
                 grant = self._bucket.take(self.chunk_bytes)
+                t2 = now()
                 n = os.splice(fd, sfd, grant)
+                waited["producer_wait_s"] += t1 - t0
+                waited["throttle_wait_s"] += t2 - t1
+                waited["send_s"] += now() - t2
                 if n < grant:
                     self._bucket.refund(grant - n)
                 if n == 0:
                     return
+                if not self._sent:
+                    clock.mark("first_byte")
                 self._sent += n
-            return
+        finally:
+            for k, v in waited.items():
+                clock.add(k, v)
+
+    def _pump_copy(self) -> None:
+        """read(chunk) -> bucket -> sendall, through this process (TLS, or data_path="copy")."""
+        fd, sock = self._proc.stdout.fileno(), self._sock
+        clock, now = self.stages, time.monotonic
+        clock.path = "tls" if self.ssl_context is not None else "copy"
         buf = bytearray(self.chunk_bytes)
         view = memoryview(buf)
-        while not self._aborted.is_set():
-            n = os.readv(fd, [buf])
-            if n == 0:
-                return
-            off = 0
-            while off < n:
-                k = self._bucket.take(n - off)
-                sock.sendall(view[off:off + k])
-                off += k
-                self._sent += k
+        waited = {"producer_wait_s": 0.0, "throttle_wait_s": 0.0, "send_s": 0.0}
+        try:
+            while not self._aborted.is_set():
+                t0 = now()
+                n = os.readv(fd, [buf])
+                waited["producer_wait_s"] += now() - t0
+                if n == 0:
+                    return
+                if not self._sent:
+                    clock.mark("first_byte")
+                off = 0
+                while off < n:
+                    t1 = now()
+                    k = self._bucket.take(n - off)
+                    t2 = now()
+                    sock.sendall(view[off:off + k])
+                    waited["throttle_wait_s"] += t2 - t1
+                    waited["send_s"] += now() - t2
+                    off += k
+                    self._sent += k
+        finally:
+            for k, v in waited.items():
+                clock.add(k, v)
 
     def _producer_exit(self) -> int:
+        self.stages.mark("producer_eof")
+        self.stages.child_cpu_s = exited_child_cpu_s(self._proc.pid, PRODUCER_EXIT_GRACE_S)
+        self.stages.mark("producer_exit")
         try:
             return self._proc.wait(timeout=PRODUCER_EXIT_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -174,6 +245,7 @@ class NativePipe(ThrottledPipe):
         sock.sendall(protocol.encode_trailer(self._sent))
         protocol.half_close(sock)
         verdict = _read_verdict(sock, self.finish_timeout_s)
+        self.stages.mark("verdict")
         if verdict is None:
             self._fail("transport", "the receiver closed the connection without a verdict")
         elif not verdict.ok:

@@ -7,12 +7,20 @@ into the extractor's stdin (e.g. `mbstream -x -C DIR`), holding back the last
 16 bytes so the trailer never reaches the extractor; the stream only counts as
 complete if the trailer is there, announces the right length, and the
 extractor exits 0. The sender is told the outcome in a one-line verdict.
+
+Without TLS the bytes go socket -> a pipe of our own -> the extractor's stdin by
+`splice`, never entering this process: the last 16 bytes stay in our pipe until
+the stream ends, so the trailer is held back without reading the payload. With
+TLS (or `data_path="copy"`) they are read and written through Python. Where the
+relay waited, and its CPU, are in `stages` (slacker.transfer.stages).
 """
 
 from __future__ import annotations
 
 import logging
+import fcntl
 import os
+import select
 import socket
 import ssl
 import subprocess
@@ -24,10 +32,12 @@ from dataclasses import dataclass
 from ..errors import InvalidInput, MigrationFailed, SlackerError
 from . import protocol
 from ._proc import StreamTail, check_argv, env_or_none, kill_group, spawn
+from .stages import StageClock, exited_child_cpu_s
 
 log = logging.getLogger("slacker.transfer")
 
 RECV_CHUNK_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031
 ACCEPT_POLL_S = 0.25
 VERDICT_DRAIN_S = 1.0
 
@@ -69,8 +79,14 @@ class Receiver:
         header_timeout_s: float = 5.0,
         extract_exit_timeout_s: float = 300.0,
         ssl_context=None,
+        data_path: str | None = None,
     ) -> None:
+        """data_path: the copy's data path (slacker.transfer.native.wants_splice); None is "auto"."""
+        from .native import wants_splice
+
         self.migration_id = migration_id
+        self.use_splice = wants_splice(data_path, ssl_context is not None, "receive")
+        self.stages = StageClock()
         try:
             self._mid = protocol.migration_id_bytes(migration_id)
             self._token = protocol.token_bytes(token)
@@ -306,8 +322,10 @@ class Receiver:
         if self._aborted.is_set():
             return  # _run's cleanup kills the extractor
         out_fd = self._proc.stdin.fileno()
+        clock = self.stages
+        clock.start()
         try:
-            tail = self._copy_buffered(conn, out_fd)
+            tail = self._copy_spliced(conn, out_fd) if self.use_splice else self._copy_buffered(conn, out_fd)
         except BrokenPipeError:  # only the extractor's stdin can raise EPIPE here
             rc = _wait_rc(self._proc, 5.0)
             self._fail("extractor", f"{self.extract_argv[0]} exited with code {rc} after "
@@ -319,10 +337,12 @@ class Receiver:
                 self._fail("transport", f"connection dropped after {self._received} bytes: {exc}")
             return
         finally:
+            clock.stop()
             if self._error is not None or self._aborted.is_set():
                 self._close_stdin()
         if self._aborted.is_set():
             return
+        clock.mark("stream_end")
         announced = protocol.parse_trailer(tail)
         payload = self._received - protocol.TRAILER_LEN
         if announced is None or announced != payload:
@@ -331,6 +351,8 @@ class Receiver:
             _send_verdict(conn, protocol.encode_verdict(False, reason="stream cut before its end"))
             return
         self._close_stdin()
+        clock.child_cpu_s = exited_child_cpu_s(self._proc.pid, self.extract_exit_timeout_s)
+        clock.mark("extractor_exit")
         rc = _wait_rc(self._proc, self.extract_exit_timeout_s)
         if rc != 0:
             self._fail("extractor", f"{self.extract_argv[0]} exited with code {rc}")
@@ -352,6 +374,52 @@ class Receiver:
         _send_verdict(conn, protocol.encode_verdict(True, payload))
         log.info("receiver %s: %d bytes extracted", self.migration_id, payload)
 
+    def _copy_spliced(self, conn: socket.socket, out_fd: int) -> bytes:
+        """socket -> our pipe -> the extractor's stdin by splice, keeping the last TRAILER_LEN bytes in
+        our pipe; returns them at EOF. Our pipe is drained to those few bytes after every splice into
+        it, so it always has room for the next one."""
+        hold = protocol.TRAILER_LEN
+        clock, now = self.stages, time.monotonic
+        clock.path = "splice"
+        sfd = conn.fileno()
+        r, w = os.pipe()
+        try:
+            try:
+                fcntl.fcntl(w, F_SETPIPE_SZ, RECV_CHUNK_BYTES)
+            except OSError:
+                pass
+            ready = select.poll()
+            ready.register(sfd, select.POLLIN)
+            held = 0  # bytes in our pipe
+            recv_wait = write = 0.0
+            try:
+                while True:
+                    t0 = now()
+                    ready.poll()
+                    t1 = now()
+                    n = os.splice(sfd, w, RECV_CHUNK_BYTES)
+                    recv_wait += t1 - t0
+                    if n == 0:
+                        break
+                    if not self._received:
+                        clock.mark("first_byte")
+                    self._received += n
+                    held += n
+                    t2 = now()
+                    while held > hold:
+                        held -= os.splice(r, out_fd, held - hold)
+                    write += now() - t2
+            finally:
+                clock.add("recv_wait_s", recv_wait)
+                clock.add("extract_write_s", write)
+            tail = b""
+            while len(tail) < held:
+                tail += os.read(r, held - len(tail))
+            return tail
+        finally:
+            os.close(r)
+            os.close(w)
+
     def _copy_buffered(self, conn: socket.socket, out_fd: int) -> bytes:
         """recv -> write, always keeping the last TRAILER_LEN bytes back; returns them at EOF."""
         hold = protocol.TRAILER_LEN
@@ -361,24 +429,37 @@ class Receiver:
         # A TLS socket hands out one record (16 KiB) per read; gather what is already there into one
         # chunk, or the relay spends its time in per-record Python and 16 KiB pipe writes.
         tls = isinstance(conn, ssl.SSLSocket)
+        clock, now = self.stages, time.monotonic
+        clock.path = "tls" if tls else "copy"
         eof = False
-        while True:
-            n = 0 if eof else conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
-            if n and tls:
-                more, eof = _drain_ready(conn, view[hold + n:hold + RECV_CHUNK_BYTES])
-                n += more
-            if n == 0:
-                return bytes(buf[hold - held:hold])
-            self._received += n
-            total = held + n
-            first = hold - held
-            if total > hold:
-                _write_all(out_fd, view[first:n])
-                buf[0:hold] = buf[n:hold + n]
-                held = hold
-            else:
-                buf[hold - total:hold] = buf[first:hold + n]
-                held = total
+        recv_wait = write = 0.0
+        try:
+            while True:
+                t0 = now()
+                n = 0 if eof else conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
+                if n and tls:
+                    more, eof = _drain_ready(conn, view[hold + n:hold + RECV_CHUNK_BYTES])
+                    n += more
+                t1 = now()
+                recv_wait += t1 - t0
+                if n == 0:
+                    return bytes(buf[hold - held:hold])
+                if not self._received:
+                    clock.mark("first_byte")
+                self._received += n
+                total = held + n
+                first = hold - held
+                if total > hold:
+                    _write_all(out_fd, view[first:n])
+                    buf[0:hold] = buf[n:hold + n]
+                    held = hold
+                else:
+                    buf[hold - total:hold] = buf[first:hold + n]
+                    held = total
+                write += now() - t1
+        finally:
+            clock.add("recv_wait_s", recv_wait)
+            clock.add("extract_write_s", write)
 
     def _close_stdin(self) -> None:
         try:

@@ -110,6 +110,29 @@ def test_stream_arrives_byte_identical(kind, rate, link, payload, tmp_path):
         assert elapsed >= 0.8 * size / rate  # the limit was honoured
 
 
+@pytest.mark.parametrize("sender", ["splice", "copy"])
+@pytest.mark.parametrize("receiving", ["splice", "copy"])
+def test_every_data_path_pair_delivers_the_same_bytes_and_says_where_it_waited(sender, receiving, link, payload,
+                                                                               tmp_path):
+    """splice (in the kernel) and copy (through Python) on either side: same bytes, the trailer held back,
+    and each side's stage clock names its path and accounts for its time."""
+    out = tmp_path / "out"
+    pipe, receiver = link("native", ["cat", str(payload)], extract_stdout=out, data_path=receiving,
+                          pipe_kw={"use_splice": sender == "splice"})
+    pipe.start()
+    sent = pipe.wait(30)
+    got = receiver.wait(10)
+    assert sha256(out) == sha256(payload)
+    assert sent.bytes_sent == got.bytes_received == payload.stat().st_size
+    tx, rx = pipe.stages.as_dict(), receiver.stages.as_dict()
+    assert (tx["path"], rx["path"]) == (sender, receiving)
+    assert 0 <= tx["first_byte_at_s"] <= tx["producer_eof_at_s"] <= tx["verdict_at_s"]
+    assert 0 <= rx["first_byte_at_s"] <= rx["stream_end_at_s"] <= rx["extractor_exit_at_s"]
+    assert tx["child_cpu_s"] is not None and rx["child_cpu_s"] is not None  # cat's CPU, read before reaping
+    waited = tx["producer_wait_s"] + tx["throttle_wait_s"] + tx["send_s"]
+    assert waited <= tx["producer_eof_at_s"] + 0.05
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_xbstream_extracted_by_mbstream(kind, link, tmp_path):
     src, dest = tmp_path / "src", tmp_path / "dest"

@@ -341,3 +341,18 @@ def test_commit_lock_lines_of_the_backup_tools():
     for line in ("Starting BACKUP STAGE BLOCK_DDL", "Finished BACKUP STAGE BLOCK_DDL", "Streaming ./ycsb/db.opt",
                  "Finishing BACKUP STAGE BLOCK_COMMIT", "Copying ./ibdata1 to <STDOUT>"):
         assert commit_lock_event(stamp + line) is None
+
+
+def test_data_paths_per_side_and_tls_always_copies():
+    from slacker.transfer.native import AUTO_DATA_PATH, DATA_PATHS, wants_splice
+
+    for path, (send, receive) in DATA_PATHS.items():
+        assert (wants_splice(path, False, "send"), wants_splice(path, False, "receive")) == (send, receive)
+    assert [wants_splice(None, False, s) for s in ("send", "receive")] == list(DATA_PATHS[AUTO_DATA_PATH])
+    assert not wants_splice("auto", True, "send") and not wants_splice("auto", True, "receive")
+    assert not wants_splice("copy", True, "receive")
+    for path in ("splice", "splice-send"):
+        with pytest.raises(InvalidInput, match="TLS"):
+            wants_splice(path, True, "send")
+    with pytest.raises(InvalidInput, match="unknown data path"):
+        wants_splice("zero-copy", False, "send")

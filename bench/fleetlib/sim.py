@@ -109,7 +109,7 @@ def run(model: FleetModel, opts: SimOptions, progress=None) -> dict:
         for n in new:
             ep_bound[n] = min_removals(loads[assign == n], model.sla_load)
             ep_start[n] = minute
-            totals["bound"] += ep_bound[n]
+            totals["bound"] += int(ep_bound[n])
         totals["episodes"] += len(new)
         for n in np.nonzero(~over & over_prev)[0]:  # episodes that ended: did they last long enough to be seen?
             _ended(n, minute)

@@ -27,8 +27,17 @@ class LightLoad:
                                password=self.credentials[tenant], autocommit=True, ssl_disabled=True,
                                connect_timeout=10, read_timeout=30)
 
-    def prepare(self, tenant: str) -> None:
-        conn = self.connect(tenant)
+    def prepare(self, tenant: str, wait_s: float = 15.0) -> None:
+        # The router learns of a new tenant at its next directory listing (every second by default).
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                conn = self.connect(tenant)
+                break
+            except pymysql.err.OperationalError as exc:
+                if "in the directory" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS scale")
             cur.execute("CREATE TABLE IF NOT EXISTS scale.kv (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")

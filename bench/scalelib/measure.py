@@ -33,6 +33,21 @@ def cli_start_times(cluster: ScaleCluster, repeats: int) -> list[float]:
     return [cli(cluster, "--version")[0] for _ in range(repeats)]
 
 
+def status_api_times(cluster: ScaleCluster, repeats: int) -> list[float]:
+    """What `slacker status` waits for after the CLI has started: every agent's GET /v1/status, one after
+    another as the CLI asks them, from a client already running."""
+    from slacker.agent.client import cluster_clients
+    from slacker.config import load_cluster
+    agents, _ = cluster_clients(load_cluster(str(cluster.path)))
+    out = []
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        for agent in agents.values():
+            agent.request("GET", "/v1/status", timeout_s=60)
+        out.append(time.monotonic() - t0)
+    return out
+
+
 def status_times(cluster: ScaleCluster, repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):

@@ -9,6 +9,7 @@ from pathlib import Path
 FIGURES = [
     ("status_s", "`slacker status --json`", "s"),
     ("cli_start_s", "`slacker --version` (the CLI's start)", "s"),
+    ("status_api_s", "agents' GET /v1/status, one after another", "s"),
     ("create_s", "`tenant create`", "s"),
     ("login_s", "login through the router (+ SELECT 1)", "ms"),
     ("router_rss_mib", "router memory (RSS)", "MiB"),

@@ -93,9 +93,9 @@ PERFORMANCE_SCHEMA_OPTIONS = (
 
 
 # The rest of a tenant's memory sized for a small tenant: MariaDB's defaults allocate and touch caches a
-# tenant of Slacker does not use. An idle tenant was ~99 MiB RSS with pfs sized as above; with these it is
-# ~56 MiB, of which ~23 MiB is the mariadbd binary's and libraries' pages every tenant on the host shares
-# (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
+# tenant of Slacker does not use. An idle tenant was ~105 MiB RSS (82 MiB its own) with pfs sized as above;
+# with these it is ~60 MiB (37 MiB its own): ~23 MiB is the mariadbd binary's and libraries' pages every
+# tenant on the host shares (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
 MEMORY_OPTIONS = (
     # The redo log buffer (default 16M, all of it touched at start): a commit flushes it anyway
     # (innodb_flush_log_at_trx_commit=1), so it only needs to hold one transaction's redo; a bigger one

@@ -31,7 +31,8 @@ from .trash import TrashName, fsync_dir
 
 TENANT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,31})$")
 DEFAULT_PORT_RANGE = (13306, 23305)
-DEFAULT_BUFFER_POOL_BYTES = 128 * 1024 * 1024
+# A small tenant's working set; `tenant create --buffer-pool` for more (docs/configuration.md, sizing).
+DEFAULT_BUFFER_POOL_BYTES = 32 * 1024 * 1024
 START_TIMEOUT_S = 60.0
 START_POLL_S = 0.02  # a refused connect costs next to nothing; a migration's target waits on it
 STOP_TIMEOUT_S = 30.0

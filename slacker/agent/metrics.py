@@ -1,5 +1,6 @@
 """Prometheus metrics of an agent, read from the supervisor's latest samples at scrape time, and the
-directory's health as this node sees it (sampled in the background: a scrape never waits on etcd)."""
+directory's health and this node's cordon as this node sees them (sampled in the background: a scrape
+never waits on etcd)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .supervisor import Supervisor
 
 log = logging.getLogger("slacker.agent.metrics")
 DIRECTORY_HEALTH_INTERVAL_S = 15.0
+OWNED_STATES = ("running", "stopped")  # a tenant's desired states while this node owns it (slacker/tenants.py)
 
 
 class TenantCollector(Collector):
@@ -43,18 +45,24 @@ class TenantCollector(Collector):
             queries.add_metric(labels, h.queries_total)
             conns.add_metric(labels, h.connections)
             restarts.add_metric(labels, h.restarts)
-        yield from (up_total, up, qps, queries, conns, restarts)
+        owned = GaugeMetricFamily("slacker_node_tenants", "Tenants this node holds as their owner (running or "
+                                  "stopped; not a migration's target before its flip, nor its retired source)",
+                                  labels=["node"])
+        owned.add_metric([self.node], sum(1 for h in snap.values() if h.desired_state in OWNED_STATES))
+        yield from (up_total, up, qps, queries, conns, restarts, owned)
 
 
 class DirectoryHealth(Collector):
     """The directory's health from this node every `interval_s`: healthy, members and members answering
-    (etcd: a majority up and a leader; SQLite: the directory node's agent answering)."""
+    (etcd: a majority up and a leader; SQLite: the directory node's agent answering); and whether the
+    directory has this node cordoned (`slacker node cordon`, a drain), read in the same sample."""
 
     def __init__(self, node: str, directory, interval_s: float = DIRECTORY_HEALTH_INTERVAL_S) -> None:
         self.node = node
         self.directory = directory
         self.interval_s = interval_s
         self._last: tuple[float, dict] | None = None  # (monotonic time, health)
+        self._cordon: tuple[bool, float] | None = None  # (cordoned, since: UTC seconds) at the last good read
         self._stop = threading.Event()
 
     def sample(self) -> None:
@@ -64,6 +72,11 @@ class DirectoryHealth(Collector):
             log.warning("directory health sample failed: %s", exc)
             h = {"healthy": False}
         self._last = (time.monotonic(), h)
+        try:
+            c = self.directory.cordons().get(self.node)
+            self._cordon = (c is not None, c.since if c is not None else 0.0)
+        except Exception as exc:  # noqa: BLE001 - the directory unreachable: keep the last answer
+            log.warning("reading this node's cordon failed: %s", exc)
 
     def start(self) -> None:
         def loop() -> None:
@@ -98,7 +111,14 @@ class DirectoryHealth(Collector):
                 members.add_metric([self.node], 1)
                 up.add_metric([self.node], 1 if ok else 0)
             age.add_metric([self.node], time.monotonic() - at)
-        yield from (healthy, members, up, age)
+        cordoned = GaugeMetricFamily("slacker_node_cordoned", "1 if the directory has this node cordoned (it "
+                                     "receives no tenant), at the last sample", labels=labels)
+        since = GaugeMetricFamily("slacker_node_cordoned_since_timestamp_seconds",
+                                  "When the node was cordoned (UTC seconds); 0 while it is not", labels=labels)
+        if self._cordon is not None:
+            cordoned.add_metric([self.node], 1 if self._cordon[0] else 0)
+            since.add_metric([self.node], self._cordon[1])
+        yield from (healthy, members, up, age, cordoned, since)
 
 
 def make_registry(node: str, supervisor: Supervisor) -> CollectorRegistry:

@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..channels import host_is_machine_local
 from ..errors import (AgentUnavailable, Conflict, InsecureChannel, InvalidInput, MigrationFailed, NotFound,
                       SlackerError, Unauthorized)
+from ..tenants import DEFAULT_BUFFER_POOL_BYTES
 from .node import Node
 
 log = logging.getLogger("slacker.agent.http")
@@ -269,7 +270,7 @@ def _add_core_routes(server: ApiServer) -> None:
     def create_tenant(srv, body, q):
         if "id" not in body:
             raise InvalidInput("missing tenant id", "the body needs an id", "")
-        return node.create_tenant(str(body["id"]), int(body.get("buffer_pool_bytes") or 128 * 1024 * 1024))
+        return node.create_tenant(str(body["id"]), int(body.get("buffer_pool_bytes") or DEFAULT_BUFFER_POOL_BYTES))
 
     @server.route("GET", f"/v1/tenants/{TID}")
     def get_tenant(srv, body, q, tid):

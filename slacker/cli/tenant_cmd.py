@@ -30,8 +30,10 @@ def tenant() -> None:
 @click.option("--on", "node", default=None,
               help="Node to create it on (never a cordoned one). Default: the least loaded node that is reachable "
                    "and not cordoned, as the drain's planner picks.")
-@click.option("--buffer-pool", default="128M", show_default=True, type=SERVER_SIZE,
-              help="InnoDB buffer pool; bare K/M/G are binary as in MariaDB (128M = 128MiB).")
+@click.option("--buffer-pool", default="32M", show_default=True, type=SERVER_SIZE,
+              help="InnoDB buffer pool: the most of the tenant's data and indexes kept in memory. Size it to the "
+                   "tenant's working set (docs/configuration.md, 'Sizing a tenant'); it moves with the tenant. "
+                   "Bare K/M/G are binary as in MariaDB (128M = 128MiB).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool: int, as_json: bool) -> None:

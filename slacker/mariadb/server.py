@@ -92,6 +92,24 @@ PERFORMANCE_SCHEMA_OPTIONS = (
 )
 
 
+# The rest of a tenant's memory sized for a small tenant: MariaDB's defaults allocate and touch caches a
+# tenant of Slacker does not use. An idle tenant was ~105 MiB RSS (82 MiB its own) with pfs sized as above;
+# with these it is ~60 MiB (37 MiB its own): ~23 MiB is the mariadbd binary's and libraries' pages every
+# tenant on the host shares (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
+MEMORY_OPTIONS = (
+    # The redo log buffer (default 16M, all of it touched at start): a commit flushes it anyway
+    # (innodb_flush_log_at_trx_commit=1), so it only needs to hold one transaction's redo; a bigger one
+    # is written out as it fills.
+    "innodb_log_buffer_size = 2M",
+    # MyISAM's index cache (default 128M, ~23 MiB touched at start): tenants' tables are InnoDB and the
+    # system tables Aria, so nothing reads through it.
+    "key_buffer_size = 1M",
+    # Aria's page cache (default 128M, ~6 MiB touched at start): the system tables and on-disk
+    # internal temporary tables (a large GROUP BY or ORDER BY) read through it.
+    "aria_pagecache_buffer_size = 8M",
+)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """The generated my.cnf of one tenant. No secrets in here."""
@@ -141,6 +159,7 @@ class ServerConfig:
             f"innodb_buffer_pool_size = {self.buffer_pool_bytes}",
             "innodb_log_file_size = 64M",
             *PERFORMANCE_SCHEMA_OPTIONS,
+            *MEMORY_OPTIONS,
             "skip-name-resolve",
             "max_connections = 300",
             "character-set-server = utf8mb4",

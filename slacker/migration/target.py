@@ -25,6 +25,7 @@ from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, 
 from ..mariadb import ops, replication
 from ..mariadb.rowsums import table_sums
 from ..procs import kill_group, kill_orphan
+from ..tenants import DEFAULT_BUFFER_POOL_BYTES
 from ..tenants import Tenant, port_is_free, validate_tenant_id
 from ..transfer import Receiver
 from .journal import Entry
@@ -69,7 +70,7 @@ class IncomingMigration:
         node.journal.write(entry)
         try:
             tenant = node.tenants.new_tenant(tid, int(body["port"]),
-                                             int(body.get("buffer_pool_bytes") or 128 * 1024 * 1024),
+                                             int(body.get("buffer_pool_bytes") or DEFAULT_BUFFER_POOL_BYTES),
                                              desired_state="incoming")
         except BaseException:
             node.journal.remove(entry)

@@ -8,7 +8,9 @@ exactly one epoch, and nothing of the migration is left behind.
 import pytest
 
 from slacker.agent.client import cluster_clients
+from slacker.client import resolve
 from slacker.procs import alive
+from slacker.tenants import DEFAULT_BUFFER_POOL_BYTES
 
 from benchkit.migration import (acked_ids_present, create_loaded_tenant, follow, node_dir, processes_mentioning,
                                 start_migration, tenant_checksums, wait_migration)
@@ -80,5 +82,11 @@ def test_migrate_back_and_forth(cluster):
         d = start_migration(cluster, "ping", target=dst)
         d = wait_migration(cluster, src, d["id"])
         assert d["result"] == "succeeded", d.get("error")
+        # The tenant's own buffer pool (64M at create, not the default) moved with it.
+        conn = resolve("ping", cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@innodb_buffer_pool_size")
+            assert cur.fetchone()[0] == 64 << 20 != DEFAULT_BUFFER_POOL_BYTES
+        conn.close()
     own = directory.lookup("ping")
     assert (own.node, own.epoch) == ("node-1", 3)

@@ -10,7 +10,7 @@ import pytest
 from slacker import mariadb
 from slacker.errors import Conflict, MissingDependency, TenantError
 from slacker.procs import alive
-from slacker.tenants import preferred_port
+from slacker.tenants import DEFAULT_BUFFER_POOL_BYTES, preferred_port
 
 
 def app_conn(t, db=None):
@@ -40,8 +40,15 @@ def test_create_write_restart_delete(tenants):
         assert cur.fetchall() == ((1, "one"), (2, "two"))
         cur.execute("SELECT @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@log_bin, "
                     "@@performance_schema, @@innodb_buffer_pool_size")
-        assert cur.fetchone() == ("ROW", "FULL", "FULL", 1, 1, 128 * 1024 * 1024)
+        assert cur.fetchone() == ("ROW", "FULL", "FULL", 1, 1, DEFAULT_BUFFER_POOL_BYTES)
+        cur.execute("SELECT @@innodb_log_buffer_size, @@key_buffer_size, @@aria_pagecache_buffer_size")
+        assert cur.fetchone() == (2 << 20, 1 << 20, 8 << 20)
     c.close()
+    # Lean: the server's own memory (not the binary's pages, shared by every tenant on the host) is small.
+    # MariaDB's defaults made it ~75 MiB (docs/results.md, "A lean tenant").
+    anon_kib = next(int(line.split()[1]) for line in Path(f"/proc/{t.pid()}/status").read_text().splitlines()
+                    if line.startswith("RssAnon:"))
+    assert anon_kib < 48 * 1024, f"an idle tenant holds {anon_kib // 1024} MiB of its own"
     new_pid = t.pid()
     tenants.delete("life")
     assert not alive(new_pid)

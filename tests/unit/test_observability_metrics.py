@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -87,3 +88,33 @@ def test_directory_health_sqlite_answering_or_not():
     down.sample()
     text = scrape(down)
     assert 'slacker_directory_healthy{node="n2"} 0.0' in text and 'slacker_directory_members_up{node="n2"} 0.0' in text
+
+
+def test_cordon_and_owned_tenants_as_the_directory_and_supervisor_say(tmp_path):
+    """`slacker node cordon` shows as slacker_node_cordoned (and since when) at the next sample, and
+    uncordon clears it; a node's owned tenants count running and stopped ones, not a migration's
+    incoming target or retired source."""
+    from slacker.agent.metrics import TenantCollector
+    from slacker.directory import SQLiteStore
+    store = SQLiteStore(tmp_path / "dir.db")
+    h = DirectoryHealth("n1", store)
+    h.sample()
+    assert 'slacker_node_cordoned{node="n1"} 0.0' in scrape(h)
+    assert 'slacker_node_cordoned_since_timestamp_seconds{node="n1"} 0.0' in scrape(h)
+    c = store.cordon("n1", reason="drain")
+    store.cordon("n2")
+    assert 'slacker_node_cordoned{node="n1"} 0.0' in scrape(h)  # what the last sample saw
+    h.sample()
+    text = scrape(h)
+    assert 'slacker_node_cordoned{node="n1"} 1.0' in text
+    since = re.search(r'slacker_node_cordoned_since_timestamp_seconds\{node="n1"\} (\S+)', text)
+    assert since and float(since.group(1)) == c.since
+    store.uncordon("n1")
+    h.sample()
+    assert 'slacker_node_cordoned{node="n1"} 0.0' in scrape(h)
+
+    states = ["running", "running", "stopped", "incoming", "retired"]
+    snap = {f"t{i}": SimpleNamespace(id=f"t{i}", desired_state=s, healthy=True, queries_per_s=0.0, queries_total=0,
+                                     connections=0, restarts=0) for i, s in enumerate(states)}
+    tenants = scrape(TenantCollector("n1", SimpleNamespace(snapshot=lambda: snap)))
+    assert 'slacker_node_tenants{node="n1"} 3.0' in tenants

@@ -20,7 +20,7 @@ from ..errors import CatchUpTimeout, LockNotGranted, MigrationFailed, SlackerErr
 from .lease import LEASE_MARGIN_S
 from .options import HandoverAttempt, OverBudget
 from .participants import Held, Participants
-from .seams import AttemptEnded, Flipped, FlipNotSent, LeftCatchUp, Seam, StepReached, WaitingFor
+from .seams import AttemptEnded, Flipped, FlipNotSent, LeftCatchUp, Seam, StepReached, WaitingFor, Warned
 from .protocol import Phase, SourceState
 
 log = logging.getLogger("slacker.migration.handover")
@@ -115,6 +115,10 @@ class Handover:
         # Routers hold the tenant's new statements and let open transactions finish (bounded by the
         # freeze budget) before the lock is asked for: no routed statement meets the freeze.
         self.routers = self.participants.hold(m.tenant_id, drain_s=budget, freeze_s=budget)
+        if self.routers.missing:
+            m.record(Warned(f"router {', '.join(self.routers.missing)} did not answer the hold: its clients met "
+                            "the handover unheld (a statement may have failed against the fence); check that "
+                            "every agent reaches the router's admin address (`slacker router status`)"))
         t0 = time.monotonic()
         deadline = t0 + budget
 

@@ -45,7 +45,7 @@ from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
 from .seams import (AttemptEnded, ControllerStep, Finishing, FlipNotSent, Flipped, LeftCatchUp, Outage, Result,
-                    RoundDone, Seam, StepReached, WaitingFor)
+                    RoundDone, Seam, StepReached, WaitingFor, Warned)
 from .steps import StepTimes
 from .telemetry import Telemetry, utc
 from .source import SourceSide
@@ -489,6 +489,10 @@ class Migration:
                 self.finishing_reason = reason
             case ControllerStep(report):
                 self.controller_state = report
+            case Warned(text):
+                if text not in self.warnings:
+                    self.warnings.append(text)
+                    log.warning("migration %s: %s", self.id, text)
             case _:
                 raise TypeError(f"not a result of a role: {result!r}")
 

@@ -16,6 +16,8 @@ from typing import Protocol
 class Held(Protocol):
     """A tenant held by the participants for one handover attempt."""
 
+    missing: list[str]  # participants that did not answer the hold (they take no part in this attempt)
+
     def release(self, after_flip: bool = False, own=None) -> None:
         """Let the held statements go: after the flip to `own` (the ownership the flip wrote; None: ask
         the directory), else back to the source."""
@@ -32,6 +34,8 @@ class Participants(Protocol):
 
 
 class _NotHeld:
+    missing: list[str] = []
+
     def release(self, after_flip: bool = False, own=None) -> None:
         pass
 

@@ -85,8 +85,14 @@ class ControllerStep:
     report: StepReport
 
 
+@dataclass(frozen=True)
+class Warned:
+    """Something the operator should know that did not stop the migration (`warnings`)."""
+    text: str
+
+
 Result = (RoundDone | LeftCatchUp | AttemptEnded | StepReached | WaitingFor | Flipped | FlipNotSent | Outage
-          | Finishing | ControllerStep)
+          | Finishing | ControllerStep | Warned)
 
 
 # ---- the seam -----------------------------------------------------------------------------------

@@ -238,6 +238,8 @@ def test_rolled_back_handover_sends_held_statements_to_the_source(routed):
     end = wait_migration(cluster, "node-1", doc["id"])
     writer.join(30)
     assert end["result"] == "aborted" and "waited_s" in box, (end, _router_log(cluster))
+    # The router that did not answer is named to the operator, not only in the agent's log.
+    assert any("router 127.0.0.1:9 did not answer the hold" in w for w in end["warnings"]), end["warnings"]
     assert _datadir_node(conn) == "node-1"
     with conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM k.t")

@@ -10,6 +10,7 @@ is a multiple of the load's own latency.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -83,6 +84,28 @@ def latency_at_rate(points: list[tuple[float, float]], rate: float) -> float | N
         if x0 <= rate <= x1:
             return y0 if x1 == x0 else y0 + (y1 - y0) * (rate - x0) / (x1 - x0)
     return curve[-1][1]
+
+
+def elasticity(points: list[tuple[float, float]], rate: float) -> float | None:
+    """How steep the monotone curve is at `rate`: d ln latency / d ln rate on the segment holding it.
+    Repeats of one fixed rate whose achieved rates differ by x % should differ in latency by about
+    this times x %, whatever the plant's own noise; None outside the measured rates."""
+    curve = isotonic(points)
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= rate <= x1 and x1 > x0 and y0 > 0 and y1 > 0:
+            return math.log(y1 / y0) / math.log(x1 / x0)
+    return None
+
+
+def rate_corrected(runs: list[tuple[float, float]], points: list[tuple[float, float]], to_rate: float) -> list[float]:
+    """Each run's (achieved rate, latency) moved along the monotone curve of `points` to `to_rate`: what
+    is left of the repeats' spread is the plant's, not the achieved rates' (a run outside the curve's
+    rates is left as measured)."""
+    out = []
+    for rate, lat in runs:
+        here, there = latency_at_rate(points, rate), latency_at_rate(points, to_rate)
+        out.append(lat * there / here if here and there else lat)
+    return out
 
 
 def oracle(points: list[tuple[float, float]], target: float) -> dict:

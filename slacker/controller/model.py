@@ -27,8 +27,10 @@ Each step (docs/controller.md, "The model controller"):
    Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
    ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
-   rate the copy moved over the lag -- with latency under FREE x the aim (no knee in sight) x its limit
-   and x FREE·aim / latency more (the further under, the larger); a window over OVER x the setpoint
+   rate the copy moved over the lag -- with the copy using under FREE of the room to the aim (no knee
+   in sight: latency under FREE x the aim, or, given the load's own latency L0 measured before the
+   copy, what the copy adds to it on the line's scale) x its limit and x FREE / that share more (the
+   further under, the larger); a window over OVER x the setpoint
    is a queue: half the rate, or the model's rate for the aim if lower. The start is a rate in bytes/s
    (a server's knee is), whatever the max rate.
 

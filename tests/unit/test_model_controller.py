@@ -235,14 +235,21 @@ def test_a_rise_is_capped_at_rise_times_the_fastest_rate_seen():
 
 
 def test_the_lag_is_measured():
-    """On plants of every lag, the lag the model settles on is the plant's, give or take a step."""
-    hits = 0
+    """On plants of every lag, the lag the model settles on is the plant's, give or take a step -- and the long
+    lags are told from the short ones (a lag stuck at the 2 s it starts from is within a step of 1-3 s plants,
+    62 % of these: the first check alone cannot fail on it). Measured: 33 of 40 within a step; of the 23 plants
+    of lag 3-4, 17 settle on 3 or more."""
+    hits, long_hits, longs = 0, 0, 0
     plants = [sc for sc in plant_mod.family(40, seed=5, kinds=("binding",))]
     for sc in plants:
         r = plant_mod.run_copy(sc, MAKERS["model"], record=True)
         lags = [s.get("model_lag_s") for s in r.states[-30:] if s.get("model_lag_s") is not None]
         hits += bool(lags) and abs(lags[-1] - sc.lag) <= 1
+        if sc.lag >= 3:
+            longs += 1
+            long_hits += bool(lags) and lags[-1] >= 3
     assert hits >= 0.6 * len(plants)
+    assert longs >= 10 and long_hits >= 0.6 * longs, (long_hits, longs)
 
 
 def test_the_start_rate_is_in_bytes_per_second_whatever_the_max():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -95,3 +96,23 @@ def test_paired_differences_skip_blocks_where_either_is_missing():
     assert s["n"] == 2 and s["missing"] == 2
     assert s["median"] == pytest.approx(0.05) and s["min"] == pytest.approx(-0.1) and s["max"] == pytest.approx(0.2)
     assert pr.met([0.95, 1.2, None, 1.05], 0.9, 1.1) == "2 of 3"
+
+
+def test_elasticity_is_the_curves_log_slope_where_the_rate_lies():
+    # the disk-bound host's calibration: flat-ish under the knee, steep past it
+    pts = [(6.2e6, 40.0), (12.8e6, 93.0), (15.5e6, 1100.0)]
+    low = pr.elasticity(pts, 9e6)
+    assert low == pytest.approx(math.log(93 / 40) / math.log(12.8 / 6.2))
+    assert pr.elasticity(pts, 14e6) > 10 * low  # past the knee a 1 % rate difference is >10 % latency
+    assert pr.elasticity(pts, 20e6) is None  # outside the measured rates
+
+
+def test_rate_corrected_moves_each_repeat_to_one_rate_along_the_curve():
+    pts = [(10e6, 50.0), (14e6, 90.0)]
+    # two repeats that differ only because one ran a little faster: corrected, they agree
+    runs = [(11e6, 60.0), (13e6, 80.0)]
+    out = pr.rate_corrected(runs, pts, 12e6)
+    assert out == pytest.approx([70.0, 70.0])
+    assert pr.calibration(out)["ok"] and not pr.calibration([y for _, y in runs])["ok"]
+    # a repeat outside the curve's rates is left as measured
+    assert pr.rate_corrected([(20e6, 99.0)], pts, 12e6) == [99.0]

@@ -21,6 +21,10 @@ LATENCY_TOLERANCE = 0.10   # the load's own latency within +-10 % of its calibra
 CALIBRATION_SPREAD = 0.05  # repeats of one fixed rate within 5 % of their mean latency
 BINDING_MARGIN = 1.3       # binding: the unthrottled copy's mean >= 1.3x the setpoint
 MIN_ORACLE_COPY_S = 60.0   # binding: the oracle's copy lasts >= 60 s
+RATE_JITTER = 0.02         # a fixed rate's achieved mean between runs (12.3-12.75 MB/s asked 13, 2026-11-27)
+# The steepest curve a 5 % calibration can resolve: where latency moves more than this times the
+# achieved rate's jitter, repeats of one rate differ by more than 5 % however still the plant is.
+MAX_ELASTICITY = CALIBRATION_SPREAD / RATE_JITTER
 
 
 @dataclass(frozen=True)
@@ -146,11 +150,14 @@ def oracle(points: list[tuple[float, float]], target: float) -> dict:
 
 
 def choose_multiples(points: list[tuple[float, float]], unthrottled: tuple[float, float], size_bytes: float,
-                     min_copy_s: float = MIN_ORACLE_COPY_S, margin: float = BINDING_MARGIN) -> dict:
+                     min_copy_s: float = MIN_ORACLE_COPY_S, margin: float = BINDING_MARGIN,
+                     max_elasticity: float | None = MAX_ELASTICITY) -> dict:
     """The setpoints, as multiples of the load's own latency, from the calibration's fixed rates and
     unthrottled copy ((rate, latency ratio) each): binding = the largest multiple whose oracle copy
-    still lasts `min_copy_s` and that the unthrottled copy exceeds by `margin`; non-binding = twice
-    what the unthrottled copy costs."""
+    still lasts `min_copy_s`, that the unthrottled copy exceeds by `margin`, and that lies where the
+    curve is no steeper than `max_elasticity` (past a knee the oracle's latency is not reproducible:
+    there the largest multiple is the latency where the steep part begins); non-binding = twice what
+    the unthrottled copy costs."""
     u_rate, u_ratio = unthrottled
     cap_rate = size_bytes / min_copy_s
     curve = isotonic(points + [unthrottled])
@@ -158,10 +165,17 @@ def choose_multiples(points: list[tuple[float, float]], unthrottled: tuple[float
     if at_cap is None and curve and cap_rate < curve[0][0]:
         at_cap = curve[0][1]  # slower than every measured rate: no more than the slowest one costs
     by_margin = u_ratio / margin
-    binding = min(by_margin, at_cap if at_cap is not None else by_margin)
+    by_knee = None
+    if max_elasticity is not None:
+        for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+            if x1 > x0 and y0 > 0 and math.log(y1 / y0) / math.log(x1 / x0) > max_elasticity:
+                by_knee = y0  # the steep part starts at x0
+                break
+    binding = min(v for v in (by_margin, at_cap, by_knee) if v is not None)
     binding = int(binding * 20) / 20  # down to a 0.05 step
     return {"binding": binding, "nonbinding": round(2 * u_ratio, 2), "by_margin": by_margin,
-            "by_copy_time": at_cap, "cap_rate": cap_rate, "binds": binding > 1.0}
+            "by_copy_time": at_cap, "by_knee": by_knee, "max_elasticity": max_elasticity, "cap_rate": cap_rate,
+            "binds": binding > 1.0}
 
 
 def rotated(members: list, block: int) -> list:

@@ -88,6 +88,19 @@ def test_choose_multiples_binding_needs_margin_and_a_long_enough_copy():
     assert not pr.choose_multiples([(5 * mb, 1.0), (10 * mb, 1.0)], (60 * mb, 1.02), 600 * mb)["binds"]
 
 
+def test_choose_multiples_keeps_the_binding_setpoint_off_a_knee_it_cannot_resolve():
+    # today's disk-bound calibration: 6.4 MB/s 6.6x, 12.7 MB/s 9.5x, 16.5 MB/s 341x, unthrottled 26 MB/s 1788x;
+    # a 60 s copy of 781 MB runs at 13.0 MB/s, just past the knee: read there, the setpoint was 35x -- a
+    # latency a 2 % difference in achieved rate moves by ~27 % (elasticity 13.6)
+    mb = 1e6
+    pts = [(6.4 * mb, 6.6), (12.7 * mb, 9.5), (16.5 * mb, 341.0)]
+    m = pr.choose_multiples(pts, (26.2 * mb, 1788.0), 781 * mb)
+    assert m["by_copy_time"] > 30 and m["binding"] == pytest.approx(9.5) and m["by_knee"] == pytest.approx(9.5)
+    assert pr.elasticity(pts, 14 * mb) > pr.MAX_ELASTICITY >= pr.elasticity(pts, 9 * mb)
+    # with no bound it is the old choice, on the knee
+    assert pr.choose_multiples(pts, (26.2 * mb, 1788.0), 781 * mb, max_elasticity=None)["binding"] > 30
+
+
 def test_rotation_starts_each_block_one_member_later():
     m = ["alone", "fixed", "model", "pid"]
     assert pr.rotated(m, 1) == m

@@ -97,7 +97,7 @@ class Stable:
                 pre = latency_stats(recs, t_pre1 - a.pre_window, t_pre1)
                 gate = protocol.load_gate(self._seconds(recs, t_pre1 - a.pre_window, t_pre1))
                 if gate.ok and gate_latency and self.calib_latency_s:
-                    gate = protocol.latency_gate(self.lat(pre), self.calib_latency_s)
+                    gate = protocol.latency_gate(self.lat(pre), self.calib_latency_s, a.latency_tolerance)
                 if not gate.ok:
                     self.st["rejected"].append({"name": tag, "why": gate.why, "at": time.time()})
                     log(f"{tag}: rejected before the copy: {gate.why}")

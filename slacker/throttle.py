@@ -129,7 +129,7 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
         holder["ctl"] = controller
     options.step_s = c.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
-    policy.baseline_latency_s = baseline.latency_s
+    policy.set_baseline(baseline.latency_s)
     policy.baseline_idle = baseline.empty
     policy.kind = c.kind
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,

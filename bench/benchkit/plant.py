@@ -420,6 +420,22 @@ class CopyRun:
         return None
 
 
+def baseline(sc: Scenario, seconds: int = 5) -> float | None:
+    """The load's own latency as the migration measures it before any byte moves (slacker.throttle.measure:
+    the median of `seconds` one-second means), on a plant of its own so the copy's seconds are not shifted."""
+    from slacker.controller.verdict import load_latency
+
+    pre = FluidPlant(sc)
+    src = pre.source()
+    means = []
+    for _ in range(seconds):
+        pre.advance(0)
+        y = src.read().last_latency_s
+        if y:
+            means.append(y)
+    return load_latency(means)
+
+
 def run_copy(sc: Scenario, make: Callable | None = None, limit: float | None = None, max_s: int = 900,
              record: bool = False) -> CopyRun:
     """One migration's copy on the plant: `make(setpoint_s, max_rate)` builds the controller, stepped
@@ -433,6 +449,7 @@ def run_copy(sc: Scenario, make: Callable | None = None, limit: float | None = N
     if make is not None:
         policy = RatePolicy(plant.source(), make(sc.setpoint_s, NOMINAL_MAX))
         policy.unthrottled_at_max = True
+        policy.set_baseline(baseline(sc))
         rate = policy.initial_rate()
     run = CopyRun(None, plant.latencies, sc.setpoint_s, plant.marks, 0.0)
     for _ in range(max_s):

@@ -273,18 +273,18 @@ def plot_stable(res: dict, path: Path) -> None:
     ax.axhline(mult["nonbinding"], color="grey", ls=":", lw=1, label=f"non-binding setpoint {mult['nonbinding']:g}x")
     ax.set_xlabel("copy rate (MB/s, achieved mean)")
     ax.set_yscale("log")
-    ax.set_ylabel("mean latency during the copy / the load's own just before (log)")
+    ax.set_ylabel(f"latency during the copy ({cal.get('stat') or res['config'].get('latency_stat', 'mean')} of the seconds) / the load's own (log)")
     done = sum(1 for b in st['blocks'] if b.get('figures'))
     ax.set_title(f"{res['config'].get('load')}: {done} complete blocks, {len(st['rejected'])} runs rejected by the gate")
     ax.legend(fontsize=7)
     reps = [runs[n] for n in cal.get("repeats", []) if n in runs]
     if reps:
-        ax2.bar(range(1, len(reps) + 1), [r["copy"]["mean_s"] * 1000 for r in reps], color="tab:grey")
-        m = sum(r["copy"]["mean_s"] for r in reps) / len(reps) * 1000
+        ax2.bar(range(1, len(reps) + 1), [(r.get("latency_s") or r["copy"]["mean_s"]) * 1000 for r in reps], color="tab:grey")
+        m = sum(r.get("latency_s") or r["copy"]["mean_s"] for r in reps) / len(reps) * 1000
         ax2.axhspan(0.95 * m, 1.05 * m, color="tab:green", alpha=0.15, label="mean +-5 %")
         ax2.set_title(f"calibration: {len(reps)} x {cal['repeat_rate'] / MB:.1f} MB/s, spread "
                       f"{cal['spread']['spread']:.1%}", fontsize=9)
-        ax2.set_ylabel("mean latency during the copy (ms)")
+        ax2.set_ylabel(f"latency during the copy, {cal.get('stat') or res['config'].get('latency_stat', 'mean')} of the seconds (ms)")
         ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

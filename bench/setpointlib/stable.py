@@ -69,6 +69,10 @@ class Stable:
         self.calib_latency_s: float | None = None
 
     # --- one gated run ------------------------------------------------------------------------------------
+    def lat(self, stats: dict) -> float | None:
+        """A run's latency by --latency-stat: the median of its per-second means (default) or the mean."""
+        return stats.get("median_1s_s" if self.a.latency_stat == "median" else "mean_s")
+
     def _seconds(self, recs: list[dict], t0: float, t1: float) -> list[tuple[float, float, float]]:
         return [(r["offered_tps"], r["achieved_tps"], r["interval_s"]) for r in recs
                 if r["phase"] == "run" and t0 <= r["_end"] <= t1 and r.get("offered_tps")]
@@ -93,12 +97,17 @@ class Stable:
                 pre = latency_stats(recs, t_pre1 - a.pre_window, t_pre1)
                 gate = protocol.load_gate(self._seconds(recs, t_pre1 - a.pre_window, t_pre1))
                 if gate.ok and gate_latency and self.calib_latency_s:
-                    gate = protocol.latency_gate(pre["mean_s"], self.calib_latency_s)
+                    gate = protocol.latency_gate(self.lat(pre), self.calib_latency_s, a.latency_tolerance)
                 if not gate.ok:
                     self.st["rejected"].append({"name": tag, "why": gate.why, "at": time.time()})
                     log(f"{tag}: rejected before the copy: {gate.why}")
                     continue
-                sp = mult * pre["mean_s"] if mult else None
+                # The setpoint (and every ratio) against the session's reference, the calibration median of
+                # the load's own latency: the gate has held this run's within +-10 % of it, and dividing by
+                # the run's own reading adds that reading's noise where the copy's cost does not scale with
+                # it (on the disk-bound host the copy's queue is added to the load's latency, not a multiple)
+                ref = self.calib_latency_s or self.lat(pre)
+                sp = mult * ref if mult else None
                 mig = None
                 if kind == "alone":
                     time.sleep(a.level)
@@ -117,20 +126,24 @@ class Stable:
             copy = latency_stats(recs, c0, c1, sp)
             if copy["mean_s"] is None and mig is not None:  # a copy shorter than the tail left out
                 copy = latency_stats(recs, c0, mig["snapshot_end"], sp)
+            lat, own = self.lat(copy), self.lat(pre)
             run = {"name": tag, "kind": kind, "attempt": attempt, "tps": tps, "fixed_rate": rate, "mult": mult,
                    "setpoint_s": sp, "pre": pre, "gate_worst_load_dev": gate.worst, "copy": copy,
-                   "ratio": copy["mean_s"] / pre["mean_s"] if copy["mean_s"] and pre["mean_s"] else None,
+                   "latency_s": lat, "own_s": own, "ref_s": ref, "stat": self.a.latency_stat,
+                   "ratio": lat / ref if lat and ref else None,
+                   "ratio_own": lat / own if lat and own else None,
                    "harness_path": str(h.out_path), "cpu_during_copy": b.cpu.summary(c0, c1),
                    "loadavg": __import__("os").getloadavg()}
             if mig is not None:
                 run["migration"] = {k: v for k, v in mig.items() if k != "series"}
                 run["rate"] = mig["avg_rate"]
-                run["sp_ratio"] = copy["mean_s"] / sp if sp and copy["mean_s"] else None
+                run["sp_ratio"] = lat / sp if sp and lat else None
+                run["sp_ratio_mean"] = copy["mean_s"] / sp if sp and copy["mean_s"] else None
             b.results["runs"][tag] = run
             b.save()
-            log(f"{tag}: pre {ms(pre['mean_s'])} ms; " + (
+            log(f"{tag}: own {ms(own)} ms (ref {ms(ref)}); " + (
                 f"{mig['result']} {mig['bytes'] / MB:.0f} MB in {mig['snapshot_s']:.1f}s = {mbs(mig['avg_rate'])} MB/s, "
-                if mig else "no copy, ") + f"mean {ms(copy['mean_s'])} ms = {run['ratio'] or 0:.2f}x the load's own"
+                if mig else "no copy, ") + f"{a.latency_stat} {ms(lat)} ms (mean {ms(copy['mean_s'])}) = {run['ratio'] or 0:.2f}x the reference"
                 + (f", {run['sp_ratio']:.2f}x setpoint {ms(sp)} ms" if run.get("sp_ratio") else "")
                 + f"; others {run['cpu_during_copy']['others_cores']} cores")
             return run
@@ -173,6 +186,13 @@ class Stable:
         rates = sorted({min(u["rate"] * 0.9, cap_rate * f) for f in a.sweep_factors})
         sweep = [self._must(self.run(f"cal-fixed-{mbs(r, 1)}MBps", "fixed", rate=r, abort_after_s=a.level,
                                      gate_latency=False)) for r in rates]
+        # the session's reference: the load's own latency, median over the calibration's runs so far;
+        # every ratio so far is re-read against it, and from here on runs are gated on it
+        self.calib_latency_s = statistics.median([r["own_s"] for r in [alone, u] + sweep if r["own_s"]])
+        for r in [alone, u] + sweep:
+            r["ref_s"] = self.calib_latency_s
+            r["ratio"] = r["latency_s"] / self.calib_latency_s if r["latency_s"] else None
+        b.save()
         pts = [(s["rate"], s["ratio"]) for s in sweep if s["ratio"] is not None]
         mult = protocol.choose_multiples(pts, (u["rate"], u["ratio"]), size)
         cal.update(alone=alone["name"], unthrottled=u["name"], sweep=[s["name"] for s in sweep], multiples=mult)
@@ -184,19 +204,29 @@ class Stable:
         orc = protocol.oracle(pts + [(u["rate"], u["ratio"])], mult["binding"])
         self.rates = self._bracket_rates(orc["rate"] or cap_rate)
         rep_rate = self.rates[1]
+        # the repeats are gated like the blocks' runs: the calibration judges the runs a controller is judged on
         reps = [self._must(self.run(f"cal-repeat{i}-{mbs(rep_rate, 1)}MBps", "fixed", rate=rep_rate,
-                                    abort_after_s=a.level, gate_latency=False))
+                                    abort_after_s=a.level))
                 for i in range(1, a.calibration_repeats + 1)]
-        c = protocol.calibration([r["copy"]["mean_s"] for r in reps])
-        self.calib_latency_s = statistics.median([r["pre"]["mean_s"] for r in reps + [alone, u] + sweep])
+        c = protocol.calibration([r["latency_s"] for r in reps])
+        curve_pts = pts + [(u["rate"], u["ratio"])]
         cal.update(repeats=[r["name"] for r in reps], repeat_rate=rep_rate, spread=c, rates=self.rates,
-                   load_latency_median_s=self.calib_latency_s,
-                   ratio_spread=protocol.calibration([r["ratio"] for r in reps]))
+                   load_latency_median_s=self.calib_latency_s, stat=a.latency_stat,
+                   spread_of_means=protocol.calibration([r["copy"]["mean_s"] for r in reps]),
+                   ratio_spread=protocol.calibration([r["ratio_own"] for r in reps]),
+                   rate_spread=protocol.calibration([r["rate"] for r in reps]),
+                   elasticity=protocol.elasticity(curve_pts, rep_rate),
+                   rate_corrected=protocol.calibration(protocol.rate_corrected(
+                       [(r["rate"], r["ratio"]) for r in reps], curve_pts, rep_rate)))
         b.save()
-        log(f"calibration: {len(reps)} repeats at {mbs(rep_rate)} MB/s: mean latency during the copy "
+        el = cal["elasticity"]
+        log(f"calibration: {len(reps)} repeats at {mbs(rep_rate)} MB/s: {a.latency_stat} latency during the copy "
             f"{ms(c['mean'])} ms, spread {c['spread']:.1%} ({'within' if c['ok'] else 'NOT within'} 5 %); "
-            f"as a multiple of the load's own: spread {cal['ratio_spread']['spread']:.1%}; the load's own "
-            f"latency {ms(self.calib_latency_s)} ms (median)")
+            f"of the means {cal['spread_of_means']['spread']:.1%}; achieved rates spread "
+            f"{cal['rate_spread']['spread']:.1%}, the curve's elasticity there "
+            f"{'-' if el is None else f'{el:.2f}'}, corrected to one rate {cal['rate_corrected']['spread']:.1%}; "
+            f"as multiples of each run's own latency {cal['ratio_spread']['spread']:.1%}; the reference "
+            f"{ms(self.calib_latency_s)} ms")
 
     @staticmethod
     def _must(run: dict | None) -> dict:
@@ -305,11 +335,16 @@ def report(res: dict) -> str:
                    f"p99 {ms(q['p99_gap_s'])} ms off the CPU")
     if cal.get("spread"):
         reps = [runs[n] for n in cal["repeats"]]
-        out.append(f"calibration: {len(reps)} repeats of {mbs(cal['repeat_rate'])} MB/s: copy mean "
-                   + ", ".join(ms(r["copy"]["mean_s"]) for r in reps) + f" ms; spread {cal['spread']['spread']:.1%} "
-                   f"({'within' if cal['spread']['ok'] else 'NOT within'} 5 %); as multiples of the load's own: "
-                   + ", ".join(f"{r['ratio']:.2f}" for r in reps) + f" (spread {cal['ratio_spread']['spread']:.1%}); "
-                   f"the load's own latency {ms(cal['load_latency_median_s'])} ms")
+        out.append(f"calibration: {len(reps)} repeats of {mbs(cal['repeat_rate'])} MB/s: during the copy "
+                   + ", ".join(ms(r.get("latency_s") or r["copy"]["mean_s"]) for r in reps)
+                   + f" ms ({cal.get('stat', 'mean')} of the seconds); spread {cal['spread']['spread']:.1%} "
+                   + f"({'within' if cal['spread']['ok'] else 'NOT within'} 5 %); as multiples of each run's own: "
+                   + ", ".join(f"{r.get('ratio_own', r['ratio']):.2f}" for r in reps)
+                   + f" (spread {cal['ratio_spread']['spread']:.1%}); "
+                   + (f"achieved rates spread {cal['rate_spread']['spread']:.1%}, the curve's elasticity there "
+                      f"{_f(cal['elasticity'])}, corrected to one rate {cal['rate_corrected']['spread']:.1%}; "
+                      if cal.get("rate_spread") else "")
+                   + f"the load's own latency {ms(cal['load_latency_median_s'])} ms")
         m = cal["multiples"]
         out.append(f"setpoints: binding {m['binding']:g}x the load's own latency, non-binding {m['nonbinding']:g}x")
     rej = st["rejected"]

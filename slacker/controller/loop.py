@@ -51,6 +51,15 @@ class RatePolicy:
         # Whether the copy can finish under the setpoint (slacker.controller.verdict); its window is
         # 30 s of the copy's own seconds, so a verdict comes within a minute of the copy's start.
         self.feasibility = Feasibility(window_s=30.0, step_s=getattr(controller, "step_s", 1.0))
+        self.baseline_latency_s: float | None = None
+
+    def set_baseline(self, latency_s: float | None) -> None:
+        """The load's own latency measured before any byte moved (slacker.throttle.measure): kept, and given
+        to a controller that counts the copy's cost from it (the model: ModelController.set_load_latency)."""
+        self.baseline_latency_s = latency_s
+        hook = getattr(self.controller, "set_load_latency", None)
+        if hook is not None:
+            hook(latency_s)
 
     def initial_rate(self) -> int | None:
         """The rate to start the copy at, before the first step."""

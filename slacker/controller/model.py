@@ -27,8 +27,10 @@ Each step (docs/controller.md, "The model controller"):
    Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
    ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
-   rate the copy moved over the lag -- with latency under FREE x the aim (no knee in sight) x its limit
-   and x FREE·aim / latency more (the further under, the larger); a window over OVER x the setpoint
+   rate the copy moved over the lag -- with the copy using under FREE of the room to the aim (no knee
+   in sight: latency under FREE x the aim, or, given the load's own latency L0 measured before the
+   copy, what the copy adds to it on the line's scale) x its limit and x FREE / that share more (the
+   further under, the larger); a window over OVER x the setpoint
    is a queue: half the rate, or the model's rate for the aim if lower. The start is a rate in bytes/s
    (a server's knee is), whatever the max rate.
 
@@ -176,6 +178,7 @@ class ModelController(ThrottleController):
         self._mark: str | None = None
         self._allowed: float | None = None
         self._last_sample: LatencySample | None = None
+        self._load_s: float | None = getattr(self, "_load_s", None)  # kept across a reset: measured before the copy
 
     @property
     def _start(self) -> float:
@@ -190,6 +193,25 @@ class ModelController(ThrottleController):
 
     def set_setpoint(self, setpoint_s: float) -> None:
         super().set_setpoint(setpoint_s)  # the model is of the server, not of the setpoint: kept
+
+    def set_load_latency(self, latency_s: float | None) -> None:
+        """The load's own latency, measured before any byte moved (slacker.throttle.measure): the zero of
+        the copy's cost, so "no knee in sight" is judged on what the copy adds, not on the load's share."""
+        with self._lock:
+            self._load_s = latency_s if latency_s and latency_s > 0 else None
+
+    def _room_used(self, latency_s: float, aim: float) -> float:
+        """How much of the room between the load's own latency and the aim the copy uses, on the model's
+        scale (1/latency falls in a line with the rate: the copy's cost is 1/L0 - 1/latency, the room
+        1/L0 - 1/aim), or latency / aim if less (far under the aim is room, whatever the load's share). With
+        no load latency known, or the load alone over FREE x the aim (then a few seconds' noise in the
+        baseline is as large as the room): latency / aim."""
+        l0 = self._load_s
+        if l0 is None or l0 >= self.FREE * aim:
+            # unknown, or the load alone near the aim: the room is within the baseline's own noise
+            return latency_s / aim
+        # the lesser of the two: a latency far under the aim is room whatever the load's share of it
+        return min(latency_s / aim, max(0.0, (1.0 / l0 - 1.0 / latency_s) / (1.0 / l0 - 1.0 / aim)))
 
     def set_max_rate(self, max_rate_bytes_per_s: float) -> None:
         old = self.max_rate_bytes_per_s
@@ -314,7 +336,9 @@ class ModelController(ThrottleController):
             # bottleneck, goes unthrottled in a few steps).
             # The further under it, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency below.
             y_hi = max(latency_s, y1)
-            cap = self.rise * (max(recent, u) * aim * self.FREE / y_hi if y_hi < aim * self.FREE else recent)
+            used = self._room_used(y_hi, aim)
+            gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
+            cap = self.rise * (max(recent, u) * gain if used < self.FREE else recent)
             if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
                 self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:
@@ -322,7 +346,7 @@ class ModelController(ThrottleController):
             # No knee in sight -- latency under FREE x the aim, no queue remembered, and no line that meets the
             # aim under the cap -- the rise is the cap: the Newton step's slope is then a guess (a knee at
             # twice the max), the cap what the copy has shown.
-            free = y_hi < aim * self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
+            free = used < self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
             if new > cap or free:
                 new = max(u, cap)
                 note = f"rising, at most x{self.rise:g} the rate moved ({new * mb:.1f} MB/s)"

@@ -89,6 +89,10 @@ PERFORMANCE_SCHEMA_OPTIONS = (
         "max_stage_classes", "max_mutex_classes", "max_rwlock_classes", "max_cond_classes",
         "max_file_classes", "max_socket_classes", "max_statement_classes")),
     "performance_schema_max_statement_stack = 2",
+    # Per-connection attribute buffers and the file-handle table (32768 slots by default): nothing reads
+    # them (the file classes above are sized out already).
+    "performance_schema_session_connect_attrs_size = 0",
+    "performance_schema_max_file_handles = 0",
 )
 
 
@@ -107,6 +111,13 @@ MEMORY_OPTIONS = (
     # Aria's page cache (default 128M, ~6 MiB touched at start): the system tables and on-disk
     # internal temporary tables (a large GROUP BY or ORDER BY) read through it.
     "aria_pagecache_buffer_size = 8M",
+    # The query cache stays off (query_cache_type=OFF is the default) and allocates nothing.
+    "query_cache_size = 0",
+    # One InnoDB read, one write and one purge thread (default 4 each): a small tenant's I/O does not
+    # need more, and each thread costs its stack and per-thread state.
+    "innodb_read_io_threads = 1",
+    "innodb_write_io_threads = 1",
+    "innodb_purge_threads = 1",
 )
 
 

@@ -5,8 +5,9 @@ Memory: --tenants idle tenants of each config run at once (so both see the same 
 mariadbd binary's pages alike); after --settle-s each one's VmRSS, Pss (its share of pages shared with
 other processes) and RssAnon (memory of its own) are read from /proc.
 
-  before: MariaDB's defaults for the caches (innodb_log_buffer_size 16M, key_buffer_size 128M,
-          aria_pagecache_buffer_size 128M) and the 128M buffer pool tenants had by default;
+  before: MariaDB's defaults for the caches and threads (innodb_log_buffer_size 16M, key_buffer_size
+          128M, aria_pagecache_buffer_size 128M, query_cache_size 1M, 4 InnoDB read, write and purge
+          threads) and the 128M buffer pool tenants had by default;
   after:  slacker.mariadb.server.MEMORY_OPTIONS and slacker.tenants.DEFAULT_BUFFER_POOL_BYTES.
 
 Both have Slacker's sized performance_schema (the default latency source reads it).

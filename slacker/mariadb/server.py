@@ -89,13 +89,18 @@ PERFORMANCE_SCHEMA_OPTIONS = (
         "max_stage_classes", "max_mutex_classes", "max_rwlock_classes", "max_cond_classes",
         "max_file_classes", "max_socket_classes", "max_statement_classes")),
     "performance_schema_max_statement_stack = 2",
+    # Per-connection attribute buffers and the file-handle table (32768 slots by default): nothing reads
+    # them (the file classes above are sized out already).
+    "performance_schema_session_connect_attrs_size = 0",
+    "performance_schema_max_file_handles = 0",
 )
 
 
 # The rest of a tenant's memory sized for a small tenant: MariaDB's defaults allocate and touch caches a
 # tenant of Slacker does not use. An idle tenant was ~105 MiB RSS (82 MiB its own) with pfs sized as above;
-# with these it is ~60 MiB (37 MiB its own): ~23 MiB is the mariadbd binary's and libraries' pages every
-# tenant on the host shares (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
+# with these it is ~59 MiB (36 MiB its own): ~23 MiB is the mariadbd binary's and libraries' pages every
+# tenant on the host shares, 8.7 MiB its static data and 4 MiB the two minimum-size redo log buffers, which
+# no option shrinks (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
 MEMORY_OPTIONS = (
     # The redo log buffer (default 16M, all of it touched at start): a commit flushes it anyway
     # (innodb_flush_log_at_trx_commit=1), so it only needs to hold one transaction's redo; a bigger one
@@ -107,6 +112,13 @@ MEMORY_OPTIONS = (
     # Aria's page cache (default 128M, ~6 MiB touched at start): the system tables and on-disk
     # internal temporary tables (a large GROUP BY or ORDER BY) read through it.
     "aria_pagecache_buffer_size = 8M",
+    # The query cache stays off (query_cache_type=OFF is the default) and allocates nothing.
+    "query_cache_size = 0",
+    # One InnoDB read and one purge thread, two write threads (the minimum; default 4 each): a small
+    # tenant's I/O does not need more, and each thread costs its stack and per-thread state.
+    "innodb_read_io_threads = 1",
+    "innodb_write_io_threads = 2",
+    "innodb_purge_threads = 1",
 )
 
 

@@ -114,11 +114,6 @@ MEMORY_OPTIONS = (
     "aria_pagecache_buffer_size = 8M",
     # The query cache stays off (query_cache_type=OFF is the default) and allocates nothing.
     "query_cache_size = 0",
-    # One InnoDB read and one purge thread, two write threads (the minimum; default 4 each): a small
-    # tenant's I/O does not need more, and each thread costs its stack and per-thread state.
-    "innodb_read_io_threads = 1",
-    "innodb_write_io_threads = 2",
-    "innodb_purge_threads = 1",
 )
 
 

@@ -278,14 +278,9 @@ def test_drain_of_a_node_whose_agent_is_down_says_so(make_cluster):
     assert "node-1" in directory.cordons() and directory.lookup("g1").node == "node-1"
 
 
-def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
-    """node-1's agent is killed while two moves copy and started again: the drain rides it out, the
-    moves the restart ended are tried again, and every tenant ends off node-1, moved once."""
-    from .test_router_handover import _kill_agent, _start_agent
-
-    cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
-    agents, directory = cluster_clients(cluster)
-    for t in ("c1", "c2"):
+def _tenants_with_a_row(cluster, *tenants: str) -> None:
+    """Tenants on node-1, each with one row (k.t id 7) to find after its move."""
+    for t in tenants:
         rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
         assert rc == 0, err
         conn = resolve(t, cluster).connect()
@@ -294,6 +289,16 @@ def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
             cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
             cur.execute("INSERT INTO k.t VALUES (7)")
         conn.close()
+
+
+def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
+    """node-1's agent is killed while two moves copy and started again: the drain rides it out, the
+    moves the restart ended are tried again, and every tenant ends off node-1, moved once."""
+    from .test_router_handover import _kill_agent, _start_agent
+
+    cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
+    agents, directory = cluster_clients(cluster)
+    _tenants_with_a_row(cluster, "c1", "c2")
     p = _drain_proc("--max-rate", "2MB/s")
     try:
         _wait_active(agents["node-1"], 2)
@@ -361,15 +366,7 @@ def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
     migrations say so in their controller notes. Both finish, the data intact."""
     cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
     agents, directory = cluster_clients(cluster)
-    for t in ("s1", "s2"):
-        rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
-        assert rc == 0, err
-        conn = resolve(t, cluster).connect()
-        with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE k")
-            cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
-            cur.execute("INSERT INTO k.t VALUES (7)")
-        conn.close()
+    _tenants_with_a_row(cluster, "s1", "s2")
     cap = 4_000_000
     p = _drain_proc("--max-rate", "4MB/s")
     try:

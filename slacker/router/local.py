@@ -6,12 +6,14 @@ RUN_DIR/router/, and is ready when its admin endpoint answers.
 
 from __future__ import annotations
 
+import ipaddress
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from .. import netns
 from ..errors import SlackerError
 from ..procs import alive, kill_group, read_pid, wait_gone
 from .binary import RouterUnavailable, router_binary
@@ -20,9 +22,22 @@ from .control import fetch_status, parse_address
 START_TIMEOUT_S = 30.0
 
 
-def admin_for(listen: str) -> str:
-    """The admin address beside a listen address: the next port (any free port for port 0)."""
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        return host == "localhost"
+
+
+def admin_for(listen: str, run_dir: Path | None = None) -> str:
+    """The admin address beside a listen address: the next port (any free port for port 0). On a
+    cluster of network namespaces (RUN_DIR/netns.json) a loopback host is replaced by the root
+    namespace's address on the bridge: the agents, each in its own namespace, must reach the admin
+    address to hold the router in a handover, and this machine's loopback is not theirs."""
     host, port = parse_address(listen)
+    plan = netns.load(run_dir) if run_dir is not None else None
+    if plan is not None and _loopback(host):
+        host = plan.root_address
     return f"{host}:{port + 1 if port else 0}"
 
 
@@ -47,7 +62,7 @@ def start(run_dir: Path, cluster_file: Path, listen: str, admin: str | None = No
     pid = read_pid(rdir / "router.pid")
     if pid is not None and alive(pid) and (rdir / "admin").exists():
         return (rdir / "admin").read_text().strip()
-    admin = _free(admin or admin_for(listen))
+    admin = _free(admin or admin_for(listen, run_dir))
     listen = _free(listen)
     tls = []
     if (run_dir / "tls").is_dir():  # a TLS cluster: the router gets a certificate from the cluster CA too

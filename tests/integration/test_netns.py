@@ -20,6 +20,8 @@ from slacker.agent.client import cluster_clients
 from slacker.cli import main
 from slacker.client import resolve
 from slacker.procs import read_pid, wait_gone
+from slacker.router import local as local_router
+from slacker.router.control import fetch_status
 
 from .conftest import netns_available
 from benchkit.faults import Scenario
@@ -117,6 +119,22 @@ def test_live_migration_across_interfaces(netns_cluster):
     assert _tx_bytes(into_target) - before >= doc["bytes_total"] > 5_000_000
     _, directory = cluster_clients(netns_cluster)
     assert directory.lookup("mig").host == netns_cluster.node("node-2").tenant_host
+
+
+def test_the_router_holds_tenants_of_netns_hosts(netns_cluster):
+    """A router started the default way (on this machine's loopback) announces an admin address the
+    agents in their namespaces reach, so it holds the tenant in the handover: no migration warning
+    that it did not answer, and its hold counted."""
+    run_dir = netns_cluster.path.parent
+    admin = local_router.start(run_dir, netns_cluster.path, "127.0.0.1:0")
+    try:
+        assert admin.rsplit(":", 1)[0] == netns.load(run_dir).root_address
+        doc, _ = run_migration_under_load(netns_cluster)
+        assert not [w for w in doc["warnings"] if "did not answer the hold" in w], doc["warnings"]
+        mig = next(t for t in fetch_status(admin)["tenants"] if t["tenant"] == "mig")
+        assert mig["holds_total"] >= 1, mig
+    finally:
+        local_router.stop(run_dir)
 
 
 def test_etcd_member_killed_mid_migration(netns_cluster):

@@ -102,10 +102,12 @@ PERFORMANCE_SCHEMA_OPTIONS = (
 # tenant on the host shares, 8.7 MiB its static data and 4 MiB the two minimum-size redo log buffers, which
 # no option shrinks (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
 MEMORY_OPTIONS = (
-    # The redo log buffer (default 16M, all of it touched at start): a commit flushes it anyway
-    # (innodb_flush_log_at_trx_commit=1), so it only needs to hold one transaction's redo; a bigger one
-    # is written out as it fills.
-    "innodb_log_buffer_size = 2M",
+    # The redo log buffer stays at MariaDB's 16M: a migration's target applies the delta in catch-up mode
+    # (innodb_flush_log_at_trx_commit=0/2, slacker/mariadb/durability.py), where the buffer holds up to a
+    # second of redo; at 2M a write-heavy delta filled it and the concurrent applier stopped converging
+    # (bench/run delta_migrate: apply 1,298/s and "delta rounds stopped shrinking" at 2M, 2,283/s and
+    # 3 rounds at 16M). It costs an idle tenant ~14 MiB.
+    "innodb_log_buffer_size = 16M",
     # MyISAM's index cache (default 128M, ~23 MiB touched at start): tenants' tables are InnoDB and the
     # system tables Aria, so nothing reads through it.
     "key_buffer_size = 1M",

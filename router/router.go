@@ -560,11 +560,12 @@ func (cn *clientConn) beforeCommand(body []byte) (ok, answered bool) {
 		// Between statements, but with state the new owner cannot be given: end it, saying why,
 		// rather than run its next command on the retired owner or on the new one without it.
 		reason, _ := t.sess.pinReason.Load().(string)
+		// Counted before the client is answered, so anyone it tells afterwards sees the count.
+		cn.st.endedAtMove.Add(1)
+		cn.ending.Store(true)
 		writePacket(cn.c, 1, errPacket(erConnectionKilled, "70100", fmt.Sprintf(
 			"Tenant %s moved to a new owner and this connection's session cannot move (%s): reconnect",
 			cn.tenant, reason)))
-		cn.st.endedAtMove.Add(1)
-		cn.ending.Store(true)
 		log.Printf("tenant %s: a connection ended at a move: its session holds %s", cn.tenant, reason)
 		return false, false
 	}
@@ -704,6 +705,7 @@ func (cn *clientConn) answerLostTransaction() bool {
 		return false
 	}
 	pkt := cn.lostAnswer(last)
+	cn.st.rolledBackAtMove.Add(1) // the transaction is lost whether or not the answer reaches the client
 	if writePacket(cn.c, 1, pkt) != nil {
 		return false
 	}
@@ -713,7 +715,6 @@ func (cn *clientConn) answerLostTransaction() bool {
 	}
 	t.awaiting.Store(0)
 	t.inTrans.Store(false)
-	cn.st.rolledBackAtMove.Add(1)
 	return true
 }
 

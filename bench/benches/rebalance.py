@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from slacker.agent.client import cluster_clients
 from slacker.config import load_cluster
 from slacker.units import parse_duration
 from benchkit import REPO
+from benchkit.host import interrupt
 
 LAYOUT = {"node-1": ["a1", "a2", "a3"], "node-2": ["b1", "b2", "b3"], "node-3": ["c1"]}
 
@@ -117,16 +117,7 @@ class Cluster:
         self.samples.append(row)
 
     def stop(self) -> None:
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        interrupt(self.procs, 60)
 
     def down(self) -> None:
         try:

@@ -4,12 +4,12 @@ data, and the loads (acknowledged writers through the router, `slacker ycsb run`
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from benchkit.host import interrupt
 from slacker import local_cluster
 from slacker.agent.client import cluster_clients
 from slacker.config import load_cluster
@@ -83,15 +83,7 @@ class Fleet:
     def close(self) -> None:
         for load in self.loads:
             load.stop()
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGINT)
-                p.wait(20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        interrupt(self.procs, 20)
         local_router.stop(self.run_dir)
         local_cluster.down(self.run_dir, purge=True)
 

@@ -27,15 +27,14 @@ import shutil
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 from floorlib import analysis, log, runner
 from floorlib.plot import make_plot
-from setpointlib.runner import Bench, machine_info
-from slacker.errors import NotFound, SlackerError
+from setpointlib.runner import Bench, guarded, machine_info
+from slacker.errors import NotFound
 from slacker.units import parse_rate
 
 
@@ -92,8 +91,8 @@ def main(argv=None) -> int:
            "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "tenants": [n for n, _ in args.tenants], "variants": list(args.variants), "runs": []}
     bench.results = res
-    rc = 0
-    try:
+
+    def experiments() -> None:
         bench.setup()
         for name, rows in args.tenants:
             try:
@@ -122,16 +121,8 @@ def main(argv=None) -> int:
                     runner.log_run(r)
                     res["runs"].append(r)
                 bench.save()
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        rc = 130
-    except Exception as exc:  # noqa: BLE001 - report what ran, then clean up
-        log(f"failed: {exc.one_line() if isinstance(exc, SlackerError) else exc}")
-        traceback.print_exc()
-        rc = 1
-    finally:
-        bench.teardown()
-        bench.save()
+
+    rc = guarded(bench, experiments)
     print(analysis.report(res))
     out = Path(bench.out_dir)
     p = make_plot(res, out / "floor.png")

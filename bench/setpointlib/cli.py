@@ -67,15 +67,13 @@ import shutil
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 
 from setpointlib import analysis, compare, fig5, fig11, fig13a, fig13b, gains, log, stable, threshold  # noqa: E402
 from setpointlib.analysis import mbs, ms, parse_list, report, step_analysis  # noqa: E402
 from setpointlib.plots import make_plots  # noqa: E402
-from setpointlib.runner import Bench, machine_info  # noqa: E402
-from slacker.errors import SlackerError  # noqa: E402
+from setpointlib.runner import Bench, guarded, machine_info  # noqa: E402
 from slacker.units import parse_duration, parse_rate  # noqa: E402
 from benchkit import REPO
 
@@ -312,8 +310,8 @@ def main(argv=None) -> int:
     res["command"] = " ".join([".venv/bin/python", "bench/run setpoint", *(argv if argv is not None else sys.argv[1:])])
     res["machine"] = machine_info()
     started = time.monotonic()
-    rc = 0
-    try:
+
+    def experiments() -> None:
         bench.setup()
         if not args.cluster:
             res["tenant"] = bench.create_and_load(args.tenant, args.records, args.buffer_pool)
@@ -354,20 +352,10 @@ def main(argv=None) -> int:
             compare.run(bench, setpoints)
         if "stable" in args.only:
             stable.run(bench)
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        rc = 130
-    except SystemExit as exc:
-        log(str(exc))
-        rc = 2
-    except Exception as exc:  # noqa: BLE001 - report what ran, then clean up
-        log(f"failed: {exc.one_line() if isinstance(exc, SlackerError) else exc}")
-        traceback.print_exc()
-        rc = 1
-    finally:
-        bench.teardown()
-        res["elapsed_s"] = round(time.monotonic() - started, 1)
-        bench.save()
+
+    rc = guarded(bench, experiments)
+    res["elapsed_s"] = round(time.monotonic() - started, 1)
+    bench.save()
     print()
     print(report(res, args.head_exclude))
     print(stable.report(res))

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from slacker import cgroups, local_cluster
@@ -240,6 +241,29 @@ def load_class(args):
 
 # ----------------------------------------------------------------------------------------------
 # the bench
+
+def guarded(bench: "Bench", body) -> int:
+    """Run a bench's experiments, `body()`, so that what ran is kept whatever ends them: Ctrl-C (130),
+    a SystemExit with a message (2), any failure (1, with its traceback); the cluster is torn down
+    and the results saved in every case. Returns the exit code (0 when `body` returned)."""
+    rc = 0
+    try:
+        body()
+    except KeyboardInterrupt:
+        log("interrupted; cleaning up")
+        rc = 130
+    except SystemExit as exc:
+        log(str(exc))
+        rc = 2
+    except Exception as exc:  # noqa: BLE001 - report what ran, then clean up
+        log(f"failed: {exc.one_line() if isinstance(exc, SlackerError) else exc}")
+        traceback.print_exc()
+        rc = 1
+    finally:
+        bench.teardown()
+        bench.save()
+    return rc
+
 
 class Bench:
     """The cluster (set up here, or --cluster), the tenants on it, and results.json in --out-dir.

@@ -11,8 +11,6 @@ answering is skipped and named.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ import pytest
 from slacker.ackwriter import AckedWriter
 from slacker.agent.client import cluster_clients
 
+from benchkit.host import interrupt
 from benchkit.migration import cgroups_usable, acked_ids_present, follow
 from .test_cli import slacker
 
@@ -43,17 +42,6 @@ def _ycsb(tenants: str, *extra: str) -> subprocess.Popen:
         [sys.executable, "-m", "slacker", "ycsb", "run", tenants, "-P", "workloads/slacker",
          "-p", "recordcount=2000", "--duration", "10m", "--quiet", "--seed", "3", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(30)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _metrics(c, node: str) -> str:
@@ -150,8 +138,7 @@ def test_rebalance_moves_one_tenant_off_the_hot_node_then_cools_down(make_cluste
     finally:
         for w in writers.values():
             w.stop()
-        for d in drivers:
-            _stop(d)
+        interrupt(drivers)
     w = writers[moved]
     assert len(w.acked) > 100
     assert acked_ids_present(c, moved, w.acked) == set(), "acknowledged writes lost"

@@ -494,23 +494,34 @@ class TenantManager:
             finally:
                 own.close()
 
-    def retire(self, tenant: Tenant, migration: str = "", pause: trash.Pause | None = None) -> None:
+    def retire(self, tenant: Tenant, migration: str = "", pause: trash.Pause | None = None) -> trash.SetAside | None:
         """A migration source past the flip: marked retired (and fenced) on disk before it is
-        stopped, so nothing starts it again; then stopped and its files removed crash-atomically."""
+        stopped, so nothing starts it again; then stopped and its directory set aside in
+        `tenants/.trash/` (crash-atomic: the tenant is gone from this node when this returns).
+        Deleting the files is the caller's `finish()`: a migration does it after its result, so
+        the move does not wait on the size of what it leaves; a crash leaves it to the sweep."""
         if tenant.meta_file.exists():
             tenant.info.fenced = True
             tenant.info.desired_state = "retired"
             tenant.save()
             tenant.write_config()
         self.kill_tenant(tenant)
-        self.remove_files(tenant, "retired", migration, pause)
+        return self.set_aside(tenant, "retired", migration, pause)
+
+    def set_aside(self, tenant: Tenant, reason: str, migration: str = "",
+                  pause: trash.Pause | None = None) -> trash.SetAside | None:
+        """A stopped tenant's directory renamed into `tenants/.trash/`: a crash leaves an entry the
+        agent's sweep finishes, never a directory without its tenant.json."""
+        pending = trash.set_aside(tenant.root, TrashName("tenant", tenant.id, reason, migration), pause)
+        tenant.socket.unlink(missing_ok=True)
+        return pending
 
     def remove_files(self, tenant: Tenant, reason: str, migration: str = "",
                      pause: trash.Pause | None = None) -> None:
-        """Remove a stopped tenant's directory: renamed into `tenants/.trash/` first, so a crash
-        leaves an entry the agent's sweep finishes, never a directory without its tenant.json."""
-        trash.discard(tenant.root, TrashName("tenant", tenant.id, reason, migration), pause)
-        tenant.socket.unlink(missing_ok=True)
+        """Remove a stopped tenant's directory: set aside (`set_aside`), then deleted."""
+        pending = self.set_aside(tenant, reason, migration, pause)
+        if pending is not None:
+            pending.finish()
 
     def sweep(self) -> list[str]:
         """Finish removals a crash cut short (at start and on every supervisor tick)."""

@@ -137,11 +137,30 @@ def remove_tree(root: Path, pause: Pause | None = None) -> None:
         pass
 
 
-def discard(path: Path, name: TrashName, pause: Pause | None = None) -> Path | None:
-    """Remove `path` crash-atomically: renamed into `.trash/` (durable) first, then deleted.
+class SetAside:
+    """A directory renamed into `.trash/` (durably): its old name is free; `finish` deletes it.
+    Until then a sweep in this process leaves it be; a crash leaves it to the agent's next sweep."""
 
-    Returns the trash entry, or None if there was nothing to remove. Once renamed, a failure to
-    delete is logged and left to the next `sweep`: the old name is free either way."""
+    def __init__(self, entry: Path, name: TrashName, pause: Pause | None) -> None:
+        self.entry, self.name, self._pause = entry, name, pause
+
+    def finish(self) -> Path:
+        """Delete the set-aside entry; a failure is logged and left to the next `sweep`."""
+        try:
+            remove_tree(self.entry, self._pause)
+            fsync_dir(self.entry.parent)
+        except OSError as exc:
+            log.warning("could not finish removing %s (%s): %s; the agent retries", self.entry,
+                        self.name.describe(), exc)
+        finally:
+            with _active_lock:
+                _active.discard(str(self.entry))
+        return self.entry
+
+
+def set_aside(path: Path, name: TrashName, pause: Pause | None = None) -> SetAside | None:
+    """The first, crash-atomic half of a removal: `path` renamed into `.trash/` and both directories
+    fsynced. None if there was nothing to remove. The caller must `finish()` it (or leave it to a sweep)."""
     path = Path(path)
     if not os.path.lexists(path):
         return None
@@ -154,17 +173,27 @@ def discard(path: Path, name: TrashName, pause: Pause | None = None) -> Path | N
         os.rename(path, dest)
         fsync_dir(trash)
         fsync_dir(path.parent)
-        if pause is not None:
-            pause("renamed")
-        try:
-            remove_tree(dest, pause)
-            fsync_dir(trash)
-        except OSError as exc:
-            log.warning("could not finish removing %s (%s): %s; the agent retries", dest, name.describe(), exc)
-        return dest
-    finally:
+    except BaseException:
         with _active_lock:
             _active.discard(str(dest))
+        raise
+    if pause is not None:
+        try:
+            pause("renamed")
+        except BaseException:  # left to the next sweep, as a crash here would leave it
+            with _active_lock:
+                _active.discard(str(dest))
+            raise
+    return SetAside(dest, name, pause)
+
+
+def discard(path: Path, name: TrashName, pause: Pause | None = None) -> Path | None:
+    """Remove `path` crash-atomically: renamed into `.trash/` (durable) first, then deleted.
+
+    Returns the trash entry, or None if there was nothing to remove. Once renamed, a failure to
+    delete is logged and left to the next `sweep`: the old name is free either way."""
+    pending = set_aside(path, name, pause)
+    return pending.finish() if pending is not None else None
 
 
 def sweep(parent: Path) -> list[str]:

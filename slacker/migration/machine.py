@@ -94,6 +94,7 @@ class Migration:
         self.verified: bool | None = None
         self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
         self.ended = threading.Event()  # set with the result: GET ...?wait= returns at once (service.py)
+        self._retired_copy = None  # the old copy, set aside at retire; its files deleted after the result
         self._result: str | None = None
         self.result = None  # a property: setting a result also sets `ended`
         self.error: SlackerError | None = None
@@ -339,6 +340,20 @@ class Migration:
         self.finished_at = time.monotonic()
         discard(self.work_dir, TrashName("work", self.id, "finished"))
 
+    def remove_retired_copy(self) -> None:
+        """Delete the old copy's files, set aside at retire. The service calls it after the result and
+        after releasing the tenant, so neither the move nor a move straight back waits on their size."""
+        if self._retired_copy is None:
+            return
+        copy, self._retired_copy = self._retired_copy, None
+        t0 = time.monotonic()
+        try:
+            copy.finish()
+        except Exception:  # noqa: BLE001 - the entry stays in the trash for the agent's sweep
+            log.exception("migration %s: removing the retired copy failed; the sweep finishes it", self.id)
+            return
+        log.info("migration %s: the retired copy's files removed in %.2fs", self.id, time.monotonic() - t0)
+
     def _fail(self, exc: BaseException) -> None:
         if self._abort.is_set() and not isinstance(exc, MigrationAborted):
             # An abort tears the pipeline down; what broke as a consequence is not the story.
@@ -406,7 +421,9 @@ class Migration:
                     self.hold_point("activated")
                     self.handover.release_routers(after_flip=True)  # the target takes writes now
                 with self.steps.timed("retire"):
-                    self.src.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
+                    pending = self.src.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
+                if pending is not None:
+                    self._retired_copy = pending
                 self.journal.remove(self.entry)
                 self.finishing_reason = ""
                 self.end_wait()

@@ -72,7 +72,9 @@ class Reconciler:
         for t in retired:
             log.warning("tenant %s is retired: stopping it and removing its files", t.id)
             try:
-                self.node.tenants.retire(t)
+                pending = self.node.tenants.retire(t)
+                if pending is not None:
+                    pending.finish()
             except (OSError, SlackerError) as exc:  # retried next tick; the fencing below must still run
                 log.warning("could not remove retired tenant %s: %s", t.id,
                             exc.one_line() if isinstance(exc, SlackerError) else exc)

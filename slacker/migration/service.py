@@ -71,11 +71,14 @@ class MigrationService:
             try:
                 fn()
             finally:
-                if not mig.active:
-                    self.tally.finished(mig)
-                self.node._release(mig.tenant_id)
-                if rate_policy is not None and hasattr(rate_policy, "close"):
-                    rate_policy.close()
+                try:
+                    if not mig.active:
+                        self.tally.finished(mig)
+                    self.node._release(mig.tenant_id)
+                    if rate_policy is not None and hasattr(rate_policy, "close"):
+                        rate_policy.close()
+                finally:  # the old copy, set aside under another name: nothing waits on its deletion
+                    mig.remove_retired_copy()
 
         t = threading.Thread(target=runner, name=f"migration-{mig.id}", daemon=True)
         self._threads[mig.id] = t

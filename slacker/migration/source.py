@@ -110,7 +110,10 @@ class SourceSide:
                 log.warning("tenant %s: unfenced on disk, server not told (%s)", self.tenant_id, exc)
         self.fenced = False
 
-    def retire(self, migration: str = "", pause=None) -> None:
+    def retire(self, migration: str = "", pause=None):
+        """The old copy stopped and set aside; returns its pending removal (None: nothing was left)."""
+        pending = None
         if self.node.tenants.exists(self.tenant_id):
-            self.node.tenants.retire(self.tenant(), migration, pause)
+            pending = self.node.tenants.retire(self.tenant(), migration, pause)
         self.node.supervisor.forget(self.tenant_id)
+        return pending

@@ -196,3 +196,24 @@ def test_a_trash_entry_that_is_a_symlink_is_unlinked_not_followed(tmp_path):
     (staging / "t3~x").symlink_to(outside)
     trash.sweep_building(parent)
     assert contents(outside) == whole
+
+
+def test_set_aside_frees_the_name_at_once_and_a_sweep_waits_for_its_finish(tmp_path):
+    """A migration's source: the old copy set aside before the result, deleted after it. Until it is
+    finished a sweep of this process leaves it; finished, nothing is left; a crash before the finish
+    (the entry not finished in this process) leaves it to a sweep."""
+    whole = tenant_tree(tmp_path / "evch")
+    pending = trash.set_aside(tmp_path / "evch", TrashName("tenant", "evch", "retired", "m1"))
+    assert not (tmp_path / "evch").exists(), "the tenant's name is free once set aside"
+    [left] = os.listdir(tmp_path / trash.TRASH)
+    assert contents(tmp_path / trash.TRASH / left) == whole, "nothing deleted before the finish"
+    assert trash.sweep(tmp_path) == [] and os.listdir(tmp_path / trash.TRASH) == [left]
+    assert pending.finish() == tmp_path / trash.TRASH / left
+    assert os.listdir(tmp_path / trash.TRASH) == []
+    assert trash.set_aside(tmp_path / "evch", TrashName("tenant", "evch", "retired")) is None
+
+    tenant_tree(tmp_path / "evch")
+    crashed = trash.set_aside(tmp_path / "evch", TrashName("tenant", "evch", "retired", "m2"))
+    with trash._active_lock:  # what a restarted process knows of it: nothing
+        trash._active.discard(str(crashed.entry))
+    assert trash.sweep(tmp_path) == [crashed.entry.name] and os.listdir(tmp_path / trash.TRASH) == []

@@ -8,6 +8,7 @@ data, so the pair sees the same server, data, disk and page cache state.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,12 +31,24 @@ def other(node: str) -> str:
     return "node-2" if node == "node-1" else "node-1"
 
 
+def settle(bench, timeout_s: float = 30.0) -> None:
+    """Before a timed run: no removal of an earlier run still going (a move deletes its old copy
+    after its result; the bare pipeline's directory is removed after its timing) and no dirty pages
+    of it left to write, so neither slows whichever run comes next."""
+    deadline = time.monotonic() + timeout_s
+    trash = [bench.run_dir / n / "tenants" / ".trash" for n in ("node-1", "node-2")]
+    while any(t.is_dir() and any(t.iterdir()) for t in trash) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.sync()
+
+
 def bare_pipeline(bench, tenant_id: str) -> dict:
     """`mariabackup --backup --stream=xbstream | mbstream -x -C DIR`, then `mariabackup --prepare`, timed,
     from the tenant's node into a directory beside the other node's data root; removed afterwards."""
     node = bench.node_of(tenant_id)
     tenant = TenantManager(bench.run_dir / node).get(tenant_id)
     tool = select_tool()
+    settle(bench)
     work = Path(tempfile.mkdtemp(prefix="floor-bare-", dir=bench.run_dir / other(node)))
     try:
         defaults = work / "backup.cnf"
@@ -70,6 +83,7 @@ def migrate(bench, tenant_id: str, extra: list[str]) -> dict:
     node = bench.node_of(tenant_id)
     argv = [sys.executable, "-m", "slacker", "--cluster", str(bench.cluster_file), "migrate", tenant_id,
             "--to", other(node), "--unthrottled", "--json", *extra]
+    settle(bench)
     t0 = time.monotonic()
     p = subprocess.run(argv, cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        start_new_session=True)

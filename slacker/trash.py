@@ -173,17 +173,12 @@ def set_aside(path: Path, name: TrashName, pause: Pause | None = None) -> SetAsi
         os.rename(path, dest)
         fsync_dir(trash)
         fsync_dir(path.parent)
-    except BaseException:
+        if pause is not None:
+            pause("renamed")
+    except BaseException:  # a renamed entry is left to the next sweep, as a crash here would leave it
         with _active_lock:
             _active.discard(str(dest))
         raise
-    if pause is not None:
-        try:
-            pause("renamed")
-        except BaseException:  # left to the next sweep, as a crash here would leave it
-            with _active_lock:
-                _active.discard(str(dest))
-            raise
     return SetAside(dest, name, pause)
 
 

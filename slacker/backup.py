@@ -36,8 +36,22 @@ class BackupPosition:
 # 1000 ms). Under its final commit lock the tool waits for the copier to reach
 # the current LSN, so on a tenant taking writes every commit stalled for up to
 # a whole interval: measured 1.01 s at 550 txn/s with the default, see
-# docs/results.md. Polling every 10 ms costs next to nothing.
+# docs/results.md. Each poll is a `SHOW STATUS LIKE 'Innodb_lsn_flushed'` on the
+# tenant and one pread of the tool's log buffer (mariabackup 10.11 reads
+# innodb_log_buffer_size bytes from its last position, new log or not), and it
+# polls for the whole copy, paused or not: see LOG_READ_BUFFER.
 LOG_COPY_INTERVAL_MS = 10
+
+# mariabackup's log read buffer, set in the [mariabackup] group of the backup's
+# own defaults file (the tenant's server keeps its own size). With the tenant's
+# 16M, a copy paused by its controller burned 0.19-0.23 of a core re-reading the
+# same 16 MiB every poll; with 2M (the least the tool accepts) 0.06 (a tenant at
+# 100 txn/s, 10 s of a stream whose reader took nothing). On a latency-bound
+# source that cost is what the controller cannot pause: two paused copies held a
+# 0.5-core node's latency at twice its setpoint with every copy stopped
+# (bench/run fleet --cpu-per-node 0.5). The buffer bounds one read, not the log
+# copier's throughput: it reads again at once while there is more.
+LOG_READ_BUFFER = "2M"
 
 # Data files copied at once. mariabackup (10.11) reads a data file in 10 MiB
 # chunks, each one O_DIRECT pread at the disk's full speed, and the pipe paces
@@ -105,9 +119,14 @@ class BackupTool:
         """The binlog file, offset and GTID position the backup is consistent at."""
         return parse_binlog_info((backup_dir / "xtrabackup_binlog_info").read_text())
 
+    # Options for the tool alone, appended to its group of the backup's defaults file.
+    tool_options: tuple[str, ...] = ()
+
     def backup_defaults(self, server_config: str, user: str, password: str, socket: Path) -> str:
-        """Defaults file body: the server's own config (datadir, InnoDB layout) plus credentials."""
-        return server_config + "\n" + mariadb.client_defaults(user, password, socket=socket, group=self.group)
+        """Defaults file body: the server's own config (datadir, InnoDB layout) plus credentials, and the
+        tool's own options in its group (read after the server's, so they win for the tool only)."""
+        body = server_config + "\n" + mariadb.client_defaults(user, password, socket=socket, group=self.group)
+        return body + "".join(f"{o}\n" for o in self.tool_options)
 
 
 # What the backup tools print (stderr) when they take and release a lock that blocks
@@ -140,6 +159,7 @@ class MariaBackup(BackupTool):
     stream_program = "mariabackup"
     extract_program = "mbstream"
     group = "mariabackup"
+    tool_options = (f"innodb_log_buffer_size = {LOG_READ_BUFFER}",)
 
 
 class XtraBackup(BackupTool):

@@ -20,14 +20,15 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 class Fleet:
-    def __init__(self, run_dir: Path, nodes: int, stats_interval_s: float = 1.0) -> None:
+    def __init__(self, run_dir: Path, nodes: int, stats_interval_s: float = 1.0,
+                 cpu_per_node: float | None = None) -> None:
         self.run_dir = run_dir
         last = None
         for block in range(8):  # a subnet no other run holds (like tests/integration/conftest.py)
             subnet = f"10.{88 + block}.{(os.getpid() + block * 37) % 250}.0/24"
             try:
                 path = local_cluster.up(run_dir, nodes=nodes, directory="etcd", netns=True, netns_subnet=subnet,
-                                        stats_interval_s=stats_interval_s)
+                                        stats_interval_s=stats_interval_s, cpu_per_node=cpu_per_node)
                 break
             except Conflict as exc:
                 last = exc
@@ -59,7 +60,8 @@ class Fleet:
         return {o.tenant: o.node for o in self.directory.list()}
 
     def ycsb(self, tenants: list[str], records: int, rate_per_tenant: float) -> None:
-        """The harness on every tenant at a fixed offered rate, for as long as the bench runs."""
+        """The harness on `tenants` at a fixed offered rate each, for as long as the bench runs (one process
+        drives them all: forty Python processes would be a load of their own on a small machine)."""
         rate = ",".join(str(rate_per_tenant) for _ in tenants)
         self.procs.append(subprocess.Popen(
             [sys.executable, "-m", "slacker", "ycsb", "run", ",".join(tenants), "-P", "workloads/slacker",
@@ -79,6 +81,22 @@ class Fleet:
                                  accounts=200, hot_accounts=4, think_s=think_s).start()
         self.loads.append(load)
         return load
+
+    def kill_agent(self, node: str) -> None:
+        """SIGKILL of `node`'s agent (its tenants' servers and the copies' processes keep running)."""
+        import signal
+
+        from slacker.procs import read_pid, wait_gone
+
+        pid = read_pid(self.run_dir / node / "agent.pid")
+        os.kill(pid, signal.SIGKILL)
+        if not wait_gone(pid, 10):
+            raise RuntimeError(f"{node}'s agent outlived SIGKILL")
+
+    def restart(self) -> None:
+        """What an operator types after a crash: `cluster up --dir` starts the agents that are not running,
+        with the cluster's recorded options (the CPU quota included)."""
+        slacker("cluster", "up", "--dir", str(self.run_dir), timeout_s=300)
 
     def close(self) -> None:
         for load in self.loads:
@@ -134,6 +152,22 @@ class RouterClient:
                                          password=self.password, connect_timeout=10, read_timeout=60,
                                          write_timeout=60, autocommit=False)
         return self._conn
+
+    def kill_agent(self, node: str) -> None:
+        """SIGKILL of `node`'s agent (its tenants' servers and the copies' processes keep running)."""
+        import signal
+
+        from slacker.procs import read_pid, wait_gone
+
+        pid = read_pid(self.run_dir / node / "agent.pid")
+        os.kill(pid, signal.SIGKILL)
+        if not wait_gone(pid, 10):
+            raise RuntimeError(f"{node}'s agent outlived SIGKILL")
+
+    def restart(self) -> None:
+        """What an operator types after a crash: `cluster up --dir` starts the agents that are not running,
+        with the cluster's recorded options (the CPU quota included)."""
+        slacker("cluster", "up", "--dir", str(self.run_dir), timeout_s=300)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -27,7 +27,9 @@ from pathlib import Path
 
 from .cluster import Fleet, slacker
 from .report import plot, summary, table
-from .runs import DRAIN_VARIANTS, baseline_latency, drain_once, move_back, pair_once
+from benchkit.host import machine
+
+from .runs import DRAIN_VARIANTS, baseline_latency, drain_once, interrupted_once, move_back, pair_once
 
 
 def parse(argv=None):
@@ -47,7 +49,11 @@ def parse(argv=None):
     ap.add_argument("--pair-sla-factor", type=float, default=1.5,
                     help="the two-moves setpoint: node-1's latency measured before, times this (it must bind)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", choices=["drain", "pair"], default=None)
+    ap.add_argument("--cpu-per-node", type=float, default=None,
+                    help="each node's CPU quota (cluster up --cpu-per-node): copies and queries then share a "
+                         "node's cores, so its latency rises with the copy rate and the setpoint binds")
+    ap.add_argument("--only", choices=["drain", "pair", "interrupted"], default=None,
+                    help="one experiment (default: the drains and the pairs each repeat, then the interrupted drain once)")
     ap.add_argument("--report", nargs="+", metavar="JSON", default=None,
                     help="run nothing: merge these data files (drains and pairs) and print the table and --plot")
     ap.add_argument("--out", default="docs/data/fleet.json")
@@ -66,12 +72,13 @@ def main(argv=None) -> None:
         # A file from an `--only pair` run, if given, is where the pairs come from (a later, dedicated run).
         pair_docs = [x for x in docs if "--only pair" in x["meta"].get("command", "")] or docs
         doc = dict(docs[0], drains=[d for x in docs for d in x["drains"]],
-                   pairs=[p for x in pair_docs for p in x["pairs"]])
+                   pairs=[p for x in pair_docs for p in x["pairs"]],
+                   interrupted=[d for x in docs for d in x.get("interrupted", [])])
         plot(doc, args.plot)
         print(table(doc))
         return
     run_dir = Path(tempfile.mkdtemp(prefix="sl-fleet-bench-", dir="/tmp"))
-    fleet = Fleet(run_dir, args.nodes)
+    fleet = Fleet(run_dir, args.nodes, cpu_per_node=args.cpu_per_node)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
         nodes = fleet.nodes()
@@ -96,8 +103,10 @@ def main(argv=None) -> None:
         if errors:
             raise RuntimeError("; ".join(errors))
         print(f"{len(layout)} tenants created and loaded in {time.monotonic() - t0:.0f}s", flush=True)
-        for t in layout:
-            fleet.ycsb([t], args.records if t in drained else args.other_records, args.ycsb_rate)
+        for group, records in ((drained, args.records), (others, args.other_records)):
+            for i in range(0, len(group), 10):
+                if group[i:i + 10]:
+                    fleet.ycsb(group[i:i + 10], records, args.ycsb_rate)
         writers = {t: RoutedWriter(fleet.listen, t, resolve(t, fleet.cluster).password, rate_per_s=10).start()
                    for t in drained}
         oltp = {t: fleet.oltp(t) for t in drained[:args.oltp]}
@@ -110,9 +119,10 @@ def main(argv=None) -> None:
               f"before; --sla {sla * 1000:.1f} ms", flush=True)
         doc = {"meta": {"started": started, "nodes": args.nodes, "tenants": len(layout), "drained": len(drained),
                         "drained_bytes": drained_bytes, "records": args.records, "repeats": args.repeats,
-                        "ycsb_rate": args.ycsb_rate, "max_parallel": args.max_parallel, "oltp": args.oltp, "baseline_latency_s": base, "sla_s": sla,
+                        "ycsb_rate": args.ycsb_rate, "max_parallel": args.max_parallel, "oltp": args.oltp,
+                        "cpu_per_node": args.cpu_per_node, "machine": machine(), "baseline_latency_s": base, "sla_s": sla,
                         "command": "bench/fleet " + " ".join(argv or __import__("sys").argv[1:])},
-               "drains": [], "pairs": [], "lost_acks": None, "oltp_check": None}
+               "drains": [], "pairs": [], "interrupted": [], "lost_acks": None, "oltp_check": None}
         variants = list(DRAIN_VARIANTS)
 
         def save() -> None:
@@ -141,6 +151,13 @@ def main(argv=None) -> None:
                     print(f"repeat {r} pair {b}: latency/setpoint {p['latency_over_setpoint']} over "
                           f"{p['seconds_both_copying']}s", flush=True)
                     move_back(fleet, "node-1", drained)
+        if args.only in (None, "interrupted"):
+            d = interrupted_once(fleet, "node-1", sla, drained, writers, oltp, args.max_parallel or len(drained))
+            doc["interrupted"].append(d)
+            save()
+            print(f"interrupted drain: {d['outcome']} in {d['drain_s']:.1f}s, runs {[r['rc'] for r in d['runs']]}, "
+                  f"each moved once {d['moved_once']}, failed requests {d['failed_requests']}", flush=True)
+            move_back(fleet, "node-1", drained)
         lost = {t: sorted(w.stop_and_check()) for t, w in writers.items()}
         doc["lost_acks"] = sum(len(v) for v in lost.values())
         checks = {}

@@ -47,6 +47,10 @@ def table(doc: dict) -> str:
     lines.append("two moves off one source: the source's latency (all its tenants) / setpoint while both copy")
     for b, r in s["pair"].items():
         lines.append(f"  {'shared budget' if b == 'fair' else 'two controllers':16} {_fmt(*r['latency_over_setpoint'])}")
+    for d in doc.get("interrupted") or []:
+        lines.append(f"drain interrupted (SIGINT of the CLI, SIGKILL of the source agent): {d['outcome']} in "
+                     f"{d['drain_s']:.1f}s; exits {[r['rc'] for r in d['runs']]}; each tenant moved once: "
+                     f"{d['moved_once']} {d['epoch_steps']}; failed requests {d['failed_requests']}")
     lines.append(f"acknowledged writes lost: {doc.get('lost_acks')}; OLTP check: {doc.get('oltp_check')}")
     return "\n".join(lines)
 

@@ -147,3 +147,75 @@ def median_spread(xs: list[float]) -> tuple[float | None, float | None, float | 
     if not xs:
         return None, None, None
     return statistics.median(xs), min(xs), max(xs)
+
+
+def _drain_cli(node: str, sla_s: float, max_parallel: int):
+    import subprocess
+    import sys
+
+    from .cluster import ROOT
+    return subprocess.Popen([sys.executable, "-m", "slacker", "node", "drain", node, "--sla", f"{sla_s * 1000:.1f}ms",
+                             "--max-parallel", str(max_parallel), "--max-freeze", "2s", "--json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _outgoing(fleet: Fleet, node: str) -> set[str]:
+    try:
+        doc = fleet.agents[node].request("GET", "/v1/migrations", timeout_s=5)
+    except Exception:  # noqa: BLE001 - the agent is down (it was killed): nothing seen this poll
+        return set()
+    return {m["tenant"] for m in doc.get("migrations", [])
+            if m.get("active") and m.get("direction") != "incoming" and m.get("phase") == "snapshot"}
+
+
+def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], writers: dict, oltp: dict,
+                     max_parallel: int) -> dict:
+    """`slacker node drain` as an operator runs it, interrupted twice: SIGINT of the CLI while its moves
+    copy, then SIGKILL of the source's agent while the re-run's moves copy (the agent started again with
+    `cluster up --dir`), then run until it exits 0. Each tenant must have moved exactly once: its owner
+    epoch one higher than before, on a node that is not cordoned."""
+    import signal
+
+    epochs = {o.tenant: o.epoch for o in fleet.directory.list() if o.tenant in drained}
+    before = {t: len(w.errors) for t, w in writers.items()}
+    before_oltp = {t: sum(x.errors.values()) for t, x in oltp.items()}
+    runs, events = [], []
+    t0 = time.monotonic()
+
+    def copying(n: int) -> set[str]:
+        return wait_until(lambda: (lambda s: s if len(s) >= n else None)(_outgoing(fleet, node)), 600, 0.5)
+
+    with Sampler(fleet, node) as s:
+        p = _drain_cli(node, sla_s, max_parallel)
+        first = copying(min(2, len(drained)))
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})
+        events.append((round(time.monotonic() - t0, 1), f"SIGINT of the CLI while {sorted(first)} copied"))
+        p = _drain_cli(node, sla_s, max_parallel)
+        now = copying(1)
+        fleet.kill_agent(node)
+        events.append((round(time.monotonic() - t0, 1), f"SIGKILL of {node}'s agent while {sorted(now)} copied"))
+        time.sleep(3)
+        fleet.restart()
+        events.append((round(time.monotonic() - t0, 1), f"{node}'s agent started again (cluster up --dir)"))
+        for attempt in range(4):
+            out, err = p.communicate(timeout=3600)
+            runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})
+            if p.returncode == 0:
+                break
+            events.append((round(time.monotonic() - t0, 1), f"run exited {p.returncode}: run again"))
+            p = _drain_cli(node, sla_s, max_parallel)
+    took = time.monotonic() - t0
+    owners = {o.tenant: o for o in fleet.directory.list() if o.tenant in drained}
+    cordoned = set(fleet.directory.cordons())
+    return {"variant": "interrupted", "drain_s": round(took, 2), "runs": runs, "events": events,
+            "outcome": "drained" if runs[-1]["rc"] == 0 else f"exit {runs[-1]['rc']}",
+            "epoch_steps": {t: owners[t].epoch - epochs[t] for t in drained},
+            "moved_once": all(owners[t].epoch - epochs[t] == 1 for t in drained),
+            "left_on_node": sorted(t for t in drained if owners[t].node == node),
+            "on_cordoned": sorted(t for t in drained if owners[t].node in cordoned),
+            "failed_requests": sum(len(w.errors) - before[t] for t, w in writers.items()),
+            "failed_request_errors": [e for t, w in writers.items() for e in w.errors[before[t]:]][:20],
+            "oltp_errors": sum(sum(x.errors.values()) - before_oltp[t] for t, x in oltp.items()),
+            "series": s.samples}

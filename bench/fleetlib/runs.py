@@ -182,23 +182,30 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
     runs, events = [], []
     t0 = time.monotonic()
 
-    def copying(n: int) -> set[str]:
-        return wait_until(lambda: (lambda s: s if len(s) >= n else None)(_outgoing(fleet, node)), 600, 0.5)
+    def copying(n: int, run) -> set[str]:
+        """Wait until `n` of the node's moves copy (or the run has exited: then what copies, maybe nothing)."""
+        def seen():
+            s = _outgoing(fleet, node)
+            return s if len(s) >= n else (s or {"-"} if run.poll() is not None else None)
+        return wait_until(seen, 600, 0.5) - {"-"}
 
     with Sampler(fleet, node) as s:
         p = _drain_cli(node, sla_s, max_parallel)
-        first = copying(min(2, len(drained)))
+        first = copying(min(2, len(drained)), p)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})
         events.append((round(time.monotonic() - t0, 1), f"SIGINT of the CLI while {sorted(first)} copied"))
         p = _drain_cli(node, sla_s, max_parallel)
-        now = copying(1)
-        fleet.kill_agent(node)
-        events.append((round(time.monotonic() - t0, 1), f"SIGKILL of {node}'s agent while {sorted(now)} copied"))
-        time.sleep(3)
-        fleet.restart()
-        events.append((round(time.monotonic() - t0, 1), f"{node}'s agent started again (cluster up --dir)"))
+        now = copying(1, p)
+        if now:
+            fleet.kill_agent(node)
+            events.append((round(time.monotonic() - t0, 1), f"SIGKILL of {node}'s agent while {sorted(now)} copied"))
+            time.sleep(3)
+            fleet.restart()
+            events.append((round(time.monotonic() - t0, 1), f"{node}'s agent started again (cluster up --dir)"))
+        else:
+            events.append((round(time.monotonic() - t0, 1), "the re-run finished before a copy could be killed"))
         for attempt in range(4):
             out, err = p.communicate(timeout=3600)
             runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})

@@ -48,6 +48,9 @@ def parse(argv=None):
                     help="the shared drains' cap on moves at once (0: the number drained, the budget decides)")
     ap.add_argument("--pair-sla-factor", type=float, default=1.5,
                     help="the two-moves setpoint: node-1's latency measured before, times this (it must bind)")
+    ap.add_argument("--settle", type=float, default=90.0,
+                    help="seconds the loads run before node-1's latency is measured (loading forty tenants leaves "
+                         "the machine busy for a minute: a baseline taken then sets a setpoint that never binds)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cpu-per-node", type=float, default=None,
                     help="each node's CPU quota (cluster up --cpu-per-node): copies and queries then share a "
@@ -110,10 +113,10 @@ def main(argv=None) -> None:
         writers = {t: RoutedWriter(fleet.listen, t, resolve(t, fleet.cluster).password, rate_per_s=10).start()
                    for t in drained}
         oltp = {t: fleet.oltp(t) for t in drained[:args.oltp]}
-        time.sleep(15)
+        time.sleep(args.settle)
         stats = fleet.agents["node-1"].request("GET", "/v1/tenant-stats")
         drained_bytes = sum(int(h[-1].get("data_bytes") or 0) for h in (stats.get("history") or {}).values() if h)
-        base = baseline_latency(fleet, "node-1")
+        base = baseline_latency(fleet, "node-1", seconds=20)
         sla = base * args.sla_factor
         print(f"node-1: {drained_bytes / 1e6:.0f} MB in {len(drained)} tenants, latency {base * 1000:.1f} ms "
               f"before; --sla {sla * 1000:.1f} ms", flush=True)
@@ -139,6 +142,8 @@ def main(argv=None) -> None:
                     d["repeat"] = r
                     doc["drains"].append(d)
                     save()
+                    if d["outcome"] == "interrupted":  # the drain took the Ctrl-C meant for the bench
+                        raise KeyboardInterrupt
                     print(f"repeat {r} {v}: {d['outcome']} in {d['drain_s']:.1f}s, latency/setpoint "
                           f"{d['latency_over_setpoint']}, failed requests {d['failed_requests']}", flush=True)
                     move_back(fleet, "node-1", drained)

@@ -3,8 +3,9 @@
 A drain or a rebalancer pass asks it whether a move may start now (`may_start`), starts it, adopts
 migrations an earlier run left running on the agents, and polls them all in one loop. How many run at
 once follows from the source's latency budget (slacker.controller.budget, read from the agent's
-GET /v1/budget): one more copy starts while each copy would still get `min_share_bytes_per_s` of the
-node's rate; `--max-parallel` caps the count, and a target node receives one copy at a time (its
+GET /v1/budget): copies join a node's budget one at a time, the next only once the node's controller
+has seen the ones already started for ADMIT_AFTER_S, and only while each copy would still get
+`min_share_bytes_per_s` of the node's rate; `--max-parallel` caps the count, and a target node receives one copy at a time (its
 incoming budget: the copy's target guard is the one controller of its latency).
 """
 
@@ -16,12 +17,22 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import AgentUnavailable, NotFound, SlackerError
+from ..latency import DEFAULT_WINDOW_S
+from ..migration.protocol import Phase
 from ..migration.remote import start_migration
 
 log = logging.getLogger("slacker.rebalance")
 
 # One more copy off a node starts only while every copy would still get this much of the node's rate.
 MIN_SHARE_BYTES_PER_S = 1_000_000
+# A copy costs its source something the controller cannot pause (the backup tool polls the redo log for
+# the whole copy), and the budget's rate only says what the copies already running leave once the
+# controller has read the latency with them: two of its latency windows. Copies started together before
+# that had put seven paused copies on a 0.5-core node, whose cost alone held it over its setpoint: no rate
+# was left to finish any of them (bench/run fleet --cpu-per-node 0.5).
+ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
+# Phases of a move whose copy has not ended: it is, or is about to be, one of the source budget's copies.
+NOT_COPIED = (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT)
 LOST_AFTER_S = 120.0  # a source agent that has not answered for this long: the move's outcome is read elsewhere
 
 
@@ -74,6 +85,14 @@ class MoveRunner:
             self.why_not = f"{target} already receives a copy"
             return False
         if self.budget:
+            unmeasured = [r for r in self.running.values() if r.source == source and r.active
+                          and r.doc.get("phase", Phase.PENDING) in NOT_COPIED]
+            if pending:
+                self.why_not = f"{source}'s budget takes one new copy at a time"
+                return False
+            if unmeasured and time.monotonic() - max(r.started_at for r in unmeasured) < ADMIT_AFTER_S:
+                self.why_not = f"{source}'s budget has not yet measured its newest copy"
+                return False
             doc = self.budget_of(source)
             if doc and doc.get("active") and doc.get("copying"):
                 rate = doc.get("rate_bytes_per_s")

@@ -278,8 +278,10 @@ def test_drain_of_a_node_whose_agent_is_down_says_so(make_cluster):
     assert "node-1" in directory.cordons() and directory.lookup("g1").node == "node-1"
 
 
-def _tenants_with_a_row(cluster, *tenants: str) -> None:
-    """Tenants on node-1, each with one row (k.t id 7) to find after its move."""
+def _tenants_with_a_row(cluster, *tenants: str, pad_mb: int = 0) -> None:
+    """Tenants on node-1, each with one row (k.t id 7) to find after its move, and `pad_mb` MB more in
+    k.pad (copies long enough to overlap: a second copy joins a node's budget only after the controller
+    has measured the first, slacker.rebalance.moves.ADMIT_AFTER_S)."""
     for t in tenants:
         rc, _, err = slacker("tenant", "create", t, "--on", "node-1")
         assert rc == 0, err
@@ -288,6 +290,10 @@ def _tenants_with_a_row(cluster, *tenants: str) -> None:
             cur.execute("CREATE DATABASE k")
             cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
             cur.execute("INSERT INTO k.t VALUES (7)")
+            if pad_mb:
+                cur.execute("CREATE TABLE k.pad (id INT PRIMARY KEY, v VARCHAR(1000))")
+                cur.execute(f"INSERT INTO k.pad SELECT seq, REPEAT('x', 1000) FROM k.seq_1_to_{pad_mb * 1000}")
+                conn.commit()
         conn.close()
 
 
@@ -298,7 +304,7 @@ def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
 
     cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
     agents, directory = cluster_clients(cluster)
-    _tenants_with_a_row(cluster, "c1", "c2")
+    _tenants_with_a_row(cluster, "c1", "c2", pad_mb=40)
     p = _drain_proc("--max-rate", "2MB/s")
     try:
         _wait_active(agents["node-1"], 2)
@@ -366,7 +372,7 @@ def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
     migrations say so in their controller notes. Both finish, the data intact."""
     cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
     agents, directory = cluster_clients(cluster)
-    _tenants_with_a_row(cluster, "s1", "s2")
+    _tenants_with_a_row(cluster, "s1", "s2", pad_mb=40)
     cap = 4_000_000
     p = _drain_proc("--max-rate", "4MB/s")
     try:

@@ -1,0 +1,66 @@
+"""How copies join a source's latency budget: one at a time, each only after the node's controller has
+read the latency with the ones already started, and only while the rate leaves each a share."""
+
+from __future__ import annotations
+
+from slacker.rebalance.moves import ADMIT_AFTER_S, MoveRunner
+
+
+class _Agent:
+    def __init__(self) -> None:
+        self.budget = {"active": False, "copying": 0, "rate_bytes_per_s": None}
+        self.n = 0
+
+    def request(self, method, path, body=None, **_):
+        if path == "/v1/budget":
+            return dict(self.budget)
+        if method == "POST" and path == "/v1/migrations":
+            self.n += 1
+            return {"id": f"m{self.n}", "active": True, "phase": "preflight", "tenant": body["tenant"]}
+        raise AssertionError(path)
+
+
+def _runner(agent):
+    r = MoveRunner({"node-1": agent}, max_parallel=8)
+    r.budget_of = lambda node: dict(agent.budget)  # no 1 s cache in a test
+    return r
+
+
+def test_an_idle_node_takes_one_copy_not_a_batch():
+    agent = _Agent()
+    r = _runner(agent)
+    assert r.may_start("node-1", "node-2")
+    assert not r.may_start("node-1", "node-3", pending=1, pending_targets=("node-2",))
+    assert "one new copy at a time" in r.why_not and "budget" in r.why_not  # the drain stops its batch on it
+
+
+def test_the_next_copy_waits_until_the_controller_has_measured_the_newest():
+    agent = _Agent()
+    r = _runner(agent)
+    first = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6}
+    assert not r.may_start("node-1", "node-3")
+    assert "not yet measured" in r.why_not
+    first.started_at -= ADMIT_AFTER_S
+    first.doc["phase"] = "snapshot"
+    assert r.may_start("node-1", "node-3")  # measured, and 25 MB/s each with one more
+    # The controller cut the node's rate: two copies would get less than the least share.
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 1.5e6}
+    assert not r.may_start("node-1", "node-3") and "no room" in r.why_not
+
+
+def test_a_move_past_its_copy_does_not_hold_the_next_copy_back():
+    agent = _Agent()
+    r = _runner(agent)
+    first = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    first.doc["phase"] = "prepare"  # its copy ended: the target prepares, the source's budget is free
+    assert r.may_start("node-1", "node-3")
+
+
+def test_moves_with_controllers_of_their_own_are_counted_only():
+    agent = _Agent()
+    r = MoveRunner({"node-1": agent}, max_parallel=2, budget=False)
+    r.start("a", "node-1", "node-2", {"tenant": "a"})
+    assert r.may_start("node-1", "node-3", pending=0)
+    assert not r.may_start("node-1", "node-4", pending=1, pending_targets=("node-3",))
+    assert "--max-parallel 2" in r.why_not

@@ -29,7 +29,7 @@ from .cluster import Fleet, slacker
 from .report import plot, summary, table
 from benchkit.host import machine
 
-from .runs import DRAIN_VARIANTS, baseline_latency, drain_once, interrupted_once, move_back, pair_once
+from .runs import DRAIN_VARIANTS, baseline_latency, drain_once, interrupted_once, move_back, pair_once, settle
 
 
 def parse(argv=None):
@@ -143,8 +143,9 @@ def main(argv=None) -> None:
             if args.only in (None, "drain"):
                 order = variants[r % 3:] + variants[:r % 3]  # rotated each repeat
                 for v in order:
+                    waited = settle(fleet, "node-1", base)
                     d = drain_once(fleet, "node-1", v, sla, drained, writers, oltp, args.max_parallel)
-                    d["repeat"] = r
+                    d["repeat"], d["settled_after_s"] = r, waited
                     doc["drains"].append(d)
                     save()
                     if d["outcome"] == "interrupted":  # the drain took the Ctrl-C meant for the bench
@@ -154,14 +155,16 @@ def main(argv=None) -> None:
                     move_back(fleet, "node-1", drained)
             if args.only in (None, "pair"):
                 for b in (["fair", "own"] if r % 2 == 0 else ["own", "fair"]):
+                    waited = settle(fleet, "node-1", base)
                     p = pair_once(fleet, "node-1", b, base * args.pair_sla_factor, drained[:2], nodes[1:3])
-                    p["repeat"] = r
+                    p["repeat"], p["settled_after_s"] = r, waited
                     doc["pairs"].append(p)
                     save()
                     print(f"repeat {r} pair {b}: latency/setpoint {p['latency_over_setpoint']} over "
                           f"{p['seconds_both_copying']}s", flush=True)
                     move_back(fleet, "node-1", drained)
         if args.only in (None, "interrupted"):
+            settle(fleet, "node-1", base)
             d = interrupted_once(fleet, "node-1", sla, drained, writers, oltp, args.max_parallel or len(drained))
             doc["interrupted"].append(d)
             save()

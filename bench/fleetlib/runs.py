@@ -226,3 +226,19 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
             "failed_request_errors": [e for t, w in writers.items() for e in w.errors[before[t]:]][:20],
             "oltp_errors": sum(sum(x.errors.values()) - before_oltp[t] for t, x in oltp.items()),
             "series": s.samples}
+
+
+def settle(fleet: Fleet, node: str, base_s: float, factor: float = 1.25, hold_s: int = 5,
+           timeout_s: float = 180) -> float:
+    """Wait until `node`'s latency has been within `factor` × its baseline for `hold_s` samples in a row:
+    a drain that starts while the tenants just moved back warm their buffer pools would be charged their
+    cold start. Returns the seconds waited (the timeout's, if it never settled: said in the data)."""
+    t0, ok = time.monotonic(), 0
+    while ok < hold_s and time.monotonic() - t0 < timeout_s:
+        try:
+            lat, _ = node_latency(fleet.agents[node])
+        except Exception:  # noqa: BLE001 - a busy agent: not settled yet
+            lat = None
+        ok = ok + 1 if lat is not None and lat <= factor * base_s else 0
+        time.sleep(1.0)
+    return round(time.monotonic() - t0, 1)

@@ -84,6 +84,7 @@ def plot(doc: dict, path: str) -> None:
     ax[2].set_ylabel("source latency / setpoint, both copying")
     m = doc["meta"]
     fig.suptitle(f"bench/fleet: {m['nodes']} netns nodes, {m['tenants']} tenants, drain of {m['drained']} "
-                 f"({m['drained_bytes'] / 1e6:.0f} MB), {m['repeats']} repeats; shared 2-core machine", fontsize=10)
+                 f"({m['drained_bytes'] / 1e6:.0f} MB), {m['repeats']} repeat(s); 2-core machine"
+                 + (f", {m['cpu_per_node']} CPU per node" if m.get("cpu_per_node") else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

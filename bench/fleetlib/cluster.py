@@ -153,22 +153,6 @@ class RouterClient:
                                          write_timeout=60, autocommit=False)
         return self._conn
 
-    def kill_agent(self, node: str) -> None:
-        """SIGKILL of `node`'s agent (its tenants' servers and the copies' processes keep running)."""
-        import signal
-
-        from slacker.procs import read_pid, wait_gone
-
-        pid = read_pid(self.run_dir / node / "agent.pid")
-        os.kill(pid, signal.SIGKILL)
-        if not wait_gone(pid, 10):
-            raise RuntimeError(f"{node}'s agent outlived SIGKILL")
-
-    def restart(self) -> None:
-        """What an operator types after a crash: `cluster up --dir` starts the agents that are not running,
-        with the cluster's recorded options (the CPU quota included)."""
-        slacker("cluster", "up", "--dir", str(self.run_dir), timeout_s=300)
-
     def close(self) -> None:
         if self._conn is not None:
             try:

@@ -25,6 +25,8 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
     10.0, 15.0, 20.0, 30.0,
 )
 OPERATION_NAMES = ("read", "update", "insert", "scan", "readmodifywrite")
+# The operations that write: only a transaction with one of them shows a read-only owner writable again.
+WRITE_OPS = tuple(i for i, name in enumerate(OPERATION_NAMES) if name not in ("read", "scan"))
 
 
 @dataclass
@@ -161,6 +163,7 @@ class TenantStats:
         self.recovered_t = float("-inf")
         self.disrupted_since: float | None = None
         self._disruption_reason = ""
+        self._disruption_lost_connections = False
         self._epoch_before = 0
         self._node_before = ""
         self.gaps: list[Gap] = []
@@ -180,7 +183,9 @@ class TenantStats:
             for i, c in enumerate(op_counts):
                 if c:
                     cur[i] += c
-        if self.disrupted_since is not None:
+        if self.disrupted_since is not None and (self._disruption_reason != "read_only"
+                                                 or any(op_counts[i] for i in WRITE_OPS)):
+            # A read commits on a frozen owner too: a read-only gap ends with the first write.
             self._end_disruption(done_t)
         self.last_commit_t = done_t
         return latency_s
@@ -196,13 +201,21 @@ class TenantStats:
             self.abandoned[reason] = self.abandoned.get(reason, 0) + 1
             self._cur_abandoned[reason] = self._cur_abandoned.get(reason, 0) + 1
 
-    def note_disruption(self, now: float, reason: str) -> None:
+    def note_disruption(self, now: float, reason: str, epoch: int, node: str, connection_lost: bool) -> None:
+        """A worker's transaction failed with `reason` on its connection to the owner at `epoch` on `node`
+        (the worker's own endpoint: another worker may already have followed the tenant elsewhere)."""
         with self.lock:
             if self.disrupted_since is None:
                 self.disrupted_since = now
                 self._disruption_reason = reason
-                self._epoch_before = self.epoch
-                self._node_before = self.node
+                self._disruption_lost_connections = connection_lost
+                self._epoch_before = epoch
+                self._node_before = node
+            elif connection_lost and not self._disruption_lost_connections:
+                # A handover freezes the owner (read-only) and then closes its connections: one gap,
+                # and its end marks what connections die later as its leftovers.
+                self._disruption_reason = reason
+                self._disruption_lost_connections = True
 
     def note_endpoint(self, epoch: int, node: str) -> None:
         self.epoch, self.node = epoch, node
@@ -213,7 +226,7 @@ class TenantStats:
             if since is None:
                 return  # another worker's commit ended it
             self.disrupted_since = None
-            if self._disruption_reason != "read_only":
+            if self._disruption_lost_connections:
                 self.recovered_t = done_t
             # The gap runs from the last commit before the disruption (or its start, if none yet).
             last_ok = self.last_commit_t if self.last_commit_t is not None and self.last_commit_t <= since else since

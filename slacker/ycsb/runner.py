@@ -181,7 +181,9 @@ class _Worker:
             # A connection opened before the last recovery is a leftover of that outage (an idle
             # worker finding its socket dead later), not a new one.
             if (failure.connection_lost and self.connected_t >= b.stats.recovered_t) or failure.reason == "read_only":
-                b.stats.note_disruption(time.monotonic(), failure.reason)
+                ep = self.endpoint
+                b.stats.note_disruption(time.monotonic(), failure.reason, ep.epoch if ep else b.stats.epoch,
+                                        ep.node if ep else b.stats.node, failure.connection_lost)
             if not failure.retryable or time.monotonic() >= deadline or b.stopping_hard:
                 if not failure.connection_lost and self.conn is not None:
                     b.driver.rollback_quietly(self.conn)

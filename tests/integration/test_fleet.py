@@ -170,6 +170,9 @@ def test_drain_interrupted_by_sigint_and_sigkill_resumes_and_moves_each_tenant_o
     tenants = ("b1", "b2", "b3", "b4")
     for t in tenants:
         _create(admin, t, "--on", "node-1")
+        # Copies join node-1's budget one at a time (ADMIT_AFTER_S apart): each must still copy when
+        # the next joins, so that the first run is interrupted with two moves copying and two not begun.
+        _pad(cluster, t, 20)
     writers = _writers(cluster, listen, tenants)
     try:
         # A slow copy (a rate cap) leaves time to interrupt each run while its moves copy.
@@ -290,11 +293,21 @@ def _tenants_with_a_row(cluster, *tenants: str, pad_mb: int = 0) -> None:
             cur.execute("CREATE DATABASE k")
             cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
             cur.execute("INSERT INTO k.t VALUES (7)")
-            if pad_mb:
-                cur.execute("CREATE TABLE k.pad (id INT PRIMARY KEY, v VARCHAR(1000))")
-                cur.execute(f"INSERT INTO k.pad SELECT seq, REPEAT('x', 1000) FROM k.seq_1_to_{pad_mb * 1000}")
-                conn.commit()
+            conn.commit()
         conn.close()
+        if pad_mb:
+            _pad(cluster, t, pad_mb)
+
+
+def _pad(cluster, tenant: str, mb: int) -> None:
+    """`mb` MB more in the tenant (padding.t), so its copy lasts long enough to overlap another."""
+    conn = resolve(tenant, cluster).connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE padding")
+        cur.execute("CREATE TABLE padding.t (id INT PRIMARY KEY, v VARCHAR(1000))")
+        cur.execute(f"INSERT INTO padding.t SELECT seq, REPEAT('x', 1000) FROM padding.seq_1_to_{mb * 1000}")
+        conn.commit()
+    conn.close()
 
 
 def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):

@@ -236,6 +236,32 @@ def test_a_handover_after_an_aborted_attempt_is_still_a_gap():
     assert (t.gaps[-1].reason, t.gaps[-1].epoch_before, t.gaps[-1].epoch_after) == ("connection_lost", 1, 2), t.gaps
 
 
+def test_a_handover_that_freezes_then_closes_connections_is_one_gap_from_the_freeze():
+    """A live handover makes the owner read-only, then closes its connections and the directory flips.
+    Reads still commit on the frozen owner, so the write outage ends only with a write, and a worker
+    that already follows the tenant to the new owner does not make another's lost connection a gap on
+    the new owner: one gap, from the freeze, old owner -> new."""
+    old = SimulatedServer(service_time_s=0.002)
+    new = SimulatedServer(service_time_s=0.002)
+    owner = {"ep": Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)}
+
+    def handover():
+        old.read_only = True
+        time.sleep(0.15)
+        owner["ep"] = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
+        old.down = True
+
+    threading.Timer(0.4, handover).start()
+    targets = [TenantTarget("t1", 200.0, lambda: owner["ep"])]
+    res = run_benchmark(_config({1: old, 2: new}, duration=1.0, targets=targets, arrival="constant"))
+    t = res.tenants[0]
+    assert t.completed == t.arrivals and not t.abandoned
+    assert t.failures.get("read_only", 0) >= 1 and t.failures.get("connection_lost", 0) >= 1
+    assert [(g.reason, g.epoch_before, g.epoch_after, g.node_before, g.node_after) for g in t.gaps] == \
+        [("connection_lost", 1, 2, "n1", "n2")], t.gaps
+    assert t.gaps[0].start_s == pytest.approx(0.4, abs=0.05) and t.gaps[0].gap_s >= 0.15
+
+
 def test_unreachable_tenant_fails_fast():
     cfg = _config({5: SimulatedServer()}, targets=[TenantTarget.fixed(Endpoint("t9", "sim", 99, "app", ""), 10)])
     t0 = time.monotonic()

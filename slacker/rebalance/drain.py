@@ -283,6 +283,10 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
                 res.reason = f"another drain of {node} ({taken_by}) took its lock: this one stopped starting moves"
         if node not in directory.cordons():
             res.outcome, res.reason = "stopped", f"{node} was uncordoned: the drain stopped starting moves"
+        shed = runner.shed_one(node)
+        if shed is not None:
+            say(f"{shed.tenant}: stopped: {node}'s copies were all held at 0 B/s, so no copy could finish; "
+                f"it starts again later, at most {runner.cap[node]} copies at once from now")
         for r in runner.poll():
             _ended(r, res, opts, directory, node, say)
             _record(directory, state_key, res, opts)
@@ -408,6 +412,10 @@ def _ended(r: Running, res: DrainResult, opts: DrainOptions, directory, node: st
             say(f"{r.tenant}: moved to {r.target} ({r.lost}; the directory names the target)")
         else:
             _failed(t, r.lost, opts, say)
+        return
+    if r.shed and d.get("result") != "succeeded":
+        t.state, t.error = "waiting", ""
+        t.attempts = max(0, t.attempts - 1)  # not a failure of the move: its turn comes again
         return
     if d.get("result") == "succeeded":
         t.state, t.error = "moved", ""

@@ -33,6 +33,10 @@ MIN_SHARE_BYTES_PER_S = 1_000_000
 ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
 # Phases of a move whose copy has not ended: it is, or is about to be, one of the source budget's copies.
 NOT_COPIED = (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT)
+# A node whose budget has given none of its copies a byte for this long cannot finish any of them as
+# they are: what they cost paused holds its latency over the setpoint. The controller's own verdict
+# ("cannot finish") reads the same window (slacker.controller.loop.Feasibility).
+SHED_AFTER_S = 30.0
 LOST_AFTER_S = 120.0  # a source agent that has not answered for this long: the move's outcome is read elsewhere
 
 
@@ -47,6 +51,7 @@ class Running:
     adopted: bool = False                # started by an earlier run, followed by this one
     unreachable_since: float | None = None
     lost: str = ""                       # the source agent forgot it (restarted) or stopped answering
+    shed: bool = False                   # stopped by the runner to let the source's other copies finish
 
     @property
     def active(self) -> bool:
@@ -63,6 +68,8 @@ class MoveRunner:
         self.running: dict[str, Running] = {}
         self._budgets: dict[str, tuple[float, dict | None]] = {}
         self.why_not = ""  # why the last may_start() said no
+        self.cap: dict[str, int] = {}  # source -> copies at once, lowered each time it had to shed one
+        self._stalled_since: dict[str, float] = {}
 
     def budget_of(self, node: str) -> dict | None:
         """The node's budget (GET /v1/budget), read at most once a second; None if it does not answer."""
@@ -87,6 +94,10 @@ class MoveRunner:
         if self.budget:
             unmeasured = [r for r in self.running.values() if r.source == source and r.active
                           and r.doc.get("phase", Phase.PENDING) in NOT_COPIED]
+            if source in self.cap and len(unmeasured) + pending >= self.cap[source]:
+                self.why_not = (f"{source}'s budget held {self.cap[source] + 1} copies at 0 B/s: "
+                                f"at most {self.cap[source]} at once now")
+                return False
             if pending:
                 self.why_not = f"{source}'s budget takes one new copy at a time"
                 return False
@@ -103,6 +114,40 @@ class MoveRunner:
                     return False
         self.why_not = ""
         return True
+
+    def shed_one(self, source: str, now: float | None = None) -> Running | None:
+        """If `source`'s budget has held all its copies (two or more) below the least share for
+        SHED_AFTER_S, abort the newest copy, mark it shed (its tenant waits its turn again, not counted
+        as a failed attempt) and lower the source's cap on copies at once. Returns the move shed."""
+        if not self.budget:
+            return None
+        now = time.monotonic() if now is None else now
+        doc = self.budget_of(source)
+        copying = int((doc or {}).get("copying") or 0)
+        rate = (doc or {}).get("rate_bytes_per_s")
+        if not (doc and doc.get("active") and copying >= 2 and rate is not None
+                and rate / copying < self.min_share_bytes_per_s):
+            self._stalled_since.pop(source, None)
+            return None
+        since = self._stalled_since.setdefault(source, now)
+        if now - since < SHED_AFTER_S:
+            return None
+        copies = [r for r in self.running.values() if r.source == source and r.active and not r.shed
+                  and r.doc.get("phase") == Phase.SNAPSHOT]
+        if len(copies) < 2:
+            return None
+        victim = max(copies, key=lambda r: r.started_at)
+        try:
+            self.agents[source].request("POST", f"/v1/migrations/{victim.mid}/abort",
+                                        {"reason": f"{source}'s copies held at 0 B/s for {SHED_AFTER_S:.0f}s: "
+                                                   "stopped so the others can finish; it starts again later"})
+        except SlackerError as exc:
+            log.warning("shedding migration %s: %s", victim.mid, exc.one_line())
+            return None
+        victim.shed = True
+        self.cap[source] = max(1, copying - 1)
+        self._stalled_since.pop(source, None)
+        return victim
 
     def start(self, tenant: str, source: str, target: str, body: dict) -> Running:
         doc = start_migration(self.agents[source], body)

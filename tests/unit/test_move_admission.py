@@ -64,3 +64,50 @@ def test_moves_with_controllers_of_their_own_are_counted_only():
     assert r.may_start("node-1", "node-3", pending=0)
     assert not r.may_start("node-1", "node-4", pending=1, pending_targets=("node-3",))
     assert "--max-parallel 2" in r.why_not
+
+
+class _AbortingAgent(_Agent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.aborted: list[str] = []
+
+    def request(self, method, path, body=None, **kw):
+        if path.endswith("/abort"):
+            self.aborted.append(path.split("/")[3])
+            return {}
+        return super().request(method, path, body, **kw)
+
+
+def test_a_node_whose_copies_are_all_held_at_zero_sheds_its_newest_and_takes_one_fewer():
+    from slacker.rebalance.moves import SHED_AFTER_S
+
+    agent = _AbortingAgent()
+    r = _runner(agent)
+    old = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    new = r.start("b", "node-1", "node-3", {"tenant": "b"})
+    old.started_at, new.started_at = 100.0, 110.0
+    for m in (old, new):
+        m.doc["phase"] = "snapshot"
+    agent.budget = {"active": True, "copying": 2, "rate_bytes_per_s": 0}
+    assert r.shed_one("node-1", now=200.0) is None  # held at zero: the clock starts
+    agent.budget = {"active": True, "copying": 2, "rate_bytes_per_s": 8e6}
+    assert r.shed_one("node-1", now=200.0 + SHED_AFTER_S) is None  # it moved again: the clock resets
+    agent.budget = {"active": True, "copying": 2, "rate_bytes_per_s": 0}
+    assert r.shed_one("node-1", now=300.0) is None
+    assert r.shed_one("node-1", now=300.0 + SHED_AFTER_S) is new  # the newest copy goes
+    assert agent.aborted == [new.mid] and new.shed and not old.shed
+    assert r.cap["node-1"] == 1
+    r.running.pop("b")
+    old.started_at = 0.0
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6}
+    assert not r.may_start("node-1", "node-3") and "at most 1 at once" in r.why_not
+
+
+def test_one_copy_held_at_zero_is_not_shed():
+    agent = _AbortingAgent()
+    r = _runner(agent)
+    only = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    only.doc["phase"] = "snapshot"
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 0}
+    assert r.shed_one("node-1", now=0.0) is None and r.shed_one("node-1", now=1000.0) is None
+    assert agent.aborted == []

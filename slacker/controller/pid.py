@@ -82,10 +82,13 @@ class ThrottleController(RateController):
     - paused: rate 0, state frozen (no error is integrated while the copy is stopped);
     - failed or stale sample: hold the rate for `grace_steps`, then multiply it by
       `cut_factor` each step (to 0 once below 1% of max). Never an increase;
-    - empty window (no transaction completed): no evidence, hold the rate;
+    - empty window (no transaction completed): hold the rate; after IDLE_LIFT_STEPS more such steps
+      (an idle server, not one too slow for anything to end), a rate under the start rate goes back to it;
     - otherwise the PID step, with increases limited to `max_increase_per_step`
       (decreases are not limited: slowing down is always safe).
     """
+
+    IDLE_LIFT_STEPS = 3
 
     def __init__(
         self,
@@ -125,6 +128,8 @@ class ThrottleController(RateController):
             check_positive("staleness limit", stale_after_s) if stale_after_s is not None else 2.0 * self.step_s
         )
         self._fraction = float(initial_fraction)
+        self.initial_fraction = float(initial_fraction)
+        self._idle_steps = 0
         # Setters may come from the agent's API thread while the tick thread steps.
         self._lock = threading.RLock()
         self._last_now: float | None = None
@@ -145,6 +150,7 @@ class ThrottleController(RateController):
         new = check_max_rate(max_rate_bytes_per_s)
         with self._lock:
             self._fraction = min(1.0, self._fraction * self.max_rate_bytes_per_s / new)
+            self.initial_fraction = min(1.0, self.initial_fraction * self.max_rate_bytes_per_s / new)
             self.max_rate_bytes_per_s = new
 
     def pause(self) -> None:
@@ -210,8 +216,19 @@ class ThrottleController(RateController):
         self._bad_steps = 0
 
         if latency_s is None:
+            # No transaction in the window and the source healthy (a server that commits unseen is a
+            # failed source, above). Held, as long as it could be a server too slow for anything to end in
+            # a window. Once it has been so for IDLE_LIFT_STEPS more, nobody's latency is there to protect:
+            # a rate cut below the start rate by a load that has since gone is lifted back to it, as the
+            # copy would have started on this idle server -- else a copy stopped by a burst waits for the
+            # next transaction, for ever on a server that has none (a drained node's last tenants).
             self._forget()
+            self._idle_steps += 1
+            if self._idle_steps > self.IDLE_LIFT_STEPS and self._fraction < self.initial_fraction:
+                self._fraction = self.initial_fraction
+                return self._record(now, None, True, bytes_done, "no transactions in window: back to the start rate")
             return self._record(now, None, True, bytes_done, "no transactions in window; holding rate")
+        self._idle_steps = 0
 
         new, note, p, i, d = self._law(latency_s, dt)
         self._fraction = new

@@ -285,8 +285,9 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
             res.outcome, res.reason = "stopped", f"{node} was uncordoned: the drain stopped starting moves"
         shed = runner.shed_one(node)
         if shed is not None:
+            n = runner.cap[node]
             say(f"{shed.tenant}: stopped: {node}'s copies were all held at 0 B/s, so no copy could finish; "
-                f"it starts again later, at most {runner.cap[node]} copies at once from now")
+                f"it starts again later, at most {n} {'copy' if n == 1 else 'copies'} at once from now")
         for r in runner.poll():
             _ended(r, res, opts, directory, node, say)
             _record(directory, state_key, res, opts)

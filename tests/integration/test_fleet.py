@@ -422,3 +422,77 @@ def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
             assert cur.fetchall() == ((7,),)
         conn.close()
     assert agents["node-1"].request("GET", "/v1/budget")["active"] is False  # the last copy closed it
+
+
+def test_a_node_whose_copies_are_all_held_at_zero_sheds_one_and_the_drain_still_finishes(make_cluster):
+    """Two copies share node-1's budget; then node-1's latency goes over the setpoint whatever the copies
+    do (z's transactions sleep 1 s against a 50 ms SLA), so the budget holds both at 0 B/s. After the
+    feasibility window the drain stops the newer copy (the tenant keeps serving on node-1), says so, and
+    from then on runs one copy at a time; once the load calms down every tenant moves, each exactly once
+    and in one counted attempt, its data intact."""
+    from slacker.rebalance.moves import SHED_AFTER_S
+
+    cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
+    agents, _ = cluster_clients(cluster)
+    _tenants_with_a_row(cluster, "h1", "h2", pad_mb=40)
+    _tenants_with_a_row(cluster, "z")  # the smallest: moved last
+    time.sleep(4)  # the setpoint derives from node-1's latency (3 samples): not from the loading above
+    stop = threading.Event()
+
+    def sleepy() -> None:  # transactions that take 1 s on the server, whatever the copies cost
+        conn = resolve("z", cluster).connect()
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute("BEGIN")
+                cur.execute("UPDATE k.t SET id = id WHERE id = 7")
+                cur.execute("DO SLEEP(1)")
+                cur.execute("COMMIT")
+        conn.close()
+
+    p = subprocess.Popen([sys.executable, "-m", "slacker", "node", "drain", "node-1", "--sla", "50ms",
+                          "--max-parallel", "2", "--max-rate", "4MB/s", "--max-freeze", "3s"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    threads = []
+    try:
+        _wait_sharing(agents["node-1"], 2)
+        threads = [threading.Thread(target=sleepy, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + SHED_AFTER_S + 60
+        while time.monotonic() < deadline:
+            doc = agents["node-1"].request("GET", "/v1/budget")
+            if doc["active"] and doc["copying"] < 2:
+                break
+            time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        try:
+            out, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            print(agents["node-1"].request("GET", "/v1/migrations"), agents["node-1"].request("GET", "/v1/budget"))
+    finally:
+        stop.set()
+        if p.poll() is None:
+            p.kill()
+    print(out, err)
+    assert p.returncode == 0, out + err
+    assert "copies were all held at 0 B/s, so no copy could finish; it starts again later, " \
+           "at most 1 copy at once from now" in err, err
+    assert "3 of 3 moved" in out
+    # TENANT TARGET RESULT DURATION FREEZE ("14 ms") TRIES: the stopped copy is not a failed attempt
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] and line.split()[0] in ("h1", "h2", "z")]
+    assert [(r[0], r[2], r[6]) for r in rows] == [("h1", "moved", "1"), ("h2", "moved", "1"), ("z", "moved", "1")], out
+    owners = _owners(cluster)
+    assert {t: (owners[t].node != "node-1", owners[t].epoch) for t in ("h1", "h2", "z")} == \
+        {t: (True, 2) for t in ("h1", "h2", "z")}
+    for t in ("h1", "h2", "z"):
+        conn = resolve(t, cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM k.t")
+            assert cur.fetchall() == ((7,),)
+            cur.execute("SELECT COUNT(*) FROM padding.t" if t != "z" else "SELECT 40000")
+            assert cur.fetchone()[0] == 40000
+        conn.close()

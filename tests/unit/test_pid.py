@@ -178,6 +178,30 @@ def test_empty_window_holds() -> None:
         assert "no transactions" in out.note
 
 
+@pytest.mark.parametrize("kind", ["pid", "model"])
+def test_a_copy_stopped_by_a_load_that_then_goes_away_resumes_at_the_start_rate(kind: str) -> None:
+    """Latency far over the setpoint stops the copy; then the server goes idle (no transaction in the
+    window, the source healthy): nobody's latency to protect, so the rate goes back to the start rate
+    rather than staying at 0 until the next transaction. A rate above the start rate is held."""
+    from slacker.controller.model import ModelController
+
+    c = (ThrottleController(0.1, MAX_RATE, initial_fraction=0.2) if kind == "pid"
+         else ModelController(0.1, MAX_RATE, start_rate_bytes_per_s=0.2 * MAX_RATE))
+    out = None
+    for k in range(10):
+        out = c.step(sample(2.0, float(k)), float(k))
+    assert out.rate_bytes_per_s == 0
+    for k in range(10, 10 + c.IDLE_LIFT_STEPS):  # held a while: a server too slow for anything to end looks the same
+        out = c.step(sample(None, float(k)), float(k))
+        assert out.rate_bytes_per_s == 0 and "holding" in out.note
+    out = c.step(sample(None, 20.0), 20.0)
+    assert out.rate_bytes_per_s == pytest.approx(0.2 * MAX_RATE) and "start rate" in out.note
+    c.set_max_rate(2 * MAX_RATE)  # the start rate is a rate, not a share of the cap
+    assert c.step(sample(None, 21.0), 21.0).rate_bytes_per_s == pytest.approx(0.2 * MAX_RATE)
+    c.step(sample(2.0, 22.0), 22.0)
+    assert c.rate_bytes_per_s < 0.2 * MAX_RATE  # a load again: cut at once
+
+
 def test_pause_gives_rate_zero_and_freezes_state() -> None:
     c = settled_controller()
     before = c.fraction
@@ -263,8 +287,10 @@ def test_output_never_leaves_0_to_max_rate(events, gains, initial, dt) -> None:
         assert 0 <= out.rate_bytes_per_s <= c.max_rate_bytes_per_s
         assert 0.0 <= out.fraction <= 1.0 and math.isfinite(out.fraction)
         assert out.rate_bytes_per_s == c.rate_bytes_per_s
-        if ev in ("fail", "stale", None) or c.paused:
+        if ev in ("fail", "stale") or c.paused:
             assert out.rate_bytes_per_s <= before  # no evidence never speeds up
+        elif ev is None:  # an idle server: at most back to the start rate
+            assert out.rate_bytes_per_s <= max(before, c.initial_fraction * c.max_rate_bytes_per_s + 1)
 
 
 # --- baselines -------------------------------------------------------------------------

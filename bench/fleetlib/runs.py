@@ -107,6 +107,9 @@ def move_back(fleet: Fleet, node: str, tenants: list[str]) -> None:
         raise RuntimeError(f"could not move {left} back to {node}")
 
 
+PAIR_TIMEOUT_S = 300.0  # two ~500 MB copies at the plant's ~10 MB/s take about 100 s
+
+
 def pair_once(fleet: Fleet, node: str, budget: str, setpoint_s: float, pair: list[str],
               targets: list[str]) -> dict:
     """Two moves off `node` at once to two targets, both latency-targeting at `setpoint_s`, sharing the
@@ -125,11 +128,19 @@ def pair_once(fleet: Fleet, node: str, budget: str, setpoint_s: float, pair: lis
     for th in threads:
         th.join()
     copying: list[tuple[float, float | None, float]] = []
+    deadline, stalled = time.monotonic() + PAIR_TIMEOUT_S, False
     with Sampler(fleet, node) as s:  # every tenant on the node, the moving ones too: the per-server SLA
         while True:
             states = [fleet.agents[node].request("GET", f"/v1/migrations/{d['id']}") for d in docs]
             if all(not x["active"] for x in states):
                 break
+            if time.monotonic() > deadline and not stalled:
+                # A setpoint the paused copies alone reach holds both at 0 for ever: recorded, not waited out.
+                stalled = True
+                for x in states:
+                    if x["active"]:
+                        fleet.agents[node].request("POST", f"/v1/migrations/{x['id']}/abort",
+                                                   {"reason": f"bench: the pair ran over {PAIR_TIMEOUT_S:.0f}s"})
             both = all(x["active"] and x.get("phase") == "snapshot" for x in states)
             if both and s.samples:
                 copying.append(s.samples[-1])
@@ -137,7 +148,7 @@ def pair_once(fleet: Fleet, node: str, budget: str, setpoint_s: float, pair: lis
     rows = [(lat, tps) for _, lat, tps in dict((c[0], c) for c in copying).values() if lat is not None and tps > 0]
     w = sum(t for _, t in rows)
     mean = sum(lat * t for lat, t in rows) / w if w else None
-    return {"budget": budget, "setpoint_s": setpoint_s, "seconds_both_copying": len(rows),
+    return {"budget": budget, "setpoint_s": setpoint_s, "seconds_both_copying": len(rows), "stalled": stalled,
             "latency_mean_s": mean, "latency_over_setpoint": None if mean is None else mean / setpoint_s,
             "results": [x.get("result") for x in states], "series": s.samples}
 

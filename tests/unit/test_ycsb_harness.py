@@ -181,23 +181,38 @@ def test_retry_gives_up_after_the_retry_timeout():
     assert res.elapsed_s < 5
 
 
+class _TwoOwners:
+    """A tenant's owner (n1, epoch 1) and the node it moves to (n2, epoch 2), both simulated; `flip()` is
+    the directory naming the new owner."""
+
+    def __init__(self) -> None:
+        self.old = SimulatedServer(service_time_s=0.002)
+        self.new = SimulatedServer(service_time_s=0.002)
+        self.ep = Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)
+
+    def flip(self) -> None:
+        self.ep = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
+
+    def run(self, rate: float, duration: float):
+        targets = [TenantTarget("t1", rate, lambda: self.ep)]
+        res = run_benchmark(_config({1: self.old, 2: self.new}, duration=duration, targets=targets,
+                                    arrival="constant"))
+        return res.tenants[0]
+
+
 def test_follows_the_tenant_to_its_new_owner():
     """The owner stops; after the directory flips, workers reconnect to the new one and the gap is recorded."""
-    old = SimulatedServer(service_time_s=0.002)
-    new = SimulatedServer(service_time_s=0.002)
-    owner = {"ep": Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)}
+    two = _TwoOwners()
 
     def handover():
-        old.down = True
+        two.old.down = True
         time.sleep(0.2)
-        owner["ep"] = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
+        two.flip()
 
     threading.Timer(0.4, handover).start()
-    targets = [TenantTarget("t1", 100.0, lambda: owner["ep"])]
-    res = run_benchmark(_config({1: old, 2: new}, duration=1.0, targets=targets, arrival="constant"))
-    t = res.tenants[0]
+    t = two.run(100.0, 1.0)
     assert t.completed == t.arrivals == 100 and not t.abandoned
-    assert old.transactions > 20 and new.transactions > 20
+    assert two.old.transactions > 20 and two.new.transactions > 20
     assert (t.epoch_start, t.epoch_end, t.node_end) == (1, 2, "n2")
     assert t.reconnects >= 1
     assert len(t.gaps) == 1
@@ -211,25 +226,21 @@ def test_follows_the_tenant_to_its_new_owner():
 def test_a_handover_after_an_aborted_attempt_is_still_a_gap():
     """A handover attempt that froze the source and gave up (a read-only gap, same owner, connections
     intact) must not make the real handover's lost connections look like leftovers of it."""
-    old = SimulatedServer(service_time_s=0.002)
-    new = SimulatedServer(service_time_s=0.002)
-    owner = {"ep": Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)}
+    two = _TwoOwners()
 
     def attempt():
-        old.read_only = True
+        two.old.read_only = True
         time.sleep(0.1)
-        old.read_only = False
+        two.old.read_only = False
 
     def handover():
-        old.down = True
+        two.old.down = True
         time.sleep(0.2)
-        owner["ep"] = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
+        two.flip()
 
     threading.Timer(0.2, attempt).start()
     threading.Timer(0.6, handover).start()
-    targets = [TenantTarget("t1", 100.0, lambda: owner["ep"])]
-    res = run_benchmark(_config({1: old, 2: new}, duration=1.2, targets=targets, arrival="constant"))
-    t = res.tenants[0]
+    t = two.run(100.0, 1.2)
     assert t.completed == t.arrivals and not t.abandoned
     # reads still commit while the source is read-only, so the attempt may show as several short gaps
     assert {(g.reason, g.epoch_before, g.epoch_after) for g in t.gaps[:-1]} == {("read_only", 1, 1)}, t.gaps
@@ -241,20 +252,16 @@ def test_a_handover_that_freezes_then_closes_connections_is_one_gap_from_the_fre
     Reads still commit on the frozen owner, so the write outage ends only with a write, and a worker
     that already follows the tenant to the new owner does not make another's lost connection a gap on
     the new owner: one gap, from the freeze, old owner -> new."""
-    old = SimulatedServer(service_time_s=0.002)
-    new = SimulatedServer(service_time_s=0.002)
-    owner = {"ep": Endpoint("t1", "sim", 1, "app", "", node="n1", epoch=1)}
+    two = _TwoOwners()
 
     def handover():
-        old.read_only = True
+        two.old.read_only = True
         time.sleep(0.15)
-        owner["ep"] = Endpoint("t1", "sim", 2, "app", "", node="n2", epoch=2)
-        old.down = True
+        two.flip()
+        two.old.down = True
 
     threading.Timer(0.4, handover).start()
-    targets = [TenantTarget("t1", 200.0, lambda: owner["ep"])]
-    res = run_benchmark(_config({1: old, 2: new}, duration=1.0, targets=targets, arrival="constant"))
-    t = res.tenants[0]
+    t = two.run(200.0, 1.0)
     assert t.completed == t.arrivals and not t.abandoned
     assert t.failures.get("read_only", 0) >= 1 and t.failures.get("connection_lost", 0) >= 1
     assert [(g.reason, g.epoch_before, g.epoch_after, g.node_before, g.node_after) for g in t.gaps] == \

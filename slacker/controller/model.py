@@ -127,6 +127,9 @@ class ModelController(ThrottleController):
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
     SPREAD = 3.0  # a marked second whose latency the others' line misses by this many sd was not the copy's
+    # A cut to under this rate stops the copy (no trickle). In bytes/s, not a share of the cap: a small
+    # server's knee can sit below any share of a large cap (a 0.5-core node's at 0.9 MB/s, 0.45 % of 200 MB/s).
+    STOP_BYTES_PER_S = 64 * 1024
 
     def __init__(
         self,
@@ -357,7 +360,9 @@ class ModelController(ThrottleController):
             note += f" ({self._mark}: not fitted)"
         if new >= 1.0:
             new, note = 1.0, "at max rate"
-        if new < 0.002:
+        if new < self.STOP_BYTES_PER_S / self.max_rate_bytes_per_s and new <= u:
+            # Only a cut stops: a rise from a stop moves in the model's steps, however small, else a copy
+            # whose every step from 0 is under the floor stays stopped with latency far under the aim.
             new, note = 0.0, "stopped: latency over the setpoint"
         return new, note, new - u, 0.0, 0.0
 

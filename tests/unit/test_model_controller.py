@@ -222,6 +222,28 @@ def test_the_load_alone_over_the_setpoint_stops_the_copy():
     assert out.rate_bytes_per_s == 0 and "stopped" in out.note
 
 
+def test_a_copy_stopped_on_a_server_whose_knee_is_far_under_the_cap_starts_again():
+    """A small server (knee 0.9 MB/s, under half a per cent of the 200 MB/s cap; a 0.5-core node) where
+    a load burst stopped the copy: once latency is back at half the setpoint, the copy moves again and
+    settles near the rate the setpoint allows, rather than staying stopped because each step up from 0
+    is smaller than the stop floor (the bench saw a copy held at 0 B/s for 10 minutes at 3 ms against 7 ms)."""
+    knee, load_s, sp = 0.9e6, 0.003, 0.007
+    c = ModelController(sp, MAX)
+    done, x, rates = 0.0, 0.0, []
+    for k in range(240):
+        burst = 30 <= k < 90  # the load alone near three times its usual latency: the copy stops
+        base = load_s * (2.8 if burst else 1.0)
+        y = base / max(0.05, 1.0 - x / knee)  # the rate applied in the last step costs this much
+        done += x
+        x = c.step(sample(y, float(k)), float(k), int(done)).rate_bytes_per_s
+        rates.append(x)
+    assert min(rates[60:90]) == 0  # stopped by the burst
+    allowed = knee * (1 - load_s / sp)  # the rate at which latency meets the setpoint: 0.51 MB/s
+    after = rates[150:]
+    assert min(after) > 0, after
+    assert 0.3 * allowed <= statistics.median(after) <= 1.1 * allowed, statistics.median(after)
+
+
 def test_a_rise_is_capped_at_rise_times_the_fastest_rate_seen():
     c = ModelController(1.0, MAX, start_rate_bytes_per_s=2e6, rise=2.0)
     done, rates = 0, []

@@ -83,8 +83,9 @@ def plot(doc: dict, path: str) -> None:
     ax[2].set_xticks(range(2), ["shared budget", "two controllers"])
     ax[2].set_ylabel("source latency / setpoint, both copying")
     m = doc["meta"]
+    ran = len({d["repeat"] for d in doc.get("drains", [])} | {p["repeat"] for p in doc.get("pairs", [])})
     fig.suptitle(f"bench/fleet: {m['nodes']} netns nodes, {m['tenants']} tenants, drain of {m['drained']} "
-                 f"({m['drained_bytes'] / 1e6:.0f} MB), {m['repeats']} repeat(s); 2-core machine"
+                 f"({m['drained_bytes'] / 1e6:.0f} MB), {ran} of {m['repeats']} repeat(s) run; 2-core machine"
                  + (f", {m['cpu_per_node']} CPU per node" if m.get("cpu_per_node") else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

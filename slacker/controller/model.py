@@ -130,6 +130,7 @@ class ModelController(ThrottleController):
     # A cut to under this rate stops the copy (no trickle). In bytes/s, not a share of the cap: a small
     # server's knee can sit below any share of a large cap (a 0.5-core node's at 0.9 MB/s, 0.45 % of 200 MB/s).
     STOP_BYTES_PER_S = 64 * 1024
+    STOP_SHARE = 0.002  # ... and never over this share of the cap (a cap of a few KB/s is all rate)
 
     def __init__(
         self,
@@ -360,7 +361,7 @@ class ModelController(ThrottleController):
             note += f" ({self._mark}: not fitted)"
         if new >= 1.0:
             new, note = 1.0, "at max rate"
-        if new < self.STOP_BYTES_PER_S / self.max_rate_bytes_per_s and new <= u:
+        if new < min(self.STOP_BYTES_PER_S / self.max_rate_bytes_per_s, self.STOP_SHARE) and new <= u:
             # Only a cut stops: a rise from a stop moves in the model's steps, however small, else a copy
             # whose every step from 0 is under the floor stays stopped with latency far under the aim.
             new, note = 0.0, "stopped: latency over the setpoint"

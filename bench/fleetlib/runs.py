@@ -53,10 +53,24 @@ class Sampler:
         return sum(lat * t for lat, t in rows) / w if w else None
 
 
-def baseline_latency(fleet: Fleet, node: str, seconds: int = 10) -> float:
-    with Sampler(fleet, node) as s:
-        time.sleep(seconds)
-    return s.mean() or 0.001
+def baseline_latency(fleet: Fleet, node: str, seconds: int = 10, tolerance: float = 0.1,
+                     timeout_s: float = 240) -> float:
+    """The node's latency at rest: the median of its per-second latencies over a window of `seconds`, taken
+    once it agrees within `tolerance` with the window before (the load has stopped settling). A mean over a
+    window that caught the machine still busy (forty tenants just loaded) can be twice the node's latency at
+    rest, and a setpoint derived from it never binds. At the timeout, the lowest window's median."""
+    windows: list[float] = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        with Sampler(fleet, node) as s:
+            time.sleep(seconds)
+        lats = [lat for _, lat, tps in s.samples if lat is not None and tps > 0]
+        if not lats:
+            continue
+        windows.append(statistics.median(lats))
+        if len(windows) >= 2 and abs(windows[-1] - windows[-2]) <= tolerance * windows[-2]:
+            return windows[-1]
+    return min(windows) if windows else 0.001
 
 
 def drain_once(fleet: Fleet, node: str, variant: str, sla_s: float, drained: list[str], writers: dict,
@@ -194,7 +208,8 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
     t0 = time.monotonic()
 
     def copying(n: int, run) -> set[str]:
-        """Wait until `n` of the node's moves copy (or the run has exited: then what copies, maybe nothing)."""
+        """Wait until `n` of the node's moves copy (or the run has exited: then what copies, maybe nothing).
+        One is enough: copies join a node's budget one at a time, and a short one may end before the next joins."""
         def seen():
             s = _outgoing(fleet, node)
             return s if len(s) >= n else (s or {"-"} if run.poll() is not None else None)
@@ -202,7 +217,7 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
 
     with Sampler(fleet, node) as s:
         p = _drain_cli(node, sla_s, max_parallel)
-        first = copying(min(2, len(drained)), p)
+        first = copying(1, p)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})

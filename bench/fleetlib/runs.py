@@ -185,12 +185,15 @@ def _drain_cli(node: str, sla_s: float, max_parallel: int):
 
 
 def _outgoing(fleet: Fleet, node: str) -> set[str]:
+    """The node's outgoing moves that have not reached their handover (preflight, copy, prepare, delta)."""
     try:
         doc = fleet.agents[node].request("GET", "/v1/migrations", timeout_s=5)
-    except Exception:  # noqa: BLE001 - the agent is down (it was killed): nothing seen this poll
+    except Exception as exc:  # noqa: BLE001 - the agent is down (it was killed): nothing seen this poll
+        print(f"  ({node}'s migrations not read: {exc})", flush=True)
         return set()
     return {m["tenant"] for m in doc.get("migrations", [])
-            if m.get("active") and m.get("direction") != "incoming" and m.get("phase") == "snapshot"}
+            if m.get("active") and m.get("direction") != "incoming"
+            and m.get("phase") in ("preflight", "snapshot", "prepare", "delta")}
 
 
 def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], writers: dict, oltp: dict,
@@ -208,7 +211,7 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
     t0 = time.monotonic()
 
     def copying(n: int, run) -> set[str]:
-        """Wait until `n` of the node's moves copy (or the run has exited: then what copies, maybe nothing).
+        """Wait until `n` of the node's moves run (or the run has exited: then what runs, maybe nothing).
         One is enough: copies join a node's budget one at a time, and a short one may end before the next joins."""
         def seen():
             s = _outgoing(fleet, node)
@@ -221,12 +224,12 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})
-        events.append((round(time.monotonic() - t0, 1), f"SIGINT of the CLI while {sorted(first)} copied"))
+        events.append((round(time.monotonic() - t0, 1), f"SIGINT of the CLI while {sorted(first)} were moving"))
         p = _drain_cli(node, sla_s, max_parallel)
         now = copying(1, p)
         if now:
             fleet.kill_agent(node)
-            events.append((round(time.monotonic() - t0, 1), f"SIGKILL of {node}'s agent while {sorted(now)} copied"))
+            events.append((round(time.monotonic() - t0, 1), f"SIGKILL of {node}'s agent while {sorted(now)} were moving"))
             time.sleep(3)
             fleet.restart()
             events.append((round(time.monotonic() - t0, 1), f"{node}'s agent started again (cluster up --dir)"))

@@ -7,6 +7,7 @@ import statistics
 import threading
 import time
 
+from slacker.migration.protocol import Phase
 from slacker.migration.remote import migration_body, start_migration
 from slacker.rebalance.drain import DrainOptions, drain
 from slacker.rebalance.planner import Settings
@@ -184,6 +185,9 @@ def _drain_cli(node: str, sla_s: float, max_parallel: int):
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+BEFORE_HANDOVER = {Phase.PREFLIGHT, Phase.SNAPSHOT, Phase.PREPARE, Phase.DELTA}
+
+
 def _outgoing(fleet: Fleet, node: str) -> set[str]:
     """The node's outgoing moves that have not reached their handover (preflight, copy, prepare, delta)."""
     try:
@@ -193,7 +197,7 @@ def _outgoing(fleet: Fleet, node: str) -> set[str]:
         return set()
     return {m["tenant"] for m in doc.get("migrations", [])
             if m.get("active") and m.get("direction") != "incoming"
-            and m.get("phase") in ("preflight", "snapshot", "prepare", "delta")}
+            and m.get("phase") in BEFORE_HANDOVER}
 
 
 def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], writers: dict, oltp: dict,
@@ -210,23 +214,23 @@ def interrupted_once(fleet: Fleet, node: str, sla_s: float, drained: list[str], 
     runs, events = [], []
     t0 = time.monotonic()
 
-    def copying(n: int, run) -> set[str]:
-        """Wait until `n` of the node's moves run (or the run has exited: then what runs, maybe nothing).
-        One is enough: copies join a node's budget one at a time, and a short one may end before the next joins."""
+    def moving(run) -> set[str]:
+        """Wait until one of the node's moves runs (or the run has exited: then nothing). One, not two:
+        copies join a node's budget one at a time, and a short one may end before the next joins."""
         def seen():
             s = _outgoing(fleet, node)
-            return s if len(s) >= n else (s or {"-"} if run.poll() is not None else None)
+            return s or ({"-"} if run.poll() is not None else None)
         return wait_until(seen, 600, 0.5) - {"-"}
 
     with Sampler(fleet, node) as s:
         p = _drain_cli(node, sla_s, max_parallel)
-        first = copying(1, p)
+        first = moving(p)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         runs.append({"rc": p.returncode, "stderr_tail": err.strip().splitlines()[-2:]})
         events.append((round(time.monotonic() - t0, 1), f"SIGINT of the CLI while {sorted(first)} were moving"))
         p = _drain_cli(node, sla_s, max_parallel)
-        now = copying(1, p)
+        now = moving(p)
         if now:
             fleet.kill_agent(node)
             events.append((round(time.monotonic() - t0, 1), f"SIGKILL of {node}'s agent while {sorted(now)} were moving"))

@@ -190,6 +190,14 @@ def drift(pages: list[Path], cli: Cli) -> list[str]:
                 rest = SHELL_END.sub("", body[m.end():])
                 for wrong in cli.check(rest.split()):
                     say(c.line, wrong, wrong)
+            # A command written without its `slacker` (`node drain --sla 50ms`, `tenant create`): a top-level
+            # command followed by one of its subcommands or an option (an output line's first words are not).
+            words = body.split()
+            if not commands and len(words) > 1 and words[0] in cli.children[()] and (
+                    words[1] in cli.children[(words[0],)] or words[1].startswith("--")):
+                for wrong in cli.check(SHELL_END.sub("", body).split()):
+                    say(c.line, wrong, wrong)
+                continue
             # Options outside a `slacker ...` command: Slacker's, a bench's or a script's if the piece is bare
             # options; another program's if the piece starts with that program's name.
             before = body[:commands[0].start()] if commands else body
@@ -239,7 +247,7 @@ def test_drift_is_found(cli, tmp_path):
         "```\n"
         "Watch slacker_migration_phase and slacker_migration_warp_factor; see slacker/nothing.py,\n"
         "bench/benchkit/plant.py, tests/unit/plant.py and slacker.controller.nothing.\n"
-        "Bare `--max-rate` is one of ours, `--frobnicate` is not.\n"
+        "Bare `--max-rate` is one of ours, `--frobnicate` is not; `node drain --slaa 5ms`.\n"
         "From /work/shared/notes.md and `git show 490c0e6:docs/old.md`; one per bench/benches/NAME.py.\n")
     assert drift([page], cli) == [
         "page.md:1: slacker migrate has no option --setpont",
@@ -250,6 +258,7 @@ def test_drift_is_found(cli, tmp_path):
         "page.md:9: no such file tests/unit/plant.py",
         "page.md:9: no such module or name slacker.controller.nothing",
         "page.md:10: no such option --frobnicate",
+        "page.md:10: slacker node drain has no option --slaa",
         "page.md:11: no such file docs/old.md",
         "page.md:11: points outside the repository: /work/shared/notes.md",
         "page.md:11: points outside the repository: git show 490c0e6:docs/old.md",

@@ -22,15 +22,10 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REP
 # Flags of other programs that the docs name bare, in prose or inline code, outside a command line of
 # that program. Each is here because the text is about that program, not about Slacker.
 EXTERNAL_OPTIONS = {
-    "--defaults-extra-file", "--defaults-file",  # mariadb/mysql clients and the backup tools: credentials files
-    "--prepare", "--backup", "--stream", "--parallel", "--target-dir", "--safe-slave-backup",  # mariabackup
-    "--ftwrl-wait-timeout", "--no-backup-locks", "--innodb-buffer-pool-size",  # mariabackup / mariadbd
-    "--log-copy-interval",  # mariabackup/xtrabackup: the redo-log copier's poll, which Slacker sets
-    "--cert-file", "--key-file", "--trusted-ca-file",  # etcd's TLS flags, in the etcd setup
+    "--log-copy-interval",  # mariabackup/xtrabackup: the redo-log copier's poll, which Slacker sets (transfer.md)
+    "--cert-file", "--key-file", "--trusted-ca-file",  # etcd's own TLS flags (deployment.md, "etcd")
     "--peer-cert-file", "--peer-key-file", "--peer-trusted-ca-file", "--peer-client-cert-auth",
 }
-# Names in `slacker_*` form that are not metrics: the replication account and the directory's key prefix.
-NOT_METRICS = {"slacker_repl"}
 # Command words that may follow `slacker` in text without being a subcommand (placeholders).
 PLACEHOLDER = re.compile(r"^(<.*>|\.\.\.|[A-Z][A-Z_:]*|\{.*\}|…)$")
 # TODO(lead): drift in pages other branches rewrite (docs/controller.md, deployment.md, configuration.md);
@@ -140,7 +135,9 @@ def bench_and_script_options() -> set[str]:
 
 
 def code_metrics() -> set[str]:
-    """Every series the code exports: the names it defines, with what the client library adds to them."""
+    """Every series the code exports: each `slacker_*` string in slacker/ and router/ (metric names, and the
+    few other names such as the replication account that the docs may mention too), with the suffixes the
+    Prometheus client adds to them."""
     names: set[str] = set()
     for p in [*(REPO / "slacker").rglob("*.py"), *(REPO / "router").rglob("*.go")]:
         names |= set(re.findall(r"""["'](slacker_[a-z0-9_]+)["']""", p.read_text()))
@@ -172,7 +169,7 @@ def module_exists(dotted: str) -> bool:
 
 def drift(pages: list[Path], cli: Cli) -> list[str]:
     options = cli.all_options() | bench_and_script_options() | EXTERNAL_OPTIONS
-    metrics = code_metrics() | NOT_METRICS
+    metrics = code_metrics()
     found: list[tuple[str, int, str]] = []
     for page in pages:
         rel = page.relative_to(REPO).as_posix() if page.is_relative_to(REPO) else page.name

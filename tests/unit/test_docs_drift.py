@@ -82,9 +82,9 @@ class Cli:
                 pass
             elif w.startswith("-"):
                 name = w.split("=", 1)[0]
-                # An option of this command or of a group above it.
-                known = next((self.options[path[:k]][name] for k in range(len(path), -1, -1)
-                              if name in self.options[path[:k]]), None)
+                # Click takes an option only at its own command's level: `slacker --cluster F status`,
+                # not `slacker status --cluster F`.
+                known = self.options[path].get(name)
                 if known is None and not PLACEHOLDER.match(name.lstrip("-")):
                     wrong.append(f"slacker {' '.join(path)} has no option {name}".replace("  ", " "))
                 elif known and "=" not in w:
@@ -114,8 +114,15 @@ def code_of(text: str) -> tuple[list[Code], str]:
     out: list[Code] = []
     for m in FENCE.finditer(text):
         start = text.count("\n", 0, m.start(2)) + 1
-        body = re.sub(r"\\\n\s*", " ", m.group(2))  # a shell line continued with a backslash is one line
-        out += [Code(line, start + k, True) for k, line in enumerate(body.split("\n")) if line.strip()]
+        held: Code | None = None  # a shell line continued with a backslash is one line, at its first line
+        for k, line in enumerate(m.group(2).split("\n")):
+            held = Code(held.text + " " + line.strip(), held.line, True) if held else Code(line, start + k, True)
+            if not line.rstrip().endswith("\\"):
+                if held.text.strip():
+                    out.append(held)
+                held = None
+            else:
+                held = Code(held.text.rstrip()[:-1], held.line, True)
     prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     for m in INLINE.finditer(prose):
         out.append(Code(m.group(1), prose.count("\n", 0, m.start()) + 1, False))
@@ -241,6 +248,7 @@ def test_drift_is_found(cli, tmp_path):
         "    --sla 50ms --no-such-flag\n"
         "mariabackup --backup --made-up   # another program's flags are its own\n"
         "slacker status --json | jq .nodes\n"
+        "slacker tenant list --cluster c.toml\n"
         "```\n"
         "Watch slacker_migration_phase and slacker_migration_warp_factor; see slacker/nothing.py,\n"
         "bench/benchkit/plant.py, tests/unit/plant.py and slacker.controller.nothing.\n"
@@ -250,13 +258,14 @@ def test_drift_is_found(cli, tmp_path):
         "page.md:1: slacker migrate has no option --setpont",
         "page.md:1: slacker tenant remove: no such command",
         "page.md:3: slacker node drain has no option --no-such-flag",
-        "page.md:8: no such file slacker/nothing.py",
-        "page.md:8: no such metric slacker_migration_warp_factor",
-        "page.md:9: no such file tests/unit/plant.py",
-        "page.md:9: no such module or name slacker.controller.nothing",
-        "page.md:10: no such option --frobnicate",
-        "page.md:10: slacker node drain has no option --slaa",
-        "page.md:11: no such file docs/old.md",
-        "page.md:11: points outside the repository: /work/shared/notes.md",
-        "page.md:11: points outside the repository: git show 490c0e6:docs/old.md",
+        "page.md:7: slacker tenant list has no option --cluster",
+        "page.md:9: no such file slacker/nothing.py",
+        "page.md:9: no such metric slacker_migration_warp_factor",
+        "page.md:10: no such file tests/unit/plant.py",
+        "page.md:10: no such module or name slacker.controller.nothing",
+        "page.md:11: no such option --frobnicate",
+        "page.md:11: slacker node drain has no option --slaa",
+        "page.md:12: no such file docs/old.md",
+        "page.md:12: points outside the repository: /work/shared/notes.md",
+        "page.md:12: points outside the repository: git show 490c0e6:docs/old.md",
     ]

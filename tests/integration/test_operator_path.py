@@ -365,7 +365,7 @@ class RoutedWriter:
 
 def _processes(root: Path) -> list[tuple[str, str]]:
     """(user, command line) of every process whose command line mentions the test's directory."""
-    out = _run("ps", "-eo", "user:32=,args=").stdout
+    out = _run("ps", "-ww", "-eo", "user:32=,args=").stdout  # -ww: whole command lines, not 80 columns
     return [(line.split(None, 1)[0], line.split(None, 1)[1]) for line in out.splitlines()
             if str(root) in line and len(line.split(None, 1)) == 2]
 
@@ -410,6 +410,7 @@ def test_operator_path(installed):
         after = inst.release()
         assert after != before and before.exists()  # the running agents' release stays until the next one
         tenants_before = {cmd for user, cmd in _processes(fleet.state("node-2")) if "mariadbd" in cmd}
+        assert tenants_before
         fleet.stop_agent("node-2")
         assert {cmd for user, cmd in _processes(fleet.state("node-2")) if "mariadbd" in cmd} == tenants_before
         fleet.start_agent("node-2")

@@ -436,6 +436,9 @@ def test_operator_path(installed):
         assert sum("mariadbd" in cmd for _, cmd in mine) >= 1
         assert sum(" agent --config" in cmd for _, cmd in mine) == 3
         assert {u for u, _ in mine} == {SERVICE_USER}, [m for m in mine if m[0] != SERVICE_USER]
+        for d in ("tenants", "sock"):
+            st = (fleet.state("node-2") / d).stat()
+            assert (st.st_uid, st.st_mode & 0o777) == (fleet.uid, 0o700), d
         secrets_dir = next((fleet.state("node-2") / "tenants").glob("t1*/secrets"))
         for f in secrets_dir.iterdir():
             st = f.stat()

@@ -126,6 +126,9 @@ def test_production_install_and_its_units(installed):
     assert _run(py, "-c", "import MySQLdb, slacker.cli, cryptography.x509").returncode == 0
     assert _run(inst.slacker, "--version", env=SERVICE_ENV).stdout.startswith("slacker, version")
     assert os.access(release / "bin" / "slacker-router", os.X_OK)
+    # Nothing the install put on the host is a compiler, Go, sysbench or promtool.
+    for tool in ("sysbench", "go", "gcc", "cc", "promtool", "etcd", "pytest"):
+        assert not (inst.bindir / tool).exists() and not (release / "bin" / tool).exists(), tool
     size = _mb(release)
     print(f"operator path: installed release {release.name}: {size:.1f} MB")
     assert size < 80

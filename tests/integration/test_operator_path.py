@@ -1,6 +1,6 @@
 """The operator's path without `cluster up` (issue 52): build the artefact (scripts/package), install it
 into a fresh prefix (install-host), write /etc-style config files, start agents as the service user on
-network-namespace hosts and a router on an "application host", create tenants, migrate one, then
+network-namespace hosts and a router on an "application host" (TLS on every link, as on real hosts), create tenants, migrate one, then
 upgrade in place (install-host again) and restart one agent while a routed client writes.
 
 Asserted: the install holds no test tooling and its Debian packages pull none of the build/bench
@@ -202,6 +202,10 @@ class Fleet:
                 netns.teardown(self.run_dir)
         else:
             raise last
+        # The cluster CA and a certificate per database host, made on a "secure host" and copied out
+        # (docs/deployment.md, section 6): every agent link is TLS, as on real hosts.
+        from slacker.tls import ensure_cluster_pki
+        self.pki = ensure_cluster_pki(self.inst.root / "pki", {h: [self.address(h), h] for h in (*HOSTS, APP)})
         members = local_etcd.plan(list(self.plan.etcd_addresses))
         self.endpoints = local_etcd.start(self.run_dir / "etcd", members)
         token = self.inst.root / "token.src"
@@ -231,14 +235,26 @@ class Fleet:
         (etc / "token").write_text(token)
         os.chown(etc / "token", self.uid, self.gid)
         (etc / "token").chmod(0o600)
+        tls = etc / "tls"
+        tls.mkdir()
+        os.chown(tls, 0, self.gid)
+        tls.chmod(0o750)
+        files = self.pki[host]  # the application host's serves the router's clients
+        shutil.copy(files.ca, tls / "ca.crt")
+        (tls / "ca.crt").chmod(0o644)
+        shutil.copy(files.cert, tls / "node.crt")  # the host's certificate, its key the service user's alone
+        (tls / "node.crt").chmod(0o644)
+        shutil.copy(files.key, tls / "node.key")
+        os.chown(tls / "node.key", self.uid, self.gid)
+        (tls / "node.key").chmod(0o600)
         # MEMBERSHIP PART (issue 52, nodes in the directory): the cluster file shrinks to the directory
         # and the credential; today it lists every node ([[nodes]]).
-        nodes = "".join(f'\n[[nodes]]\nname = "{h}"\nurl = "http://{self.address(h)}:7701"\n'
+        nodes = "".join(f'\n[[nodes]]\nname = "{h}"\nurl = "https://{self.address(h)}:7701"\n'
                         f'tenant_host = "{self.address(h)}"\n' for h in HOSTS)
         endpoints = ", ".join(f'"{e}"' for e in self.endpoints)
         self._private_file(etc / "cluster.toml", f'token_file = "{etc}/token"\ndirectory = "node-1"\n'
                            f'directory_backend = "etcd"\netcd_endpoints = [{endpoints}]\n'
-                           f'local_subnet = "{self.plan.subnet}"\n{nodes}')
+                           f'local_subnet = "{self.plan.subnet}"\ntls_ca = "{tls}/ca.crt"\n{nodes}')
         if host == APP:
             return
         state.mkdir(parents=True)
@@ -247,7 +263,8 @@ class Fleet:
         self._private_file(etc / "agent.toml", f'node = "{host}"\ncluster = "{etc}/cluster.toml"\n'
                            f'data_root = "{state}"\nlisten = "{self.address(host)}:7701"\n'
                            f'tenant_host = "{self.address(host)}"\n'
-                           f'port_range = "{TEST_PORT_RANGE[0]}-{TEST_PORT_RANGE[1]}"\nfault_injection = false\n')
+                           f'port_range = "{TEST_PORT_RANGE[0]}-{TEST_PORT_RANGE[1]}"\nfault_injection = false\n'
+                           f'tls_ca = "{tls}/ca.crt"\ntls_cert = "{tls}/node.crt"\ntls_key = "{tls}/node.key"\n')
 
     def _private_file(self, path: Path, text: str) -> None:
         path.write_text(text)
@@ -268,8 +285,8 @@ class Fleet:
         etc = self.etc(host)
         self.agents[host] = self.as_service(host, self.inst.slacker, "agent", "--config", etc / "agent.toml",
                                             log=self.inst.root / f"agent-{host}.log")
-        client = AgentClient(f"http://{self.address(host)}:7701", (etc / "token").read_text().strip(), host,
-                             timeout_s=5)
+        client = AgentClient(f"https://{self.address(host)}:7701", (etc / "token").read_text().strip(), host,
+                             timeout_s=5, ca_file=etc / "tls" / "ca.crt")
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -289,7 +306,8 @@ class Fleet:
     def start_router(self) -> str:
         listen, admin = f"{self.address(APP)}:6033", f"{self.address(APP)}:6034"
         self.router = self.as_service(APP, self.inst.slacker, "--cluster", self.etc(APP) / "cluster.toml",
-                                      "router", "--listen", listen, "--admin", admin,
+                                      "router", "--listen", listen, "--admin", admin, "--tls-cert",
+                                      self.etc(APP) / "tls" / "node.crt", "--tls-key", self.etc(APP) / "tls" / "node.key",
                                       log=self.inst.root / "router.log")
         deadline = time.monotonic() + 60
         while True:
@@ -317,7 +335,8 @@ class RoutedWriter:
     """One client on the router's address writing numbered rows (autocommit); every acknowledged id is
     kept, every failed request counted (and the connection made again)."""
 
-    def __init__(self, listen: str, user: str, password: str, rate_per_s: float = 40.0) -> None:
+    def __init__(self, listen: str, user: str, password: str, ca: Path, rate_per_s: float = 40.0) -> None:
+        self.ca = ca
         self.host, port = listen.rsplit(":", 1)
         self.port, self.user, self.password = int(port), user, password
         self.interval = 1.0 / rate_per_s
@@ -328,7 +347,7 @@ class RoutedWriter:
 
     def connect(self):
         return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               ssl_disabled=True, autocommit=True, connect_timeout=10, read_timeout=60)
+                               ssl={"ca": str(self.ca)}, autocommit=True, connect_timeout=10, read_timeout=60)
 
     def start(self) -> "RoutedWriter":
         conn = self.connect()
@@ -394,11 +413,11 @@ def test_operator_path(installed):
         assert fleet.cli("tenant", "create", "t2", "--on", "node-3").returncode == 0
         creds = inst.root / "t1.cnf"
         fleet.cli("locate", "t1", "--defaults-file", creds)
-        client = configparser.ConfigParser()
+        client = configparser.ConfigParser(allow_no_value=True)  # ssl-verify-server-cert has no value
         client.read(creds)
         c = client["client"]
         assert f"{c['host']}:{c['port']}" == listen  # locate names the router first
-        writer = RoutedWriter(listen, c["user"], c["password"].strip('"')).start()
+        writer = RoutedWriter(listen, c["user"], c["password"].strip('"'), fleet.etc(APP) / "tls" / "ca.crt").start()
 
         # A live migration under the routed writes, run by an agent that is not root.
         p = fleet.cli("migrate", "t1", "--to", "node-2", check=False)

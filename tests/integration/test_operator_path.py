@@ -1,7 +1,8 @@
 """The operator's path without `cluster up` (issue 52): build the artefact (scripts/package), install it
 into a fresh prefix (install-host), write /etc-style config files, start agents as the service user on
-network-namespace hosts and a router on an "application host" (TLS on every link, as on real hosts), create tenants, migrate one, then
-upgrade in place (install-host again) and restart one agent while a routed client writes.
+network-namespace hosts and a router on an "application host" (TLS on every link, as on real hosts),
+create tenants, migrate one, then upgrade in place (install-host again) and restart one agent while a
+routed client writes.
 
 Asserted: the install holds no test tooling and its Debian packages pull none of the build/bench
 tools; the installed units pass `systemd-analyze verify`; 0 failed routed requests and 0 acknowledged

@@ -166,7 +166,8 @@ def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
 # command list): `slacker migrate` does not pay for importing the router, ycsb and the rebalancer.
 FAMILIES = {"cluster": "cluster_cmd", "tenant": "tenant_cmd", "status": "tenant_cmd", "locate": "tenant_cmd",
             "agent": "agent_cmd", "migrate": "migrate_cmd", "ycsb": "ycsb_cmd", "plot": "plot_cmd",
-            "rebalance": "rebalance_cmd", "node": "node_cmd", "router": "router_cmd"}
+            "rebalance": "rebalance_cmd", "node": "node_cmd", "router": "router_cmd",
+            "config": "config_cmd"}
 
 
 def _load(module: str) -> None:

@@ -67,7 +67,7 @@ def config_check(ctx: click.Context, agent_path: str | None, cluster_path: str |
 
 def run_checks(agent_path: str | None, cluster_path: str | None) -> list[Check]:
     """Every check, in order; a failed load skips the checks that need what it would have loaded."""
-    from ..config import find_cluster_file, load_agent_config, load_cluster
+    from ..config import load_agent_config, load_cluster
     from ..errors import SlackerError
 
     checks: list[Check] = []
@@ -86,8 +86,8 @@ def run_checks(agent_path: str | None, cluster_path: str | None) -> list[Check]:
     cluster = None
     try:
         path = cluster_path or (str(agent.cluster_file) if agent is not None else None)
-        cluster = load_cluster(str(find_cluster_file(path)))
-        checks.append(Check("cluster file", True, f"{cluster.path}: {len(cluster.nodes)} nodes, directory "
+        cluster = load_cluster(path)
+        checks.append(Check("cluster file", True, f"{cluster.path} (from {cluster.found_by}): {len(cluster.nodes)} nodes, directory "
                             + (f"etcd ({len(cluster.etcd_endpoints)} endpoints)" if cluster.directory_backend == "etcd"
                                else f"sqlite on {cluster.directory_node}")))
     except SlackerError as exc:

@@ -126,6 +126,7 @@ class ModelController(ThrottleController):
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
+    DEAD_DEFAULT = 1  # the pipe's delay (rate set -> throughput) assumed until the copy's own moves measure it
     SPREAD = 3.0  # a marked second whose latency the others' line misses by this many sd was not the copy's
     # A cut to under this rate stops the copy (no trickle). In bytes/s, not a share of the cap: a small
     # server's knee can sit below any share of a large cap (a 0.5-core node's at 0.9 MB/s, 0.45 % of 200 MB/s).
@@ -170,7 +171,17 @@ class ModelController(ThrottleController):
         self._xcorr = [0.0] * (self.max_lag + 1)  # per lag: how latency's changes followed the rate's
         self._moves = 0  # seconds in which the rate moved enough to tell the lags apart
         self._lag = min(2, self.max_lag)
-        self._flows: deque[float] = deque(maxlen=self.max_lag + 2)  # fraction of max moved, newest last
+        # fraction of max moved, newest last; nothing moved before the copy
+        self._flows: deque[float] = deque([0.0] * (2 * self.max_lag + 3), maxlen=2 * self.max_lag + 3)
+        # The rate in force over each second (set the step before), aligned with _flows: the pipe's own delay
+        # (dead time: buffers, the tool's read-ahead) is measured between the two, as the lag is between the
+        # flow and latency. The rate before the copy was 0.
+        self._sets: deque[float] = deque([0.0] * (2 * self.max_lag + 3), maxlen=2 * self.max_lag + 3)
+        self._dcorr = [0.0] * (self.max_lag + 1)  # per delay: how the flow's changes followed the rate set
+        self._dmoves = 0
+        self._dead = min(self.DEAD_DEFAULT, self.max_lag)
+        self._unanswered = 0  # seconds the pipe has moved nothing since a rate over 0 was set (the first answer)
+        self._dead_floor = 0  # the longest such wait seen: the dead time is at least that
         self._marked: deque[bool] = deque(maxlen=self.max_lag + 2)  # ... and whether that second was marked
         self._queue_x: float | None = None  # the lowest rate that built a queue (over the last horizon_s)
         self._queue_t = 0.0  # seconds since it did
@@ -236,10 +247,14 @@ class ModelController(ThrottleController):
         if self._bytes is not None and now > self._bytes[0] and bytes_done >= self._bytes[1]:
             flow = (bytes_done - self._bytes[1]) / (now - self._bytes[0]) / self.max_rate_bytes_per_s
         self._bytes = (now, bytes_done)
-        if flow is None:
-            flow = self._fraction
+        if self._mark == "read-in":
+            flow = self._fraction  # the read-in: the pipe reads the tool's program at the rate, no data counted
+        elif flow is None:
+            flow = 0.0  # the first step: nothing has been seen to move yet
         self._flows.append(flow)
+        self._sets.append(self._fraction)
         self._marked.append(self._mark is not None or self._paused)
+        self._measure_dead()
         self._last_sample = sample
         return super()._step(sample, now, bytes_done)
 
@@ -302,6 +317,44 @@ class ModelController(ThrottleController):
             if self._xcorr[best] > 0:
                 self._lag = best
 
+    def _measure_dead(self) -> None:
+        """The pipe's dead time: the delay d at which the flow's changes follow the rate set's most (the sum of
+        Δflow·Δset over the seconds in which the rate set moved, forgetting over LAG_MEMORY_S); marked seconds
+        (the tool's start, a pause) say nothing of the pipe."""
+        f, s = list(self._flows), list(self._sets)
+        # The first answer: a pipe that has moved nothing for k seconds since it was given a rate is at least k
+        # seconds late (before any move of the rate has measured it).
+        if s[-1] > 0 and f[-1] <= 0.05 * s[-1]:
+            self._unanswered += 1
+            self._dead_floor = max(self._dead_floor, min(self._unanswered, self.max_lag))
+            if self._dmoves < self.LAG_AFTER:
+                self._dead = max(self._dead, self._dead_floor)
+        else:
+            self._unanswered = 0
+        if len(f) < self.max_lag + 2 or any(list(self._marked)[-self.max_lag - 2:]):
+            return
+        df = f[-1] - f[-2]
+        keep = 1.0 - self.step_s / self.LAG_MEMORY_S
+        moved = False
+        for d in range(self.max_lag + 1):
+            ds = s[-1 - d] - s[-2 - d]
+            moved = moved or abs(ds) > 0.1 * max(s[-1 - d], s[-2 - d], 1e-9)
+            self._dcorr[d] = keep * self._dcorr[d] + df * ds
+        self._dmoves += moved
+        if self._dmoves >= self.LAG_AFTER:
+            best = max(range(self.max_lag + 1), key=lambda d: self._dcorr[d])
+            if self._dcorr[best] > 0:
+                self._dead = best
+
+    def _seen(self) -> tuple[float, float]:
+        """(the rate set whose effect the newest second's latency shows, the highest rate set since that is not
+        shown yet): the rate set `dead` seconds before the flow that the latency shows `lag` seconds later."""
+        s = list(self._sets)
+        d, lag = self._dead, self._lag
+        seen = s[len(s) - 1 - d - lag]
+        pending = max(s[len(s) - d - lag:] + [self._fraction])
+        return seen, pending
+
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
         u = self._fraction
         s = self._last_sample
@@ -317,20 +370,31 @@ class ModelController(ThrottleController):
         aim = sp * max(1.0 - self.catch_up, min(1.0 + self.catch_up, sp / mean))
         self._allowed = fit.rate_for(1.0 / aim)
         mb = self.max_rate_bytes_per_s / 1e6
-        recent = max(max(list(self._flows)[-self._lag - 1:]), self._start)
-        if self._mark == "read-in":
-            recent = max(recent, u)  # the pipe reads the tool's program at the rate: no data counted yet
+        # Dead time: the latency seen now shows the rate set dead + lag seconds ago (`seen`); what was set since
+        # (`pending`) has not shown yet. Rises count from what has shown, never from what is still in flight.
+        seen, pending = self._seen()
+        shown = list(self._flows)[-self._lag - 1]  # the flow whose cost the newest second shows
+        recent = max(shown, self._start) if pending <= seen else max(shown, seen)
         steps = self._lag + 2  # the loop's delay: the lag and the window's mean age
         if latency_s > self.OVER * sp:
-            # A queue: no small step drains it. Half the rate, or the model's rate for the setpoint if lower.
-            new = min(u / 2, self._allowed if self._allowed is not None else u / 2)
+            # A queue: no small step drains it. Half the rate that built it (the one shown), or the model's
+            # rate for the setpoint if lower; a cut already in flight is waited for, not halved again each second.
+            new = min(u, (seen if seen > 0 else u) / 2, self._allowed if self._allowed is not None else u)
             note = f"over {self.OVER:g}x the setpoint (a queue): down to {new * mb:.1f} MB/s"
         else:
-            dz = 1.0 / latency_s - 1.0 / aim  # > 0: under the aim
+            # A Smith predictor on the model's line: the window's 1/latency as it will be once the rates set
+            # but not yet shown arrive (the line's slope times their change), so a step is not taken again
+            # each second on evidence that is `dead` + `lag` seconds old.
+            a = fit.a if fit.n else 1.0 / latency_s
+            b_rise = fit.b + self.margin * min(fit.sd_b, a)
+            if b_rise <= 1e-12:
+                b_rise = a
+            change = u - seen
+            z_pred = 1.0 / latency_s - (b_rise if change > 0 else fit.b) * change
+            dz = z_pred - 1.0 / aim  # > 0: under the aim
             # The slope: for a rise, `margin` standard errors steeper (an uncertain model rises carefully;
             # with no spread of rates yet, as steep as a knee at the max rate); for a cut, the estimate.
-            a = fit.a if fit.n else 1.0 / latency_s
-            slope = fit.b + self.margin * min(fit.sd_b, a) if dz > 0 else max(fit.b, 1e-12)
+            slope = b_rise if dz > 0 else max(fit.b, 1e-12)
             if slope <= 1e-12:
                 slope = a
             new = max(0.0, u + dz / (slope * steps))
@@ -342,7 +406,8 @@ class ModelController(ThrottleController):
             y_hi = max(latency_s, y1)
             used = self._room_used(y_hi, aim)
             gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
-            cap = self.rise * (max(recent, u) * gain if used < self.FREE else recent)
+            base = max(recent, seen)  # the rate whose cost the latency shows
+            cap = self.rise * (base * gain if used < self.FREE else recent)
             if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
                 self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:
@@ -370,7 +435,7 @@ class ModelController(ThrottleController):
     def state(self) -> dict:
         """The model: the load's own latency, the knee, the rate the setpoint allows, the loop's lag, the noise."""
         with self._lock:
-            out: dict = {"model_lag_s": self._lag * self.step_s}
+            out: dict = {"model_lag_s": self._lag * self.step_s, "model_dead_s": self._dead * self.step_s}
             fit = self._fit
             if fit.n == 0:
                 return out

@@ -126,7 +126,7 @@ class ModelController(ThrottleController):
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
-    DEAD_DEFAULT = 1  # the pipe's delay (rate set -> throughput) assumed until the copy's own moves measure it
+    DEAD_DEFAULT = 0  # the pipe's delay (rate set -> throughput) until measured: its bucket applies a rate within 0.1 s
     SPREAD = 3.0  # a marked second whose latency the others' line misses by this many sd was not the copy's
     # A cut to under this rate stops the copy (no trickle). In bytes/s, not a share of the cap: a small
     # server's knee can sit below any share of a large cap (a 0.5-core node's at 0.9 MB/s, 0.45 % of 200 MB/s).
@@ -374,7 +374,7 @@ class ModelController(ThrottleController):
         # (`pending`) has not shown yet. Rises count from what has shown, never from what is still in flight.
         seen, pending = self._seen()
         shown = list(self._flows)[-self._lag - 1]  # the flow whose cost the newest second shows
-        recent = max(shown, self._start) if pending <= seen else max(shown, seen)
+        recent = max(shown, self._start)
         steps = self._lag + 2  # the loop's delay: the lag and the window's mean age
         if latency_s > self.OVER * sp:
             # A queue: no small step drains it. Half the rate that built it (the one shown), or the model's
@@ -390,7 +390,7 @@ class ModelController(ThrottleController):
             if b_rise <= 1e-12:
                 b_rise = a
             change = u - seen
-            z_pred = 1.0 / latency_s - (b_rise if change > 0 else fit.b) * change
+            z_pred = 1.0 / latency_s - b_rise * change
             dz = z_pred - 1.0 / aim  # > 0: under the aim
             # The slope: for a rise, `margin` standard errors steeper (an uncertain model rises carefully;
             # with no spread of rates yet, as steep as a knee at the max rate); for a cut, the estimate.
@@ -404,8 +404,14 @@ class ModelController(ThrottleController):
             # bottleneck, goes unthrottled in a few steps).
             # The further under it, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency below.
             y_hi = max(latency_s, y1)
+            if shown <= 0 and self._load_s:
+                # Nothing of the copy has shown in the latency yet (the pipe's delay): a second under the load's
+                # own latency is its noise, not room.
+                y_hi = max(y_hi, self._load_s)
             used = self._room_used(y_hi, aim)
             gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
+            if shown <= 0:
+                gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room
             base = max(recent, seen)  # the rate whose cost the latency shows
             cap = self.rise * (base * gain if used < self.FREE else recent)
             if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:

@@ -403,17 +403,15 @@ class ModelController(ThrottleController):
             # is under half the aim (no knee in sight: a copy running under its limit, the pipe being the
             # bottleneck, goes unthrottled in a few steps).
             # The further under it, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency below.
-            y_hi = max(latency_s, y1)
-            if shown <= 0 and self._load_s:
-                # Nothing of the copy has shown in the latency yet (the pipe's delay): a second under the load's
-                # own latency is its noise, not room.
-                y_hi = max(y_hi, self._load_s)
-            used = self._room_used(y_hi, aim)
+            y_hi = max(latency_s, y1, self._load_s or 0.0)  # a second under the load's own latency is noise
+            base = max(recent, seen)  # the rate whose cost the latency shows
+            # Smith-predicted: the share of the room the rate already set will use once it shows, the copy's
+            # cost growing with its rate along the line (1/latency falls linearly with the rate).
+            used = self._room_used(y_hi, aim) * max(1.0, u / base)
             gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
             if shown <= 0:
                 gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room
-            base = max(recent, seen)  # the rate whose cost the latency shows
-            cap = self.rise * (base * gain if used < self.FREE else recent)
+            cap = self.rise * (max(base, u) * gain if used < self.FREE else recent)
             if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
                 self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:

@@ -18,13 +18,66 @@ from .controller.settings import ControllerSettings
 from .controller.verdict import load_latency
 from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
 from .latency import (FollowingTenants, LatencySample, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
-                      PerformanceSchemaSource, PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
+                      PerformanceSchemaSource, PrometheusHistogramSource, RouterLatencySource, WatchedSource,
+                      parse_latency_source_spec, router_traffic)
 
-# Per transaction, server-side, all of the node's tenants (an SLA per server).
+# Per transaction, all of the node's tenants (an SLA per server): as the routers in the clients' path measure it
+# for a tenant reached through one, else as the server does (performance_schema). See LatencyChoice.
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
 
 
-def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
+class LatencyChoice:
+    """Per tenant, the latency the default source reads, and why: the routers' (the latency its clients see)
+    when a router announced in the directory carries its clients -- it has measured its transactions and has
+    connections of theirs open -- else the server's own per-transaction time (performance_schema). Decided when
+    the tenant joins the source's population (the migration's start, or a tenant arriving later); the
+    migration's record says what was chosen (`latency_source`)."""
+
+    def __init__(self, node, forced: str | None = None) -> None:
+        self.node = node
+        self.forced = forced  # "router": --latency-source router (no fallback)
+        self.tenants: dict[str, dict] = {}
+
+    def admins(self) -> list[str]:
+        from .router.control import registered_routers
+
+        directory = getattr(self.node, "directory", None)
+        if directory is None:
+            return []
+        return [r["admin"] for r in registered_routers(directory) if r.get("admin")]
+
+    def maker(self, tenant, spec, window_s: float, step_s: float):
+        def make() -> LatencySource:
+            admins = self.admins()
+            carried, failed = ({}, {}) if not admins else router_traffic(tenant.id, admins, spec.pfs_kind)
+            carrying = sorted(a for a, (count, conns) in carried.items() if count > 0 and conns > 0)
+            if carrying or self.forced == "router":
+                n = sum(carried[a][0] for a in carrying)
+                why = (f"--latency-source router" if self.forced == "router" and not carrying else
+                       f"its clients reach it through {len(carrying)} router(s) ({', '.join(carrying)}; "
+                       f"{n:.0f} {spec.pfs_kind} measured before the copy)")
+                self.tenants[tenant.id] = {"source": "router", "why": why, "routers": carrying}
+                return RouterLatencySource(tenant.id, self.admins, kind=spec.pfs_kind, window_s=window_s,
+                                           step_s=step_s)
+            if not admins:
+                why = "no router is announced in the directory"
+            elif failed and not carried:
+                why = f"no announced router answered ({'; '.join(f'{a}: {e}' for a, e in sorted(failed.items()))})"
+            else:
+                why = (f"none of the {len(carried)} router(s) announced carries its clients (no open connection "
+                       f"with {spec.pfs_kind} measured)")
+            self.tenants[tenant.id] = {"source": "performance_schema", "why": why}
+            return _pfs_maker(tenant, spec, window_s, step_s)()
+        return make
+
+    def to_dict(self) -> dict:
+        kinds = {v["source"] for v in self.tenants.values()}
+        kind = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "performance_schema")
+        return {"kind": kind, "tenants": dict(sorted(self.tenants.items()))}
+
+
+def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "",
+                 choice: LatencyChoice | None = None) -> LatencySource:
     """The source a --latency-source spec names, watched against the tenants' own commit counters.
 
     The watch turns "no samples while the server commits" into a visible failure
@@ -44,8 +97,13 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
                                "export the target's latency over Prometheus and use prometheus,url=...")
         # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic,
         # those that leave or arrive while this migration runs (concurrent moves) included.
+        if spec.kind == "router":
+            choice = LatencyChoice(node, forced="router") if choice is None else choice
+            choice.forced = "router"
+
         def members() -> dict:
-            return {t.id: (_pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
+            return {t.id: (choice.maker(t, spec, window_s, step_s) if choice is not None
+                           else _pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
                     for t in node.tenants.list() if t.info.desired_state == "running"}
 
         if not members():
@@ -85,7 +143,10 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     target guard is read through it, so later moves sharing the node's budget add theirs."""
     c: ControllerSettings = options.controller
     specs = list(c.latency_sources or DEFAULT_SOURCES)
-    sources = [build_source(node, s, c.window_s, c.step_s, tenant_id) for s in specs]
+    # The default: per tenant, the routers' latency where its clients go through one, else the server's.
+    choice = LatencyChoice(node) if not c.latency_sources or any(
+        parse_latency_source_spec(s).kind == "router" for s in specs) else None
+    sources = [build_source(node, s, c.window_s, c.step_s, tenant_id, choice=choice) for s in specs]
     source = sources[0] if len(sources) == 1 else MaxOf(sources)
     if c.target_guard and c.steered and getattr(options, "target", None):
         # Both ends guarded by default (paper §6): the target node's tenants against their own setpoint.
@@ -132,6 +193,8 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     policy.set_baseline(baseline.latency_s)
     policy.baseline_idle = baseline.empty
     policy.kind = c.kind
+    policy.latency_source = choice.to_dict() if choice is not None else {
+        "kind": "given", "why": "--latency-source " + " ".join(specs), "tenants": {}}
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
     # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
     # when nothing binds). A --max-rate the operator gave stays a cap.

@@ -161,7 +161,14 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
                                    holder["ctl"].setpoint_s if "ctl" in holder else c.setpoint_s))
     else:
         holder = None
-    baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s)
+    # The load's latency before the copy: the agents' own per-tenant window (slacker.agent.tenant_stats, the last
+    # 10 s) answers at once where the source reads the servers' figures; a router's clients' latency, or a
+    # figure over the setpoint (to refuse, or admit with --force, on a fresh measure), is measured here.
+    seed = None
+    if (choice is None or choice.to_dict()["kind"] == "performance_schema") and not any(
+            parse_latency_source_spec(s).kind == "prometheus" for s in specs):
+        seed = history_baseline(node, tenant_id, options.target if c.target_guard and c.steered else None, c)
+    baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s, seed=seed)
     if not baseline.ok:
         source.close()
         if issubclass(baseline.failure, BlindLatencySource):
@@ -191,10 +198,13 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     options.step_s = c.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
     policy.set_baseline(baseline.latency_s)
+    policy.baseline_from = "agent history" if baseline.from_history else "measured"
     policy.baseline_idle = baseline.empty
     policy.kind = c.kind
     policy.latency_source = choice.to_dict() if choice is not None else {
         "kind": "given", "why": "--latency-source " + " ".join(specs), "tenants": {}}
+    # where the load's own latency before the copy came from: the agents' windows (at once) or measured here
+    policy.latency_source["load_latency_from"] = policy.baseline_from
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
     # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
     # when nothing binds). A --max-rate the operator gave stays a cap.
@@ -211,6 +221,7 @@ class Baseline:
     sample: LatencySample
     latency_s: float | None
     seconds: int
+    from_history: bool = False  # the agents' per-tenant window, not measured here
 
     @property
     def ok(self) -> bool:
@@ -230,13 +241,17 @@ class Baseline:
 
 
 def measure(source: LatencySource, window_s: float, step_s: float | None = None, seconds: int = 5,
-            setpoint_s: float | None = None) -> Baseline:
+            setpoint_s: float | None = None, seed: float | None = None) -> Baseline:
     """The load's own latency before any byte moves: one read per step for `seconds` steps (at least the
     window), the median of the steps' own means. One noisy second neither refuses nor admits a setpoint.
-    Every second already under `setpoint_s` after three: no need to wait for the rest."""
+    Every second already under `setpoint_s` after three: no need to wait for the rest. `seed`: the latency the
+    agents' history gives, taken at once (after one read that shows the source answers) when it is under the
+    setpoint: nothing is refused on it."""
     first = source.read()
     if not first.ok:
         return Baseline(first, None, 0)
+    if seed is not None and (setpoint_s is None or seed < setpoint_s):
+        return Baseline(first, seed, 0, from_history=True)
     step = window_s if step_s is None else max(0.05, min(step_s, window_s))
     deadline = time.monotonic() + max(window_s, (seconds + 1) * step)  # a quiet tenant: no longer
     means: list[float] = []
@@ -254,6 +269,47 @@ def measure(source: LatencySource, window_s: float, step_s: float | None = None,
         early = setpoint_s is not None and len(means) >= 3 and max(means) < setpoint_s
         if done or early:
             return Baseline(sample, load_latency(means), len(means))
+
+
+def _weighted_latency(rows: list[dict], exclude: set[str]) -> float | None:
+    """The mean transaction latency over tenants' windows (TenantStat dicts), weighted by their transactions;
+    None when a running tenant has no sample yet or failed, or fewer than 3 transactions in all."""
+    rows = [r for r in rows if r.get("tenant") not in exclude]
+    if any(not r.get("ok", True) for r in rows):
+        return None
+    weight = sum(r["transactions_per_s"] * r["window_s"] for r in rows if r.get("latency_s") is not None)
+    if weight < 3:
+        return None
+    return sum(r["latency_s"] * r["transactions_per_s"] * r["window_s"] for r in rows
+               if r.get("latency_s") is not None) / weight
+
+
+def history_baseline(node, tenant_id: str, target: str | None, c: ControllerSettings) -> float | None:
+    """The load's latency from the agents' per-tenant windows (slacker.agent.tenant_stats): the source node's
+    tenants, and with the target guard the target's (in the source's setpoint terms, as GuardedSource reads
+    them); None when either is not known (a tenant not sampled yet, an idle node, an agent that does not answer)."""
+    stats = getattr(node, "tenant_stats", None)
+    if stats is None:
+        return None
+    snap = stats.snapshot()
+    running = [t.id for t in node.tenants.list() if t.info.desired_state == "running"]
+    if any(tid not in snap for tid in running):
+        return None
+    own = _weighted_latency([snap[tid].to_dict() for tid in running], set())
+    if own is None or target is None:
+        return own
+    try:
+        doc = node.peer(target).request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=1.0)
+    except Exception:  # noqa: BLE001 - not known: measured instead
+        return None
+    rows = [r for r in doc.get("tenants") or [] if r.get("tenant") != tenant_id]
+    theirs = _weighted_latency(rows, set())
+    if theirs is None:
+        # an idle target gives no evidence (as GuardedSource reads it); one not sampled or failing: measured
+        idle = all(r.get("ok", True) for r in rows)
+        return own if idle else None
+    tsp = c.target_setpoint_s or c.setpoint_s
+    return max(own / c.setpoint_s, theirs / tsp) * c.setpoint_s
 
 
 def apply_settings(migration, body: dict) -> None:

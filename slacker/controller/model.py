@@ -126,6 +126,7 @@ class ModelController(ThrottleController):
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
+    NOISE = 0.2  # the per-second noise of a load's mean latency assumed until the fit measures it (5-40 % seen)
     DEAD_DEFAULT = 0  # the pipe's delay (rate set -> throughput) until measured: its bucket applies a rate within 0.1 s
     SPREAD = 3.0  # a marked second whose latency the others' line misses by this many sd was not the copy's
     # A cut to under this rate stops the copy (no trickle). In bytes/s, not a share of the cap: a small
@@ -182,6 +183,8 @@ class ModelController(ThrottleController):
         self._dead = min(self.DEAD_DEFAULT, self.max_lag)
         self._unanswered = 0  # seconds the pipe has moved nothing since a rate over 0 was set (the first answer)
         self._dead_floor = 0  # the longest such wait seen: the dead time is at least that
+        self._used_seen: tuple[float, float] | None = None  # (room used, at the rate shown) of the last copy's second
+        self._answered = False  # the pipe has moved (later waits are the server holding the copy back, not delay)
         self._marked: deque[bool] = deque(maxlen=self.max_lag + 2)  # ... and whether that second was marked
         self._queue_x: float | None = None  # the lowest rate that built a queue (over the last horizon_s)
         self._queue_t = 0.0  # seconds since it did
@@ -324,7 +327,9 @@ class ModelController(ThrottleController):
         f, s = list(self._flows), list(self._sets)
         # The first answer: a pipe that has moved nothing for k seconds since it was given a rate is at least k
         # seconds late (before any move of the rate has measured it).
-        if s[-1] > 0 and f[-1] <= 0.05 * s[-1]:
+        if f[-1] > 0.05 * s[-1]:
+            self._answered = True
+        if not self._answered and s[-1] > 0:
             self._unanswered += 1
             self._dead_floor = max(self._dead_floor, min(self._unanswered, self.max_lag))
             if self._dmoves < self.LAG_AFTER:
@@ -343,7 +348,9 @@ class ModelController(ThrottleController):
         self._dmoves += moved
         if self._dmoves >= self.LAG_AFTER:
             best = max(range(self.max_lag + 1), key=lambda d: self._dcorr[d])
-            if self._dcorr[best] > 0:
+            # The flow must follow one delay clearly (half the evidence at least): a pipe the server holds back
+            # (the flow not following the rate at all) measures nothing, and the delay stays what it was.
+            if self._dcorr[best] > 0.5 * sum(abs(x) for x in self._dcorr):
                 self._dead = best
 
     def _seen(self) -> tuple[float, float]:
@@ -407,7 +414,16 @@ class ModelController(ThrottleController):
             base = max(recent, seen)  # the rate whose cost the latency shows
             # Smith-predicted: the share of the room the rate already set will use once it shows, the copy's
             # cost growing with its rate along the line (1/latency falls linearly with the rate).
-            used = self._room_used(y_hi, aim) * max(1.0, u / base)
+            # The cost is what the latency shows beyond the load's own noise (the residuals' sd: a noisy second
+            # is not the copy's cost, and extrapolated to the pending rate it would be taken many times over).
+            noise = self._fit.sd_z / self._fit.mean_z if self._fit.n >= 3 and self._fit.mean_z > 0 else self.NOISE
+            used_base = self._room_used(y_hi / (1.0 + min(noise, 1.0)), aim)
+            if self._mark in (None, "read-in") or self._used_seen is None:
+                self._used_seen = (used_base, base)
+            else:
+                # The tool's start, its lock, a pause: this latency is not the copy's cost; the last that was holds.
+                used_base, base = self._used_seen
+            used = used_base * max(1.0, u / base)
             gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
             if shown <= 0:
                 gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room

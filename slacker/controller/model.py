@@ -362,6 +362,12 @@ class ModelController(ThrottleController):
         pending = max(s[len(s) - d - lag:] + [self._fraction])
         return seen, pending
 
+    def _cut_shown(self) -> bool:
+        """Whether the rate the latency shows was itself a cut (lower than the rate set the second before)."""
+        s = list(self._sets)
+        i = len(s) - 1 - self._dead - self._lag
+        return i >= 1 and s[i] < s[i - 1]
+
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
         u = self._fraction
         s = self._last_sample
@@ -386,7 +392,11 @@ class ModelController(ThrottleController):
         if latency_s > self.OVER * sp:
             # A queue: no small step drains it. Half the rate that built it (the one shown), or the model's
             # rate for the setpoint if lower; a cut already in flight is waited for, not halved again each second.
-            new = min(u, (seen if seen > 0 else u) / 2, self._allowed if self._allowed is not None else u)
+            # A queue still there once a cut has shown is not (all) the copy's: as far down as latency is over
+            # the aim (at least half) -- a load that alone holds the server at 20x the setpoint stops the copy
+            # within a delay or two, not a halving a delay.
+            cut = min(0.5, aim / latency_s) if self._cut_shown() else 0.5
+            new = min(u, (seen if seen > 0 else u) * cut, self._allowed if self._allowed is not None else u)
             note = f"over {self.OVER:g}x the setpoint (a queue): down to {new * mb:.1f} MB/s"
         else:
             # A Smith predictor on the model's line: the window's 1/latency as it will be once the rates set

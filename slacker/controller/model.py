@@ -22,9 +22,12 @@ Each step (docs/controller.md, "The model controller"):
    not fitted, but for one in which a queue built: fitted provisionally, and dropped (with the queue's
    bound) once the unmarked seconds' line misses it by more than SPREAD x their noise -- the start's
    burst was not the copy's cost; a queue the copy did build stays in line and is kept. The lag is
-   measured: the delay at which latency's changes follow the rate's most;
-2. act — a Newton step on the line towards the aim, spread over the loop's delay:
-   Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
+   measured: the delay at which latency's changes follow the rate's most; and the pipe's dead time, the delay
+   at which the throughput follows the rate set (issue 56: 2-3 s behind on sysbench). The latency seen now
+   shows the rate set dead + lag seconds ago; rates set since are in flight, not evidence;
+2. act — a Newton step on the line towards the aim, spread over the loop's delay, on the window as it will be
+   once the rates in flight show (a Smith predictor: 1/window − b'·(rate set − rate shown)):
+   Δx = (that − 1/aim) / (b' · (lag + 2)); rises count from the rate shown, a queue halves it once per delay; b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
    ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
    rate the copy moved over the lag -- with the copy using under FREE of the room to the aim (no knee

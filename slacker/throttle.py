@@ -164,9 +164,11 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     # The load's latency before the copy: the agents' own per-tenant window (slacker.agent.tenant_stats, the last
     # 10 s) answers at once where the source reads the servers' figures; a router's clients' latency, or a
     # figure over the setpoint (to refuse, or admit with --force, on a fresh measure), is measured here.
+    # Only for the default source: the agents' window reads the same performance_schema figures (Slacker's own
+    # users left out), so what it saw this source sees too; a source given by hand (a user filter, another
+    # endpoint) may see something else -- even nothing (blind), which only reads over a window tell.
     seed = None
-    if (choice is None or choice.to_dict()["kind"] == "performance_schema") and not any(
-            parse_latency_source_spec(s).kind == "prometheus" for s in specs):
+    if choice is not None and not c.latency_sources and choice.to_dict()["kind"] == "performance_schema":
         seed = history_baseline(node, tenant_id, options.target if c.target_guard and c.steered else None, c)
     baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s, seed=seed)
     if not baseline.ok:

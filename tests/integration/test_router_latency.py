@@ -7,9 +7,8 @@ import json
 import threading
 import time
 
-import pymysql
-
 from slacker.agent.client import cluster_clients
+from slacker.client import resolve
 from slacker.latency import RouterLatencySource
 from slacker.router.control import registered_routers
 
@@ -95,13 +94,26 @@ def test_the_routers_latency_is_the_clients(routed):
         load.close()
 
 
-def test_no_router_traffic_falls_back_to_the_server(cluster):
-    """No router at all: the default is the server's per-transaction time, and the record says why."""
+def test_no_router_traffic_falls_back_to_the_server(make_cluster):
+    """No router at all: the default is the server's per-transaction time, and the record says why. The load's
+    own latency before the copy comes from the agent's per-tenant window (the load ran before the move), not
+    from seconds measured before the copy starts."""
+    make_cluster(stats_interval_s=1.0)
     rc, _, err = slacker("tenant", "create", "lat3", "--on", "node-1")
     assert rc == 0, err
+    conn = resolve("lat3").connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE w")
+        cur.execute("CREATE TABLE w.t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+        until = time.monotonic() + 5  # the agent samples the tenant's window meanwhile (10 s, each tick)
+        while time.monotonic() < until:
+            cur.execute("INSERT INTO w.t (v) VALUES (1)")
+            time.sleep(0.01)
+    conn.close()
     rc, out, err = slacker("migrate", "lat3", "--to", "node-2", "--setpoint", "2s", "--json")
     assert rc == 0, err
     chosen = json.loads(out)["latency_source"]
     assert chosen["kind"] == "performance_schema", chosen
     assert chosen["tenants"]["lat3"] == {"source": "performance_schema",
                                          "why": "no router is announced in the directory"}, chosen
+    assert chosen["load_latency_from"] == "agent history", chosen

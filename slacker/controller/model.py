@@ -418,6 +418,11 @@ class ModelController(ThrottleController):
             if slope <= 1e-12:
                 slope = a
             new = max(0.0, u + dz / (slope * steps))
+            if new < u:
+                # A cut under OVER x the setpoint goes no deeper than a queue's would at this latency (the rate as
+                # far down as latency is over the aim): a slope fitted too flat must not take the copy to 0 for a
+                # window a little over the aim -- the stop that starts the limit cycle.
+                new = max(new, min(u, seen if seen > 0 else u) * min(1.0, aim / latency_s))
             note = f"towards the setpoint along the model's slope ({(new - u) * mb:+.1f} MB/s)"
             # A rise: at most `rise` x the rate the copy moved over the lag -- or x its limit while latency
             # is under half the aim (no knee in sight: a copy running under its limit, the pipe being the

@@ -24,6 +24,10 @@ class CliContext:
             from ..config import load_cluster
 
             self._cluster = load_cluster(self.cluster_path)
+            ctx = click.get_current_context(silent=True)
+            root = ctx.find_root() if ctx is not None else None
+            if root is not None and root.get_parameter_source("cluster_path") == click.core.ParameterSource.ENVIRONMENT:
+                self._cluster.found_by = "$SLACKER_CLUSTER"
         return self._cluster
 
 

@@ -23,7 +23,7 @@ Each step (docs/controller.md, "The model controller"):
    bound) once the unmarked seconds' line misses it by more than SPREAD x their noise -- the start's
    burst was not the copy's cost; a queue the copy did build stays in line and is kept. The lag is
    measured: the delay at which latency's changes follow the rate's most; and the pipe's dead time, the delay
-   at which the throughput follows the rate set (issue 56: 2-3 s behind on sysbench). The latency seen now
+   at which the throughput follows the rate set (2-3 s behind on sysbench at half capacity). The latency seen now
    shows the rate set dead + lag seconds ago; rates set since are in flight, not evidence;
 2. act — a Newton step on the line towards the aim, spread over the loop's delay, on the window as it will be
    once the rates in flight show (a Smith predictor: 1/window − b'·(rate set − rate shown)):

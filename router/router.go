@@ -48,8 +48,9 @@ type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
 	moves, moveFailures, endedAtMove, rolledBackAtMove                            atomic.Int64
 	holdStats
-	mu    sync.Mutex
-	conns map[*tracker]struct{}
+	latency latencyStats // client-visible statement and transaction latency (latency.go)
+	mu      sync.Mutex
+	conns   map[*tracker]struct{}
 }
 
 func (s *tenantStats) add(t *tracker) {
@@ -279,6 +280,7 @@ func (rt *Router) serve(c net.Conn) {
 	}
 	defer s.Close()
 	t := newTracker(resp.caps&capDeprecateEOF != 0)
+	t.lat = &st.latency
 	t.sess.clientTrack = resp.caps&capSessionTrack != 0
 	t.sess.db = resp.db
 	if writePacket(c, seq+1, t.sess.okSession(okPkt)) != nil {

@@ -269,6 +269,7 @@ class Share:
         self.kind = budget.policy.kind if budget.policy is not None else ""
         self.baseline_latency_s = getattr(budget.policy, "baseline_latency_s", None)
         self.baseline_idle = getattr(budget.policy, "baseline_idle", False)
+        self.latency_source = getattr(budget.policy, "latency_source", None)
         self.closed = False
 
     @property

@@ -187,9 +187,12 @@ def test_a_copy_stopped_by_a_load_that_then_goes_away_resumes_at_the_start_rate(
 
     c = (ThrottleController(0.1, MAX_RATE, initial_fraction=0.2) if kind == "pid"
          else ModelController(0.1, MAX_RATE, start_rate_bytes_per_s=0.2 * MAX_RATE))
-    out = None
+    out, done = None, 0
     for k in range(10):
-        out = c.step(sample(2.0, float(k)), float(k))
+        # The pipe moves what it is given (the model reads a pipe that moves nothing at the rate set as one
+        # that answers late -- its dead time, issue 56 -- and waits for each cut to show).
+        done += c.rate_bytes_per_s
+        out = c.step(sample(2.0, float(k)), float(k), done)
     assert out.rate_bytes_per_s == 0
     for k in range(10, 10 + c.IDLE_LIFT_STEPS):  # held a while: a server too slow for anything to end looks the same
         out = c.step(sample(None, float(k)), float(k))

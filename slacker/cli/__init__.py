@@ -66,23 +66,33 @@ class SlackerGroup(click.Group):
     default=None,
     help="Cluster file (TOML). Default: $SLACKER_CLUSTER, else ./run/cluster.toml if present, else /etc/slacker/cluster.toml.",
 )
+@click.option(
+    "--credential",
+    "credential_path",
+    envvar="SLACKER_CREDENTIAL",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Credential file to present instead of the one the cluster file names (admin, router or monitor; "
+         "docs/deployment.md, \"Credentials\"). Default: $SLACKER_CREDENTIAL, else the cluster file's.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.version_option(package_name="slacker")
 @click.pass_context
-def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
+def main(ctx: click.Context, cluster_path: str | None, credential_path: str | None, debug: bool) -> None:
     """Slacker moves live MySQL/MariaDB tenants between servers inside the latency slack.
 
     Start with `slacker cluster up --nodes 2` for a local two-node cluster, then
     `slacker tenant create t1` and `slacker migrate t1 --to node-2`.
     """
-    ctx.obj = CliContext(cluster_path=cluster_path, debug=debug)
+    ctx.obj = CliContext(cluster_path=cluster_path, debug=debug, credential_path=credential_path)
 
 
 # Each command family lives in its own module, imported when one of its commands runs (or for the
 # command list): `slacker migrate` does not pay for importing the router, ycsb and the rebalancer.
 FAMILIES = {"cluster": "cluster_cmd", "tenant": "tenant_cmd", "status": "tenant_cmd", "locate": "tenant_cmd",
             "agent": "agent_cmd", "migrate": "migrate_cmd", "ycsb": "ycsb_cmd", "plot": "plot_cmd",
-            "rebalance": "rebalance_cmd", "node": "node_cmd", "router": "router_cmd"}
+            "rebalance": "rebalance_cmd", "node": "node_cmd", "router": "router_cmd",
+            "credential": "credential_cmd"}
 
 
 def _load(module: str) -> None:

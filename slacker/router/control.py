@@ -1,8 +1,8 @@
 """The router's control side: run the data path, follow the directory, feed it routes.
 
-For every tenant in the directory it fetches the application's credentials from the
-owner's agent once, keeps only their double-SHA1 hash, and hands the data path a route
-(owner address, epoch, user, hash). A watch per tenant on the directory pushes the new
+For every tenant in the directory it fetches the application user's double-SHA1 password
+hash from the owner's agent once (`/login`, what the router credential may read; never the
+password), and hands the data path a route (owner address, epoch, user, hash). A watch per tenant on the directory pushes the new
 owner the moment a handover's compare-and-set lands; a listing every `list_interval_s`
 finds tenants created or deleted. When the directory cannot be reached the routes stay
 as they were (the fence keeps a stale owner from taking writes) and the data path is told,
@@ -23,6 +23,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
+from ..credentials import hold_token
 from ..directory import Ownership
 from ..errors import InvalidInput, NotFound, SlackerError
 from .binary import RouterUnavailable, router_binary
@@ -42,10 +43,8 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def hold_token(cluster_token: str) -> str:
-    """The bearer a handover presents to a router's /hold and /release: derived from the cluster token,
-    so the data path and the admin address (plain HTTP) never carry the cluster token itself."""
-    return hashlib.sha256(b"slacker-router-hold\0" + cluster_token.encode()).hexdigest()
+__all__ = ["hold_token", "password_hash", "parse_address", "Router", "RouterOptions", "registered_routers",
+           "fetch_status"]
 
 
 def password_hash(password: str) -> str:
@@ -113,11 +112,18 @@ class Router:
             raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
                                     "is the listen address free? see the log above") from None
 
+    def _credential(self):
+        """The credential this router presents (its scope and generation are announced with it)."""
+        if self.cluster is None or not hasattr(self.cluster, "credential"):
+            return None
+        return self.cluster.credential()
+
     def _send_token(self) -> None:
-        """What a handover's hold and release (admin /hold, /release) must present: derived from the cluster token."""
-        token = self.cluster.token() if self.cluster is not None and hasattr(self.cluster, "token") else ""
-        if token:
-            self._send({"op": "token", "token": hold_token(token)})
+        """What a handover's hold and release (admin /hold, /release) must present: a hash of the credential
+        this router holds (the router credential on an application host), which agents derive too."""
+        cred = self._credential()
+        if cred is not None:
+            self._send({"op": "token", "token": hold_token(cred.token)})
 
     def start(self) -> "Router":
         self.proc, ready = self._spawn(self.options.listen, self.options.admin)
@@ -213,9 +219,8 @@ class Router:
         if known and known.get("hash"):
             user, digest = known["user"], known["hash"]
         else:
-            cred = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/credentials")
-            user, digest = cred["user"], password_hash(cred["password"])
-            del cred  # the password itself is not kept
+            login = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/login")
+            user, digest = login["user"], login["hash"]
         msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
                "epoch": own.epoch, "user": user, "hash": digest, "updated_at": own.updated_at}
         self._send(msg)
@@ -235,7 +240,7 @@ class Router:
             try:
                 self._route(own)
             except SlackerError as exc:  # its agent is down: try again at the next listing
-                log.warning("tenant %s: no credentials yet: %s", own.tenant, exc.one_line())
+                log.warning("tenant %s: no login hash yet: %s", own.tenant, exc.one_line())
                 continue
             if own.tenant not in self._watching and not self._stop.is_set():
                 t = threading.Thread(target=self._watch_loop, args=(own.tenant,), daemon=True,
@@ -282,11 +287,14 @@ class Router:
     def _register_loop(self) -> None:
         if not self.options.register:
             return
+        cred = self._credential()
+        # Non-secret: which credential this router checks a hold against, so agents present its hash.
+        announced = {"scope": cred.scope, "generation": cred.generation} if cred is not None else {}
         while True:
             try:
                 self.directory.state_put(self.registry_key, {
                     "address": self.advertised, "admin": self.admin, "host": socket.gethostname(),
-                    "tls": bool(self.options.tls_cert),
+                    "tls": bool(self.options.tls_cert), "credential": announced,
                     "pid": os.getpid(), "updated_at": time.time()})
             except SlackerError as exc:
                 log.debug("cannot announce the router: %s", exc.one_line())

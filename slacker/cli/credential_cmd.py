@@ -60,3 +60,31 @@ def info(cli: CliContext, as_json: bool) -> None:
         print_json(doc)
         return
     click.echo(f"{cluster.token_file}: {cred}")
+
+
+@credential.command("etcd-auth")
+@pass_cli
+def etcd_auth(cli: CliContext) -> None:
+    """Turn on etcd's own authentication for this cluster's prefix (admin only; idempotent).
+
+    Makes etcd's root user (the admin credential is its password: agents and admin hosts log in as
+    root), a user and role per derived scope whose password is that scope's credential of the
+    generation the cluster file accepts at least (router: read the prefix, write only its
+    `state/routers/` keys; monitor: read the prefix), then enables authentication. Running agents,
+    routers and CLIs log in when etcd first asks; run it again after raising a generation.
+    """
+    from ..credentials import DERIVED_SCOPES, derive
+    from ..directory.etcd import EtcdStore, etcd_login, setup_auth
+    from ..errors import InvalidInput
+
+    cluster = cli.cluster()
+    if cluster.directory_backend != "etcd":
+        raise InvalidInput("etcd-auth needs the etcd directory", f"{cluster.path} uses {cluster.directory_backend}",
+                           "with the SQLite directory the agents' API checks every credential already")
+    keyring = cluster.keyring("turning on etcd's authentication")
+    passwords = {"admin": keyring.admin_secret}
+    passwords |= {s: derive(keyring.admin_secret, s, keyring.min_generation[s]) for s in DERIVED_SCOPES}
+    store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca,
+                      auth=etcd_login("admin", keyring.admin_secret, cluster.etcd_prefix))
+    for line in setup_auth(store, passwords):
+        click.echo(line)

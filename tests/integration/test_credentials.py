@@ -167,3 +167,74 @@ def test_router_with_router_credential_logs_in_and_holds(routed):
     assert st["node"] == "node-2" and st.get("holds_total", 0) >= 2  # our hold and the migration's
     log = (run / "router" / "router.log").read_text()
     assert "may not" not in log  # the router never asked for anything outside its scope
+
+
+def test_etcd_auth_limits_router_and_monitor(make_cluster):
+    """With the etcd directory a router talks to etcd itself: `slacker credential etcd-auth` turns on
+    etcd's authentication, after which the router credential reads the directory and writes only its
+    own `routers/` keys, the monitor credential only reads, and the running agents and router carry
+    on (they log in when etcd first asks) through a live migration."""
+    from slacker.directory import EtcdStore
+    from slacker.directory.etcd import etcd_login
+    from slacker.errors import Forbidden, SlackerError
+    from slacker.router import local as local_router
+
+    cluster = make_cluster(nodes=2, directory="etcd")
+    run = cluster.path.parent
+    admin = local_router.start(run, cluster.path, "127.0.0.1:0")
+    listen = local_router.listening(run)
+    creds = _creds(cluster)
+
+    def store(scope: str | None) -> EtcdStore:
+        auth = etcd_login(scope, creds[scope], cluster.etcd_prefix) if scope else None
+        return EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, timeout_s=3, auth=auth)
+
+    ep = _tenant(cluster, admin, "e1", "node-1")
+    # Before: etcd lets anyone with its address write the directory.
+    store(None).state_put("routers/before", {"admin": ""})
+    rc, out, err = slacker("credential", "etcd-auth")
+    assert rc == 0 and "authentication enabled" in out, err
+    rc, out, err = slacker("credential", "etcd-auth")  # again: nothing breaks
+    assert rc == 0, err
+
+    refused = {}
+    for scope in (None, "router", "monitor"):
+        s = store(scope)
+        for name, op in (("lookup", lambda: s.lookup("e1")),
+                         ("register", lambda: s.register("zz", "node-1", "127.0.0.9", 1)),
+                         ("cordon", lambda: s.cordon("node-1", by="test")),
+                         ("announce", lambda: s.state_put(f"routers/test-{scope or 'anon'}", {"admin": ""}))):
+            try:
+                op()
+                refused[(scope, name)] = "ok"
+            except Forbidden as exc:
+                refused[(scope, name)] = "forbidden"
+                assert "\n" not in exc.one_line()
+            except SlackerError as exc:
+                refused[(scope, name)] = type(exc).__name__
+    print(refused)
+    assert refused[("router", "lookup")] == refused[("monitor", "lookup")] == "ok"
+    assert refused[("router", "announce")] == "ok"
+    for who in ("router", "monitor"):
+        assert refused[(who, "register")] == refused[(who, "cordon")] == "forbidden", who
+    assert refused[("monitor", "announce")] == "forbidden"
+    assert all(refused[(None, n)] != "ok" for n in ("lookup", "register", "cordon", "announce"))
+    rc, _, err = slacker("--credential", str(run / "credentials" / "router"), "node", "cordon", "node-1")
+    one_line_error(rc, err, "etcd refused")
+
+    # The agents and the router carry on: a new tenant is created and routed, a move is handed over.
+    ep2 = _tenant(cluster, admin, "e2", "node-2")
+    conn = _connect(listen, "app@e1", ep.password)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE k")
+        cur.execute("CREATE TABLE k.t (id INT PRIMARY KEY)")
+    rc, out, err = slacker("migrate", "e1", "--to", "node-2", "--json")
+    assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO k.t VALUES (1)")
+    assert _datadir_node(conn) == "node-2"
+    conn.close()
+    _connect(listen, "app@e2", ep2.password).close()
+    st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "e1")
+    assert st["node"] == "node-2" and st.get("holds_total", 0) >= 1
+    local_router.stop(run)

@@ -88,3 +88,19 @@ def etcd_auth(cli: CliContext) -> None:
                       auth=etcd_login("admin", keyring.admin_secret, cluster.etcd_prefix))
     for line in setup_auth(store, passwords):
         click.echo(line)
+
+
+@credential.command("routes")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def routes(as_json: bool) -> None:
+    """Which scope may call which agent route: the table the agents apply (slacker/credentials.py)."""
+    from ..credentials import ACCESS, ADMIN, SCOPES
+    from .common import print_table
+
+    rows = [{"method": a.method, "route": a.route + (f" ({a.under}…)" if a.under else ""),
+             "may": [s for s in SCOPES if s == ADMIN or s in a.scopes], "action": a.action} for a in ACCESS]
+    if as_json:
+        print_json({"routes": rows})
+        return
+    print_table(["method", "route", "may", "what"], [[r["method"], r["route"], ", ".join(r["may"]), r["action"]]
+                                                     for r in rows])

@@ -1,5 +1,6 @@
 """Scoped credentials (slacker/credentials.py): derivation, verification, the route -> scope table."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -145,3 +146,43 @@ def test_every_route_the_agent_serves_is_in_the_table(monkeypatch):
     table = {r.key for r in cr.ACCESS}
     assert served - table == set(), "routes the table does not name (admin only by default)"
     assert table - served == set(), "rules for routes the agent does not serve"
+
+
+def test_routes_command_prints_the_table():
+    from click.testing import CliRunner
+
+    from slacker.cli import main
+
+    r = CliRunner().invoke(main, ["credential", "routes", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["routes"]
+    assert len(rows) == len(cr.ACCESS)
+    assert {"method": "DELETE", "route": "/v1/tenants/{tenant}", "may": ["admin"], "action": "delete tenants"} in rows
+
+
+def _cluster_file(tmp_path, top: str, token: str) -> str:
+    cred = tmp_path / "cred"
+    cred.write_text(token + "\n")
+    cred.chmod(0o600)
+    f = tmp_path / "cluster.toml"
+    f.write_text(top.replace("CRED", str(cred)) + '\n[[nodes]]\nname = "node-1"\nurl = "http://127.0.0.2:7701"\n')
+    return str(f)
+
+
+def test_cluster_file_names_the_credential(tmp_path):
+    from slacker.config import load_cluster
+
+    old = load_cluster(_cluster_file(tmp_path, 'token_file = "CRED"', SECRET))  # a cluster from before scopes
+    assert old.credential().scope == "admin" and old.keyring().verify(cr.derive(SECRET, "monitor")).scope == "monitor"
+    router = load_cluster(_cluster_file(tmp_path, 'credential_file = "CRED"\n[min_credential_generation]\nrouter = 3',
+                                        cr.derive(SECRET, "router", 3)))
+    assert router.credential() == cr.Credential("router", cr.derive(SECRET, "router", 3), 3)
+    assert router.min_generation == {"router": 3}
+    with pytest.raises(InvalidInput, match="agent node-1 needs the admin credential"):
+        router.keyring("agent node-1")
+    with pytest.raises(InvalidInput, match="both credential_file and token_file"):
+        load_cluster(_cluster_file(tmp_path, 'credential_file = "CRED"\ntoken_file = "CRED"', SECRET))
+    with pytest.raises(InvalidInput, match="bad min_credential_generation"):
+        load_cluster(_cluster_file(tmp_path, 'credential_file = "CRED"\n[min_credential_generation]\nadmin = 2', SECRET))
+    with pytest.raises(InvalidInput, match="lacks 'credential_file'"):
+        load_cluster(_cluster_file(tmp_path, 'directory = "node-1"', SECRET))

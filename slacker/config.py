@@ -4,7 +4,8 @@ The cluster file names the nodes (name, agent URL, tenant address), the
 credential file this host presents (`credential_file`, or `token_file` as older
 clusters call it; slacker/credentials.py) and the directory: the node that serves the embedded SQLite one, or the
 endpoints of an etcd cluster. The CLI finds it via --cluster,
-$SLACKER_CLUSTER, ./run/cluster.toml, or /etc/slacker/cluster.toml.
+$SLACKER_CLUSTER, /etc/slacker/cluster.toml, or ./run/cluster.toml (a local
+cluster's, only where no system file exists), and says which it used.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from .errors import InvalidInput, NotFound
 from .tls import TlsFiles
 from .tenants import DEFAULT_PORT_RANGE, parse_port_range
 
-DEFAULT_CLUSTER_PATHS = (Path("run/cluster.toml"), Path("/etc/slacker/cluster.toml"))
+SYSTEM_CLUSTER_FILE = Path("/etc/slacker/cluster.toml")
+LOCAL_CLUSTER_FILE = Path("run/cluster.toml")
+# The system file wins over the working directory's: a `run/` left in whatever directory an operator
+# stands in must not redirect commands meant for the fleet.
+DEFAULT_CLUSTER_PATHS = ((SYSTEM_CLUSTER_FILE, "the system file"), (LOCAL_CLUSTER_FILE, "the working directory"))
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class Cluster:
     token_file: Path  # the credential file this host presents (`credential_file` or `token_file`)
     directory_node: str
     nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    # How the CLI found the file: "--cluster", "$SLACKER_CLUSTER", "the system file", "the working directory".
+    found_by: str = "--cluster"
     directory_backend: str = "sqlite"  # "sqlite": served by directory_node; "etcd": etcd_endpoints
     etcd_endpoints: tuple[str, ...] = ()
     etcd_prefix: str = "/slacker"
@@ -136,21 +143,24 @@ def _load_toml(path: Path, what: str) -> dict:
         raise InvalidInput(f"{what} {path} is not valid TOML", str(exc), "fix the file") from None
 
 
-def find_cluster_file(explicit: str | None) -> Path:
+def find_cluster_file(explicit: str | None) -> tuple[Path, str]:
+    """The cluster file to use and how it was found: --cluster, then $SLACKER_CLUSTER, then the
+    system file, then ./run/cluster.toml."""
     if explicit:
-        return Path(explicit)
+        return Path(explicit), "--cluster"
     if os.environ.get("SLACKER_CLUSTER"):
-        return Path(os.environ["SLACKER_CLUSTER"])
-    for p in DEFAULT_CLUSTER_PATHS:
+        return Path(os.environ["SLACKER_CLUSTER"]), "$SLACKER_CLUSTER"
+    for p, how in DEFAULT_CLUSTER_PATHS:
         if p.exists():
-            return p
+            return p, how
     raise NotFound("no cluster file found",
-                   "looked for --cluster, $SLACKER_CLUSTER, " + ", ".join(map(str, DEFAULT_CLUSTER_PATHS)),
+                   "looked for --cluster, $SLACKER_CLUSTER, " + ", ".join(str(p) for p, _ in DEFAULT_CLUSTER_PATHS),
                    "run `slacker cluster up --nodes 2` for a local cluster, or pass --cluster FILE")
 
 
 def load_cluster(explicit: str | None = None) -> Cluster:
-    path = find_cluster_file(explicit).resolve()
+    found, found_by = find_cluster_file(explicit)
+    path = found.resolve()
     doc = _load_toml(path, "cluster file")
     try:
         token_file = _credential_file(doc, path)
@@ -209,7 +219,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
             raise InvalidInput(f"cluster file {path}: node {n.name} is https but no tls_ca is given",
                                "agents' certificates are checked against the cluster CA",
                                "add tls_ca = \"PATH/ca.crt\" (docs/deployment.md)")
-    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes,
+    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes, found_by=found_by,
                       directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
                       etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget,
                       min_generation=min_generation)

@@ -136,6 +136,7 @@ ACCESS: tuple[Access, ...] = (
     Access("POST", f"/v1/directory/tenants/{_T}/cas", "change a tenant's owner"),
     Access("DELETE", f"/v1/directory/tenants/{_T}", "remove tenants from the directory"),
     Access("GET", f"/v1/directory/tenants/{_T}/watch", "watch owners", FOLLOW),
+    Access("GET", "/v1/directory/changes", "follow the directory's changes", FOLLOW),
     Access("GET", "/v1/directory/health", "read the directory's health", FOLLOW),
     Access("GET", f"/v1/directory/locks/{_K}", "read the directory's locks", READ),
     Access("POST", f"/v1/directory/locks/{_K}", "take the directory's locks (drain, rebalance)"),

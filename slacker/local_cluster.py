@@ -294,6 +294,33 @@ def _wait_answering(client: AgentClient, node_dir: Path) -> None:
     raise AgentUnavailable(f"agent {client.name} did not come up", tail, f"see {node_dir / 'agent.log'}")
 
 
+def made_here(run_dir: Path, cluster) -> None:
+    """Refuse a cluster that `cluster up` did not make in `run_dir`: its file must carry the [up] table
+    `up` writes, and every node it names must have its agent config in `run_dir` with its data there.
+    A copy of a fleet's cluster file (or a hand-written one) fails this, so `down` never stops, and
+    `--purge` never deletes, the agents and tenants of a cluster it did not start."""
+    import tomllib
+
+    cluster_file = run_dir / "cluster.toml"
+    try:
+        doc = tomllib.loads(cluster_file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidInput(f"cannot read {cluster_file}", str(exc), "pass --dir of a local cluster") from None
+    hint = ("`cluster down` stops only clusters made by `slacker cluster up`; stop a fleet's agents on "
+            "their hosts (systemctl stop slacker-agent)")
+    if not isinstance(doc.get("up"), dict):
+        raise Conflict(f"{cluster_file} was not written by `slacker cluster up`", "it has no [up] table", hint)
+    for spec in cluster.nodes.values():
+        agent_file = run_dir / spec.name / "agent.toml"
+        if not agent_file.exists():
+            raise Conflict(f"{cluster_file} was not written by `slacker cluster up` in {run_dir}",
+                           f"node {spec.name} has no agent config at {agent_file}", hint)
+        data_root = load_agent_config(agent_file).data_root.resolve()
+        if not data_root.is_relative_to(run_dir):
+            raise Conflict(f"{cluster_file} was not written by `slacker cluster up` in {run_dir}",
+                           f"node {spec.name} keeps its data in {data_root}, outside {run_dir}", hint)
+
+
 def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[str]:
     """Stop every agent of the local cluster and its tenants; `purge` also removes the run dir."""
     run_dir = run_dir.resolve()
@@ -305,6 +332,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
         raise SlackerError(f"no local cluster in {run_dir}", "cluster.toml is missing",
                            "pass --dir, or nothing is running")
     cluster = load_cluster(str(cluster_file))
+    made_here(run_dir, cluster)
     token = cluster.token()
     stopped = []
     from .router import local as local_router

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlencode, urlparse
 
-from ..directory import DirectoryStore, EtcdStore, LockInfo, Ownership, SQLiteStore
+from ..directory import DirectoryStore, EtcdStore, LockInfo, OwnerChanges, Ownership, SQLiteStore
 from ..errors import AgentUnavailable, SlackerError, Unauthorized, error_from_dict
 
 
@@ -209,6 +209,11 @@ class DirectoryClient(DirectoryStore):
         doc = self.agent.request("GET", f"/v1/directory/tenants/{quote(tenant)}/watch",
                                  query={"after": after_epoch, "timeout": timeout_s}, timeout_s=timeout_s + 10)
         return Ownership.from_dict(doc["ownership"]) if doc.get("ownership") else None
+
+    def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
+        q = {"timeout": timeout_s} | ({"since": since} if since is not None else {})
+        return OwnerChanges.from_dict(self.agent.request("GET", "/v1/directory/changes", query=q,
+                                                         timeout_s=timeout_s + 10))
 
     def acquire_lock(self, name: str, holder: str, ttl_s: float) -> LockInfo:
         return LockInfo.from_dict(self.agent.request("POST", f"/v1/directory/locks/{quote(name)}",

@@ -355,6 +355,11 @@ def _add_core_routes(server: ApiServer) -> None:
         own = store().watch(tid, int(q.get("after", 0)), timeout_s)
         return {"ownership": own.to_dict() if own else None}
 
+    @server.route("GET", "/v1/directory/changes")
+    def dir_changes(srv, body, q):
+        timeout_s = min(max(float(q.get("timeout", 30)), 0.0), 300.0)
+        return store().changes(int(q["since"]) if "since" in q else None, timeout_s).to_dict()
+
     @server.route("GET", "/v1/directory/health")
     def dir_health(srv, body, q):
         return store().health()

@@ -64,7 +64,7 @@ class SlackerGroup(click.Group):
     envvar="SLACKER_CLUSTER",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Cluster file (TOML). Default: $SLACKER_CLUSTER, else ./run/cluster.toml if present, else /etc/slacker/cluster.toml.",
+    help="Cluster file (TOML). Default: $SLACKER_CLUSTER, else /etc/slacker/cluster.toml if present, else ./run/cluster.toml. `slacker status` says which it used.",
 )
 @click.option(
     "--credential",

@@ -29,6 +29,10 @@ class CliContext:
             self._cluster = load_cluster(self.cluster_path)
             if self.credential_path:
                 self._cluster.token_file = Path(self.credential_path).resolve()
+            ctx = click.get_current_context(silent=True)
+            root = ctx.find_root() if ctx is not None else None
+            if root is not None and root.get_parameter_source("cluster_path") == click.core.ParameterSource.ENVIRONMENT:
+                self._cluster.found_by = "$SLACKER_CLUSTER"
         return self._cluster
 
 

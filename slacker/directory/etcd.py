@@ -36,7 +36,7 @@ from typing import Iterator
 from urllib.parse import urlparse
 
 from ..errors import Conflict, DirectoryUnavailable, Forbidden, InvalidInput, NotFound, SlackerError
-from .base import (DirectoryStore, LockInfo, Ownership, check_state_value, validate_holder, validate_name,
+from .base import (DirectoryStore, LockInfo, OwnerChanges, Ownership, check_state_value, validate_holder, validate_name,
                    validate_ttl)
 
 log = logging.getLogger("slacker.directory.etcd")
@@ -471,6 +471,58 @@ class EtcdStore(DirectoryStore):
                 if own.epoch > after_epoch:
                     return own
         return None  # pragma: no cover (stream raises at its end)
+
+    # ---- every tenant as one stream of changes: one watch on the tenants' prefix --------------
+    SNAPSHOT_PAGE = 1000  # keys per range request of a snapshot, all read at one revision
+
+    def _snapshot(self) -> OwnerChanges:
+        prefix = self._key("tenants", "")
+        owners: list[Ownership] = []
+        start, revision = _b64(prefix), None
+        while True:
+            req = {"key": start, "range_end": _prefix_end(prefix), "limit": self.SNAPSHOT_PAGE}
+            if revision is not None:
+                req["revision"] = str(revision)
+            doc = self.gw.call("/kv/range", req, idempotent=True)
+            if revision is None:
+                revision = int(doc["header"]["revision"])
+            kvs = doc.get("kvs") or []
+            owners += [self._ownership(kv) for kv in kvs]
+            if not doc.get("more") or not kvs:
+                return OwnerChanges(revision, True, tuple(sorted(owners, key=lambda o: o.tenant)))
+            start = _b64(_unb64(kvs[-1]["key"]) + b"\0")
+
+    def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
+        if since is None:
+            return self._snapshot()
+        prefix = self._key("tenants", "")
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        req = {"create_request": {"key": _b64(prefix), "range_end": _prefix_end(prefix),
+                                  "start_revision": str(since + 1)}}
+        try:
+            for result in self.gw.stream("/watch", req, deadline):
+                if int(result.get("compact_revision") or 0) > 0 or result.get("canceled"):
+                    log.info("watch on every tenant from revision %d: compacted at %s; reading a snapshot",
+                             since + 1, result.get("compact_revision"))
+                    return self._snapshot()
+                if result.get("created") and int(result.get("header", {}).get("revision") or 0) < since:
+                    return self._snapshot()  # a revision this store never reached: another cluster's
+                events = result.get("events") or []
+                if not events:
+                    continue
+                changed: dict[str, Ownership | None] = {}
+                for ev in events:
+                    tenant = _unb64(ev["kv"]["key"]).decode()[len(prefix):]
+                    changed[tenant] = None if ev.get("type") == "DELETE" else self._ownership(ev["kv"])
+                # The events' own revisions, not the header's: a later message may still carry events
+                # between the last one here and the store's revision when this one was sent.
+                revision = max(int(ev["kv"].get("mod_revision") or 0) for ev in events)
+                return OwnerChanges(revision, False,
+                                    tuple(o for o in changed.values() if o is not None),
+                                    tuple(t for t, o in changed.items() if o is None))
+        except TimeoutError:
+            return OwnerChanges(since, False)
+        raise DirectoryUnavailable("etcd ended a watch", "end of stream", "")  # pragma: no cover
 
     # ---- the lock: a key created only if absent, bound to a lease ------------------------
     def _lease_ttl_left(self, lease: str | None) -> int:

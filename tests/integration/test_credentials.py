@@ -52,6 +52,7 @@ TABLE = [
     (("GET", "/v1/directory/tenants", None), (200, 200, 200)),
     (("GET", "/v1/directory/tenants/c1", None), (200, 200, 200)),
     (("GET", "/v1/directory/tenants/c1/watch?after=0&timeout=0", None), (200, 200, 200)),
+    (("GET", "/v1/directory/changes?timeout=0", None), (200, 200, 200)),
     (("GET", "/v1/directory/state?prefix=routers/", None), (200, 200, 200)),
     (("GET", "/v1/tenants/c1/login", None), (200, 200, 403)),
     (("GET", "/v1/tenants/c1/credentials", None), (200, 403, 403)),

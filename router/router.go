@@ -103,7 +103,7 @@ type Router struct {
 	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
 	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
 	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
-	token       atomic.Value // the cluster's bearer token (from the control side): /hold and /release need it
+	token       atomic.Value // what /hold and /release need: a hash of this router's credential (from the control side)
 }
 
 func newRouter(dialTimeout time.Duration) *Router {

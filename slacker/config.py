@@ -1,7 +1,8 @@
 """Cluster file and agent config (TOML): loading, validation at the edge, and writing.
 
-The cluster file names the nodes (name, agent URL, tenant address), the token
-file and the directory: the node that serves the embedded SQLite one, or the
+The cluster file names the nodes (name, agent URL, tenant address), the
+credential file this host presents (`credential_file`, or `token_file` as older
+clusters call it; slacker/credentials.py) and the directory: the node that serves the embedded SQLite one, or the
 endpoints of an etcd cluster. The CLI finds it via --cluster,
 $SLACKER_CLUSTER, /etc/slacker/cluster.toml, or ./run/cluster.toml (a local
 cluster's, only where no system file exists), and says which it used.
@@ -40,7 +41,7 @@ DIRECTORY_BACKENDS = ("sqlite", "etcd")
 @dataclass
 class Cluster:
     path: Path
-    token_file: Path
+    token_file: Path  # the credential file this host presents (`credential_file` or `token_file`)
     directory_node: str
     nodes: dict[str, NodeSpec] = field(default_factory=dict)
     # How the CLI found the file: "--cluster", "$SLACKER_CLUSTER", "the system file", "the working directory".
@@ -57,6 +58,9 @@ class Cluster:
     # --disk-read-per-node`), as it was set up: cpu_per_node, cpu_period (s), cpu_weight, disk_read_per_node
     # (bytes/s). Empty when none was given.
     node_budget: dict = field(default_factory=dict)
+    # The lowest generation of each derived credential the agents accept ([min_credential_generation]):
+    # raised to revoke the older ones (docs/deployment.md, "Credentials").
+    min_generation: dict = field(default_factory=dict)
 
     def node(self, name: str) -> NodeSpec:
         if name not in self.nodes:
@@ -66,7 +70,23 @@ class Cluster:
         return self.nodes[name]
 
     def token(self) -> str:
+        """The bearer this host presents (whatever its scope)."""
         return read_token(self.token_file)
+
+    def credential(self):
+        """The credential this host presents, with its scope (slacker.credentials.Credential)."""
+        from .credentials import parse
+        return parse(self.token())
+
+    def keyring(self, who: str = "an agent"):
+        """What an agent verifies every scope with: it needs the admin credential."""
+        from .credentials import ADMIN, Keyring
+        cred = self.credential()
+        if cred.scope != ADMIN:
+            raise InvalidInput(f"{who} needs the admin credential", f"{self.token_file} holds {cred}",
+                               "a database host's cluster file names the admin credential file "
+                               "(docs/deployment.md, \"Credentials\")")
+        return Keyring(cred.token, self.min_generation)
 
     @property
     def directory(self) -> NodeSpec:
@@ -101,13 +121,13 @@ def read_token(path: Path) -> str:
         st = path.stat()
         token = path.read_text().strip()
     except OSError as exc:
-        raise NotFound(f"cannot read token file {path}", exc.strerror or str(exc),
-                       "check the cluster file's token_file") from None
+        raise NotFound(f"cannot read credential file {path}", exc.strerror or str(exc),
+                       "check the cluster file's credential_file (or token_file)") from None
     if st.st_mode & 0o077:
-        raise InvalidInput(f"token file {path} is readable by others", f"mode {oct(st.st_mode & 0o777)}",
+        raise InvalidInput(f"credential file {path} is readable by others", f"mode {oct(st.st_mode & 0o777)}",
                            f"chmod 600 {path}")
     if len(token) < 16:
-        raise InvalidInput(f"token in {path} is too short", "it needs at least 16 characters",
+        raise InvalidInput(f"credential in {path} is too short", "it needs at least 16 characters",
                            "write a random token, e.g. from `openssl rand -hex 32`")
     return token
 
@@ -143,9 +163,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
     path = found.resolve()
     doc = _load_toml(path, "cluster file")
     try:
-        token_file = Path(doc["token_file"])
-        if not token_file.is_absolute():
-            token_file = path.parent / token_file
+        token_file = _credential_file(doc, path)
         nodes = {}
         for n in doc.get("nodes", []):
             spec = NodeSpec(name=str(n["name"]), url=str(n["url"]).rstrip("/"),
@@ -160,6 +178,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         local_subnet = str(doc.get("local_subnet", ""))
         tls_ca = _path(doc["tls_ca"], path) if doc.get("tls_ca") else None
         budget = {k: doc[k] for k in ("cpu_per_node", "cpu_period", "cpu_weight", "disk_read_per_node") if k in doc}
+        min_generation = _min_generation(doc.get("min_credential_generation", {}), path)
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
@@ -202,9 +221,37 @@ def load_cluster(explicit: str | None = None) -> Cluster:
                                "add tls_ca = \"PATH/ca.crt\" (docs/deployment.md)")
     cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes, found_by=found_by,
                       directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
-                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget)
+                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget,
+                      min_generation=min_generation)
     cluster.node(directory)  # the directory node must be one of the nodes
     return cluster
+
+
+def _credential_file(doc: dict, path: Path) -> Path:
+    """`credential_file` (what this host presents), or `token_file` as clusters before scoped credentials
+    name it: an admin secret there stays the admin credential."""
+    given = [k for k in ("credential_file", "token_file") if k in doc]
+    if len(given) == 2:
+        raise InvalidInput(f"cluster file {path} names both credential_file and token_file",
+                           "they are the same setting", "keep credential_file")
+    if not given:
+        raise KeyError("credential_file")
+    return _path(doc[given[0]], path)
+
+
+def _min_generation(table, path: Path) -> dict[str, int]:
+    from .credentials import DERIVED_SCOPES, MAX_GENERATION
+
+    if not isinstance(table, dict):
+        raise InvalidInput(f"cluster file {path}: min_credential_generation must be a table",
+                           f"got {table!r}", "for example [min_credential_generation] router = 2")
+    for scope, gen in table.items():
+        if scope not in DERIVED_SCOPES or isinstance(gen, bool) or not isinstance(gen, int) \
+                or not 1 <= gen <= MAX_GENERATION:
+            raise InvalidInput(f"cluster file {path}: bad min_credential_generation {scope} = {gen!r}",
+                               f"scopes are {', '.join(DERIVED_SCOPES)}, generations 1 to {MAX_GENERATION}",
+                               "see docs/configuration.md")
+    return dict(table)
 
 
 def _bool(value, key: str, path: Path) -> bool:

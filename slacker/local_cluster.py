@@ -1,6 +1,7 @@
 """A local cluster on one machine: N agents on their own loopback addresses.
 
-`up` writes a token, a cluster file and one agent config per node under a run
+`up` writes the admin credential (RUN_DIR/token), the router's and the monitor's
+(RUN_DIR/credentials/), a cluster file and one agent config per node under a run
 directory, starts the agents as daemons and waits until each answers. Each
 node gets its own 127.0.0.x address, so a tenant keeps its port when it moves
 between local nodes, and its own data root. With `directory="etcd"` a
@@ -92,6 +93,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
                             str(base), api_port)
     if not token_file.exists():
         write_secret(token_file, secrets.token_hex(32) + "\n")
+    from .config import read_token
+    from .credentials import write_scoped_files
+    # The other scopes' files beside the admin one: the local router gets the router credential only.
+    write_scoped_files(read_token(token_file), run_dir / "credentials")
     names = [f"node-{i + 1}" for i in range(nodes)]
     net = netns_mod.setup(run_dir, names, netns_subnet) if netns else None
     specs = []
@@ -101,7 +106,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     if directory_node not in {s["name"] for s in specs}:
         raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
                            "it must be node-1 ... node-N", "for example --directory-node node-1")
-    top = {"token_file": str(token_file), "directory": directory_node}
+    top = {"credential_file": str(token_file), "directory": directory_node}
     if cpu_per_node:
         top |= {"cpu_per_node": cpu_per_node, "cpu_period": cpu_period_s, "cpu_weight": cpu_weight}
     if disk_read_per_node:

@@ -250,12 +250,21 @@ class DirectoryClient(DirectoryStore):
             return {"backend": "agent", "healthy": False, "error": exc.one_line(), "agent": self.agent.url}
 
 
+def _etcd(cluster) -> EtcdStore:
+    """The etcd directory, logging in (once etcd's authentication is on) as the user this host's
+    credential maps to (slacker.directory.etcd.etcd_users)."""
+    from ..directory.etcd import etcd_login
+    cred = cluster.credential()
+    return EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca,
+                     auth=etcd_login(cred.scope, cred.token, cluster.etcd_prefix))
+
+
 def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryStore]:
     """One client per node of a cluster file, and the directory: etcd itself, or the agent serving SQLite."""
     token = cluster.token()
     agents = {n.name: AgentClient(n.url, token, n.name, ca_file=cluster.tls_ca) for n in cluster.nodes.values()}
     if cluster.directory_backend == "etcd":
-        return agents, EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca)
+        return agents, _etcd(cluster)
     return agents, DirectoryClient(agents[cluster.directory_node])
 
 
@@ -266,7 +275,7 @@ def node_directory(cluster, node: str, data_root, token: str) -> tuple[Directory
     SQLite the node the cluster file names holds the file and the others ask it.
     """
     if cluster.directory_backend == "etcd":
-        store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca)
+        store = _etcd(cluster)
         return store, store
     if cluster.directory_node == node:
         store = SQLiteStore(data_root / "directory.sqlite")

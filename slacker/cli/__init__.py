@@ -90,7 +90,7 @@ class SlackerGroup(click.Group):
             _fail("interrupted", "", "", 130, False, kind="Interrupted")
 
 
-_GLOBAL_OPTIONS = {"--cluster": True, "--debug": False}  # name -> takes a value
+_GLOBAL_OPTIONS = {"--cluster": True, "--credential": True, "--debug": False}  # name -> takes a value
 
 # One table of exit codes, for `slacker --help` and docs/configuration.md ("Exit codes").
 EXIT_CODES = (
@@ -136,7 +136,7 @@ def _fail(what: str, why: str, hint: str, code: int, as_json: bool, kind: str, l
 
 def _epilog() -> str:
     rows = "\n".join(f"{code:>5}  {meaning}" for code, meaning in EXIT_CODES)
-    return ("Global options (--cluster, --debug) may also follow the command. Every command that has\n"
+    return ("Global options (--cluster, --credential, --debug) may also follow the command. Every command that has\n"
             "--json prints its errors as JSON too: {\"error\": {kind, what, why, hint, exit_code}}.\n\n"
             "\b\nExit codes:\n" + rows)
 
@@ -150,16 +150,25 @@ def _epilog() -> str:
     default=None,
     help="Cluster file (TOML). Default: $SLACKER_CLUSTER, else /etc/slacker/cluster.toml if present, else ./run/cluster.toml. `slacker status` says which it used.",
 )
+@click.option(
+    "--credential",
+    "credential_path",
+    envvar="SLACKER_CREDENTIAL",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Credential file to present instead of the one the cluster file names (admin, router or monitor; "
+         "docs/deployment.md, \"Credentials\"). Default: $SLACKER_CREDENTIAL, else the cluster file's.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.version_option(package_name="slacker")
 @click.pass_context
-def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
+def main(ctx: click.Context, cluster_path: str | None, credential_path: str | None, debug: bool) -> None:
     """Slacker moves live MySQL/MariaDB tenants between servers inside the latency slack.
 
     Start with `slacker cluster up --nodes 2` for a local two-node cluster, then
     `slacker tenant create t1` and `slacker migrate t1 --to node-2`.
     """
-    ctx.obj = CliContext(cluster_path=cluster_path, debug=debug)
+    ctx.obj = CliContext(cluster_path=cluster_path, debug=debug, credential_path=credential_path)
 
 
 # Each command family lives in its own module, imported when one of its commands runs (or for the
@@ -167,7 +176,7 @@ def main(ctx: click.Context, cluster_path: str | None, debug: bool) -> None:
 FAMILIES = {"cluster": "cluster_cmd", "tenant": "tenant_cmd", "status": "tenant_cmd", "locate": "tenant_cmd",
             "agent": "agent_cmd", "migrate": "migrate_cmd", "ycsb": "ycsb_cmd", "plot": "plot_cmd",
             "rebalance": "rebalance_cmd", "node": "node_cmd", "router": "router_cmd",
-            "config": "config_cmd"}
+            "config": "config_cmd", "credential": "credential_cmd"}
 
 
 def _load(module: str) -> None:

@@ -1,13 +1,13 @@
 """The router's control side: run the data path, follow the directory, feed it routes.
 
-For every tenant in the directory it fetches the application's credentials from the
-owner's agent once, keeps only their double-SHA1 hash, and hands the data path a route
-(owner address, epoch, user, hash). It follows every tenant on one stream of the directory's
+For every tenant in the directory it fetches the application user's double-SHA1 password
+hash from the owner's agent once (`/login`, what the router credential may read; never the
+password), and hands the data path a route (owner address, epoch, user, hash). It follows every tenant on one stream of the directory's
 changes (`DirectoryStore.changes`: one etcd watch on the tenants' prefix, or one long poll of
 the agent serving SQLite), so a compare-and-set, a creation or a removal reaches it at once and
 its cost does not grow with the number of tenants: a snapshot at start and after a lost stream
 or a compaction, then one request per change or per `watch_timeout_s`. A tenant whose
-credentials could not be fetched yet (its agent down) is tried again every `list_interval_s`.
+login hash could not be fetched yet (its agent down) is tried again every `list_interval_s`.
 When the directory cannot be reached the routes stay as they were (the fence keeps a stale
 owner from taking writes) and the data path is told, so its status and metrics say so.
 """
@@ -26,6 +26,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
+from ..credentials import hold_token
 from ..directory import Ownership
 from ..errors import InvalidInput, NotFound, SlackerError
 from .binary import RouterUnavailable, router_binary
@@ -45,10 +46,8 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def hold_token(cluster_token: str) -> str:
-    """The bearer a handover presents to a router's /hold and /release: derived from the cluster token,
-    so the data path and the admin address (plain HTTP) never carry the cluster token itself."""
-    return hashlib.sha256(b"slacker-router-hold\0" + cluster_token.encode()).hexdigest()
+__all__ = ["hold_token", "password_hash", "parse_address", "Router", "RouterOptions", "registered_routers",
+           "fetch_status"]
 
 
 def password_hash(password: str) -> str:
@@ -82,7 +81,7 @@ class Router:
     """One router: the data path process plus the threads that follow the directory."""
 
     def __init__(self, cluster, options: RouterOptions, agents: dict, directory) -> None:
-        """`agents`: name -> client of each node's agent (the tenants' credentials); `directory`: where
+        """`agents`: name -> client of each node's agent (the tenants' login hashes); `directory`: where
         ownership is read and watched. Both as slacker.agent.client.cluster_clients(cluster) gives them."""
         self.cluster, self.options = cluster, options
         self.agents, self.directory = agents, directory
@@ -92,7 +91,7 @@ class Router:
         self._route_lock = threading.Lock()  # the listing and a watch must not send epochs out of order
         self._stop = threading.Event()
         self._routes: dict[str, dict] = {}  # tenant -> last route sent
-        self._pending: dict[str, Ownership] = {}  # tenants known but not routable yet (no credentials)
+        self._pending: dict[str, Ownership] = {}  # tenants known but not routable yet (no login hash)
         self._since: int | None = None  # the directory revision followed up to; None: take a snapshot
         self._dir_ok: bool | None = None
         self._threads: list[threading.Thread] = []
@@ -117,11 +116,18 @@ class Router:
             raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
                                     "is the listen address free? see the log above") from None
 
+    def _credential(self):
+        """The credential this router presents (its scope and generation are announced with it)."""
+        if self.cluster is None or not hasattr(self.cluster, "credential"):
+            return None
+        return self.cluster.credential()
+
     def _send_token(self) -> None:
-        """What a handover's hold and release (admin /hold, /release) must present: derived from the cluster token."""
-        token = self.cluster.token() if self.cluster is not None and hasattr(self.cluster, "token") else ""
-        if token:
-            self._send({"op": "token", "token": hold_token(token)})
+        """What a handover's hold and release (admin /hold, /release) must present: a hash of the credential
+        this router holds (the router credential on an application host), which agents derive too."""
+        cred = self._credential()
+        if cred is not None:
+            self._send({"op": "token", "token": hold_token(cred.token)})
 
     def start(self) -> "Router":
         self.proc, ready = self._spawn(self.options.listen, self.options.admin)
@@ -221,9 +227,8 @@ class Router:
         else:  # created (again): its own accounts
             if own.node not in self.agents:
                 raise NotFound(f"node {own.node} is unknown to this router", "it is not in the cluster file", "")
-            cred = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/credentials")
-            user, digest = cred["user"], password_hash(cred["password"])
-            del cred  # the password itself is not kept
+            login = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/login")
+            user, digest = login["user"], login["hash"]
         msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
                "epoch": own.epoch, "user": user, "hash": digest, "updated_at": own.updated_at}
         self._send(msg)
@@ -275,7 +280,7 @@ class Router:
     RETRY_ANSWERING_S = 0.25  # at most this apart while its agent answers "not yet" (a creation in progress)
 
     def _retry_loop(self) -> None:
-        """Tenants the directory names but whose credentials could not be fetched: ask again, reading each
+        """Tenants the directory names but whose login hash could not be fetched: ask again, reading each
         one's owner afresh (it may have moved meanwhile). A tenant's entry exists from the start of its
         creation, which takes a second or more: while its agent answers that it has no such tenant yet,
         ask every RETRY_ANSWERING_S at most, so it is routable soon after `tenant create` returns; an agent
@@ -322,11 +327,14 @@ class Router:
     def _register_loop(self) -> None:
         if not self.options.register:
             return
+        cred = self._credential()
+        # Non-secret: which credential this router checks a hold against, so agents present its hash.
+        announced = {"scope": cred.scope, "generation": cred.generation} if cred is not None else {}
         while True:
             try:
                 self.directory.state_put(self.registry_key, {
                     "address": self.advertised, "admin": self.admin, "host": socket.gethostname(),
-                    "tls": bool(self.options.tls_cert),
+                    "tls": bool(self.options.tls_cert), "credential": announced,
                     "pid": os.getpid(), "updated_at": time.time()})
             except SlackerError as exc:
                 log.debug("cannot announce the router: %s", exc.one_line())

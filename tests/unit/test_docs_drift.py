@@ -40,7 +40,7 @@ OPTION = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
 # `slacker` as a command: at the start of a shell word, followed by a space or the end of the text.
 # Not the user of `runuser -u slacker --`, nor `user: slacker` in a command's output.
 COMMAND = re.compile(r"(?:^|(?<=[\s;&|($`]))(?<!-u )(?<!: )slacker(?=\s|$)")
-GLOBAL_OPTIONS = ("--cluster", "--debug")
+GLOBAL_OPTIONS = ("--cluster", "--credential", "--debug")
 # What a reader of the repository cannot open: this machine's paths, and files in git history only.
 OUTSIDE = re.compile(r"(?<![\w.])/work/[\w./-]+|\bgit show [0-9a-f]{7,40}:[\w./-]+")
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)

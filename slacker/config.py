@@ -78,6 +78,16 @@ class Cluster:
         from .credentials import parse
         return parse(self.token())
 
+    def require_admin(self, action: str) -> None:
+        """Refuse, before anything is changed, a command the credential this host presents may not run:
+        the agents refuse it too, but some of its steps go to the directory (etcd) directly."""
+        from .credentials import ADMIN
+        from .errors import Forbidden
+        cred = self.credential()
+        if cred.scope != ADMIN:
+            raise Forbidden(f"the {cred.scope} credential may not {action}", "it needs admin",
+                            f"run it where the admin credential is ({self.token_file} holds the {cred.scope} one)")
+
     def keyring(self, who: str = "an agent"):
         """What an agent verifies every scope with: it needs the admin credential."""
         from .credentials import ADMIN, Keyring

@@ -71,6 +71,7 @@ def _scheduling(c: dict | None) -> str:
 def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
     """Receive no new tenant on NODE (from `tenant create`, `rebalance`, another drain). Its tenants stay."""
     cluster, _, directory = _clients(cli)
+    cluster.require_admin("cordon nodes")
     cluster.node(node_name)
     from ..rebalance.drain import DrainOptions
 
@@ -85,6 +86,7 @@ def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
 def node_uncordon(cli: CliContext, node_name: str) -> None:
     """Let NODE receive tenants again."""
     cluster, _, directory = _clients(cli)
+    cluster.require_admin("uncordon nodes")
     cluster.node(node_name)
     was = directory.uncordon(node_name)
     click.echo(f"{node_name} uncordoned: it receives tenants again" if was else f"{node_name} was not cordoned")
@@ -140,6 +142,8 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, s
     from ..rebalance.planner import Settings
 
     cluster, agents, directory = _clients(cli)
+    if not dry_run:
+        cluster.require_admin("drain nodes")
     cluster.node(node_name)
     settings = Settings(sla_s=sla, setpoint_margin=setpoint_margin, samples=samples, load_floor=load_floor).validate()
     opts = DrainOptions(max_parallel=max_parallel, split=split, retries=retries, max_rate_bytes_per_s=max_rate,

@@ -100,6 +100,8 @@ def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, 
                         setpoint_margin=setpoint_margin).validate()
     opts = RunOptions(execute=execute, lock_ttl_s=lock_ttl, max_rate_bytes_per_s=max_rate, max_freeze_s=max_freeze,
                       max_wait_s=max_wait, max_moves=max_moves)
+    if execute:
+        cli.cluster().require_admin("move tenants (rebalance --execute)")
     agents, directory = cluster_clients(cli.cluster())
 
     def say(msg: str) -> None:

@@ -27,6 +27,7 @@ import pymysql
 import pytest
 
 from slacker import local_etcd, netns
+from slacker.credentials import derive
 from slacker.agent.client import AgentClient
 from slacker.errors import AgentUnavailable, Conflict, SlackerError
 from slacker.procs import kill_group
@@ -43,6 +44,7 @@ FORBIDDEN_PACKAGES = re.compile(r"^(sysbench|golang(-[\w.-]+)?|gcc(-\d+)?|cpp(-\
                                 r"|etcd(-server|-client)?|python3(\.\d+)?-dev|libmariadb-dev|make|pkg-config)$")
 HOSTS = ("node-1", "node-2", "node-3")
 APP = "app"  # the application host: the router only
+OPS = "ops"  # the operator's admin machine: the CLI with the admin credential (no process of its own)
 # A service's environment, as systemd gives it: no PATH entries of the build machine (pyenv, .venv).
 SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
@@ -209,10 +211,11 @@ class Fleet:
         self.pki = ensure_cluster_pki(self.inst.root / "pki", {h: [self.address(h), h] for h in (*HOSTS, APP)})
         members = local_etcd.plan(list(self.plan.etcd_addresses))
         self.endpoints = local_etcd.start(self.run_dir / "etcd", members)
-        token = self.inst.root / "token.src"
-        token.write_text(os.urandom(32).hex() + "\n")
-        for host in (*HOSTS, APP):
-            self._write_config(host, token.read_text())
+        # The admin secret for the database hosts and the operator's admin machine; the application host
+        # gets the router credential derived from it, and nothing else (docs/deployment.md, section 2).
+        self.admin = os.urandom(32).hex()
+        for host in (*HOSTS, APP, OPS):
+            self._write_config(host, derive(self.admin, "router") if host == APP else self.admin)
 
     def address(self, host: str) -> str:
         return self.plan.node(host).address
@@ -231,16 +234,14 @@ class Fleet:
         etc.parent.chmod(0o755)
         os.chown(etc, 0, self.gid)
         etc.chmod(0o750)
-        # CREDENTIALS PART (issue 52, scoped tokens): the application host gets the router credential
-        # only, the database hosts the agents' one; today every host holds the one cluster token.
-        (etc / "token").write_text(token)
+        (etc / "token").write_text(token + "\n")
         os.chown(etc / "token", self.uid, self.gid)
         (etc / "token").chmod(0o600)
         tls = etc / "tls"
         tls.mkdir()
         os.chown(tls, 0, self.gid)
         tls.chmod(0o750)
-        files = self.pki[host]  # the application host's serves the router's clients
+        files = self.pki[host if host != OPS else APP]  # the application host's serves the router's clients
         shutil.copy(files.ca, tls / "ca.crt")
         (tls / "ca.crt").chmod(0o644)
         shutil.copy(files.cert, tls / "node.crt")  # the host's certificate, its key the service user's alone
@@ -256,7 +257,7 @@ class Fleet:
         self._private_file(etc / "cluster.toml", f'token_file = "{etc}/token"\ndirectory = "node-1"\n'
                            f'directory_backend = "etcd"\netcd_endpoints = [{endpoints}]\n'
                            f'local_subnet = "{self.plan.subnet}"\ntls_ca = "{tls}/ca.crt"\n{nodes}')
-        if host == APP:
+        if host in (APP, OPS):
             return
         state.mkdir(parents=True)
         os.chown(state, self.uid, self.gid)
@@ -320,9 +321,10 @@ class Fleet:
                     (self.inst.root / "router.log").read_text(errors="replace")[-1500:]
                 time.sleep(0.3)
 
-    def cli(self, *argv, check: bool = True) -> subprocess.CompletedProcess:
-        """The operator's CLI (the installed one), from outside the database hosts."""
-        return _run(self.inst.slacker, "--cluster", self.etc(APP) / "cluster.toml", *argv, check=check,
+    def cli(self, *argv, check: bool = True, host: str = OPS) -> subprocess.CompletedProcess:
+        """The operator's CLI (the installed one) on the admin machine, outside the database hosts; with
+        host=APP, what the application host's router credential can do."""
+        return _run(self.inst.slacker, "--cluster", self.etc(host) / "cluster.toml", *argv, check=check,
                     env=SERVICE_ENV)
 
     def down(self) -> None:
@@ -412,6 +414,16 @@ def test_operator_path(installed):
 
         assert fleet.cli("tenant", "create", "t1", "--on", "node-1").returncode == 0
         assert fleet.cli("tenant", "create", "t2", "--on", "node-3").returncode == 0
+        # The application host's router credential can route, not administer: each refusal is one line,
+        # exit 7, and changes nothing.
+        for argv, needle in ((["tenant", "delete", "t2", "--yes"], "may not delete"),
+                             (["migrate", "t2", "--to", "node-1"], "may not"),
+                             (["locate", "t2", "--defaults-file", str(inst.root / "stolen.cnf")], "may not"),
+                             (["node", "drain", "node-3"], "may not")):
+            p = fleet.cli(*argv, check=False, host=APP)
+            assert p.returncode == 7 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, \
+                (argv, p.returncode, p.stderr)
+        assert not (inst.root / "stolen.cnf").exists()
         creds = inst.root / "t1.cnf"
         fleet.cli("locate", "t1", "--defaults-file", creds)
         client = configparser.ConfigParser(allow_no_value=True)  # ssl-verify-server-cert has no value

@@ -13,6 +13,7 @@ import pytest
 
 from slacker.agent.client import AgentClient
 from slacker.agent.server import ApiServer
+from slacker.credentials import Keyring
 from slacker.errors import AgentUnavailable, InvalidInput
 
 TOKEN = "t" * 32
@@ -23,7 +24,7 @@ def make_server():
     servers = []
 
     def make(**kwargs) -> tuple[ApiServer, AgentClient]:
-        node = SimpleNamespace(token=TOKEN, name="stub", status=lambda: {"node": "stub"})
+        node = SimpleNamespace(token=TOKEN, keyring=Keyring(TOKEN), name="stub", status=lambda: {"node": "stub"})
         srv = ApiServer(node, "127.0.0.1", 0, **kwargs)
         gate = threading.Event()
 

@@ -97,6 +97,12 @@ class InsecureChannel(SlackerError):
     exit_code = 7
 
 
+class VersionSkew(SlackerError):
+    """Two parties (agents, an agent and the CLI) speak protocol versions too far apart (slacker.protocol_version)."""
+
+    exit_code = 9
+
+
 class MigrationFailed(SlackerError):
     """A migration failed; `phase` names where. The source keeps serving."""
 
@@ -139,6 +145,7 @@ ERROR_CLASSES = {
         DirectoryUnavailable,
         Unauthorized,
         InsecureChannel,
+        VersionSkew,
         MigrationFailed,
         LockNotGranted,
         CatchUpTimeout,

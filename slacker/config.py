@@ -68,6 +68,7 @@ class Cluster:
     # The members as this process knows them (see refresh_members); None: not read yet.
     _members: dict | None = field(default=None, repr=False, compare=False)
     members_read_at: float = field(default=0.0, repr=False, compare=False)  # monotonic; 0 = never
+    members_error: str = field(default="", repr=False, compare=False)  # why the last read failed, if it did
     _refresh_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -76,7 +77,13 @@ class Cluster:
         follow_members() (the CLI, agents and routers call it); a file without reads the directory."""
         if self._members is None and self.member_source is None and not self.seeds:
             self._follow_from_file()
-        return self._members if self._members is not None else self.seeds
+        return self._members if self._members is not None else self._fallback()
+
+    def _fallback(self) -> dict[str, NodeSpec]:
+        """Before any read of the members succeeded: the seeds, else the SQLite directory's own node."""
+        if self.seeds or self.directory_backend != "sqlite" or not self.directory_url:
+            return self.seeds
+        return {self.directory_node: self.directory}
 
     def _follow_from_file(self) -> bool:
         from .errors import SlackerError
@@ -85,7 +92,7 @@ class Cluster:
             self.follow_members(directory_for(self, self.token()))
             return True
         except SlackerError as exc:
-            log.warning("cannot reach the directory for the members: %s", exc.one_line())
+            log.debug("cannot reach the directory for the members: %s", exc.one_line())
             return False
 
     def node(self, name: str) -> NodeSpec:
@@ -126,10 +133,13 @@ class Cluster:
                 members = source.members()
                 removed = source.removed_members() if self.seeds else set()
             except SlackerError as exc:
-                log.warning("cannot read the members from the directory, using the last known: %s", exc.one_line())
+                # Debug only: the CLI goes on to report the directory in one line; agents log members_error.
+                log.debug("cannot read the members from the directory, using the last known: %s", exc.one_line())
+                self.members_error = exc.one_line()
                 self.members_read_at = time.monotonic()
-                return self._members if self._members is not None else self.seeds
+                return self._members if self._members is not None else self._fallback()
             self._members = merge_members(self.seeds, members, removed)
+            self.members_error = ""
             self.members_read_at = time.monotonic()
             return self._members
 

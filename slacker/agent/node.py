@@ -91,6 +91,9 @@ class Node:
                 if not self.registered:
                     self.register()
                 self.cluster.refresh_members()
+                if self.cluster.members_error:
+                    log.warning("membership: cannot read the members, using the last known: %s",
+                                self.cluster.members_error)
                 self._peers.sync()
             except SlackerError as exc:
                 log.warning("membership: %s", exc.one_line())

@@ -71,7 +71,7 @@ def test_tenant_lifecycle_through_cli(cluster):
 def test_cli_error_paths(cluster):
     one_line_error(*slacker("tenant", "create", "Bad_Id")[::2], "invalid tenant id")
     one_line_error(*slacker("tenant", "create", "x" * 40)[::2], "invalid tenant id")
-    one_line_error(*slacker("tenant", "create", "e1", "--on", "node-7")[::2], "node-7", "not in the cluster file")
+    one_line_error(*slacker("tenant", "create", "e1", "--on", "node-7")[::2], "node-7", "not a member of the cluster")
     one_line_error(*slacker("tenant", "create", "e1", "--buffer-pool", "lots")[::2], "invalid size")
     one_line_error(*slacker("tenant", "create", "e1", "--buffer-pool", "1M")[::2], "too small")
     assert slacker("tenant", "create", "e1")[0] == 0

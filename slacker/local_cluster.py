@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from .agent.client import AgentClient
 from . import cgroups, local_etcd, netns as netns_mod
 from .config import DIRECTORY_BACKENDS, NodeSpec, load_agent_config, load_cluster, write_toml
-from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError
+from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError, VersionSkew
 from .mariadb import write_secret
 from .procs import alive as _alive, read_pid as _read_pid
 from .tenants import TenantManager
@@ -285,6 +285,8 @@ def _local_or_seeds(run_dir: Path, cluster) -> list[NodeSpec]:
 def _answers(client: AgentClient) -> bool:
     try:
         client.request("GET", "/v1/status")
+        return True
+    except VersionSkew:  # it answers, in a protocol too far from ours (an upgrade rehearsal)
         return True
     except AgentUnavailable:
         return False

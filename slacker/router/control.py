@@ -4,9 +4,10 @@ For every tenant in the directory it fetches the application's credentials from 
 owner's agent once, keeps only their double-SHA1 hash, and hands the data path a route
 (owner address, epoch, user, hash). A watch per tenant on the directory pushes the new
 owner the moment a handover's compare-and-set lands; a listing every `list_interval_s`
-finds tenants created or deleted. When the directory cannot be reached the routes stay
-as they were (the fence keeps a stale owner from taking writes) and the data path is told,
-so its status and metrics say so.
+finds tenants created or deleted. The agents it asks for credentials are the directory's
+members, re-read every MEMBERS_REFRESH_S and on an owner it does not know. When the directory
+cannot be reached the routes stay as they were (the fence keeps a stale owner from taking
+writes) and the data path is told, so its status and metrics say so.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 REGISTRY_PREFIX = "routers/"  # directory state keys under which routers announce themselves
 REGISTRY_REFRESH_S = 10.0
 REGISTRY_STALE_S = 3 * REGISTRY_REFRESH_S
+MEMBERS_REFRESH_S = 10.0  # how often the router re-reads the fleet's members from the directory
 
 
 def parse_address(text: str, what: str = "address") -> tuple[str, int]:
@@ -248,7 +250,16 @@ class Router:
                 self._routes.pop(tenant, None)
 
     def _list_loop(self) -> None:
+        last_members = time.monotonic()
         while not self._stop.wait(self.options.list_interval_s):
+            # Members joined or removed: an owner on a node that joined since is also found at once (the
+            # agents' pool asks the directory on an unknown name).
+            if time.monotonic() - last_members >= MEMBERS_REFRESH_S and hasattr(self.agents, "refresh"):
+                last_members = time.monotonic()
+                try:
+                    self.agents.refresh()
+                except SlackerError as exc:
+                    log.warning("cannot re-read the members: %s", exc.one_line())
             self._sync_all()
 
     def _watch_loop(self, tenant: str) -> None:

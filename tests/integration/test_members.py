@@ -127,6 +127,13 @@ def test_a_host_joins_by_starting_its_agent_and_takes_tenants_without_a_restart(
         assert set(_members(cluster)) == {"node-1", "node-2"}
         rc, out, err = slacker("node", "remove", "node-3")
         assert rc == 0 and "not a member" in out, out + err
+        # By hand: a host registered before its agent runs; every reader sees it, and it leaves again.
+        rc, out, err = slacker("node", "add", "node-9", "--url", "http://127.0.0.99:7999", "--tenant-host", "127.0.0.99")
+        assert rc == 0 and "node-9 registered" in out and "does not answer yet" in out, out + err
+        m = _members(cluster)
+        assert m["node-9"]["registered"] and not m["node-9"]["reachable"] and not m["node-9"]["protocol"]
+        one_line_error(*slacker("node", "add", "bad", "--url", "ftp://x:1", "--tenant-host", "x")[::2], "bad agent url")
+        assert slacker("node", "remove", "node-9")[0] == 0 and "node-9" not in _members(cluster)
         # Nothing else was restarted along the way.
         assert pids == {n: read_pid(cluster.path.parent / n / "agent.pid") for n in ("node-1", "node-2")}
         assert all(os.path.exists(f"/proc/{p}") for p in pids.values())

@@ -355,7 +355,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
             # namespace (a connect there waits out the timeout): ask it briefly, or not at all.
             if pid is None or _alive(pid):
                 client.request("POST", "/v1/shutdown", {"stop_tenants": True}, timeout_s=10 if pid else 2)
-        except AgentUnavailable:
+        except (AgentUnavailable, VersionSkew):  # down or speaking another protocol: the signal stops it
             if pid is not None and _alive(pid):
                 os.kill(pid, signal.SIGTERM)
         if pid is not None:

@@ -133,7 +133,7 @@ class Node:
             raise
         except SlackerError as exc:
             log.warning("cannot register node %s yet (retrying every %gs): %s", self.name,
-                        self.config.members_refresh_s, exc.one_line())
+                        min(2.0, self.config.members_refresh_s), exc.one_line())
         self.cluster.refresh_members()
         self._peers.sync()
         self._members_thread = threading.Thread(target=self._members_loop, name="members", daemon=True)

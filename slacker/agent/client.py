@@ -294,7 +294,10 @@ class AgentPool(dict):
                     if old is not None:
                         old.close()
 
-    def refresh(self) -> None:
+    def refresh(self, max_age_s: float = 0.0) -> None:
+        """Re-read the members (only if the last read is older than `max_age_s`) and match the clients."""
+        if time.monotonic() - self.cluster.members_read_at < max_age_s:
+            return
         self.cluster.refresh_members()
         self.sync()
 

@@ -144,6 +144,34 @@ func (rt *Router) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 			fmt.Fprintf(&b, "%s{tenant=%q} %d\n", c.name, t.Tenant, c.get(t))
 		}
 	}
+	rt.writeLatency(&b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	w.Write([]byte(b.String()))
+}
+
+// writeLatency appends the per-tenant latency histograms (latency.go).
+func (rt *Router) writeLatency(b *strings.Builder) {
+	rt.mu.RLock()
+	names := make([]string, 0, len(rt.stats))
+	stats := make(map[string]*tenantStats, len(rt.stats))
+	for t, s := range rt.stats {
+		names = append(names, t)
+		stats[t] = s
+	}
+	rt.mu.RUnlock()
+	sort.Strings(names)
+	for _, h := range []struct{ name, help string }{
+		{"slacker_router_statement_latency_seconds", "Client-visible statement latency: a command's arrival at the router to the last packet of its answer"},
+		{"slacker_router_transaction_latency_seconds", "Client-visible transaction latency: its first statement's arrival to the answer that ends it (autocommit statements: one each)"},
+	} {
+		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", h.name, h.help, h.name)
+		for _, t := range names {
+			l := &stats[t].latency
+			if h.name == "slacker_router_statement_latency_seconds" {
+				l.statements.write(b, h.name, t)
+			} else {
+				l.transactions.write(b, h.name, t)
+			}
+		}
+	}
 }

@@ -1,7 +1,7 @@
 package main
 
-// The router's part of a handover (POST /hold and /release on the admin address, which need the
-// cluster's bearer token).
+// The router's part of a handover (POST /hold and /release on the admin address, which need a
+// bearer derived from the credential this router holds: the control side hands it over on stdin).
 //
 // Before the source is frozen the handover asks every router to hold the tenant: a connection of
 // that tenant that is between statements outside a transaction waits before its next command,

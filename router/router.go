@@ -48,8 +48,9 @@ type tenantStats struct {
 	active, connections, statements, authFailures, ownerErrors, bytesIn, bytesOut atomic.Int64
 	moves, moveFailures, endedAtMove, rolledBackAtMove                            atomic.Int64
 	holdStats
-	mu    sync.Mutex
-	conns map[*tracker]struct{}
+	latency latencyStats // client-visible statement and transaction latency (latency.go)
+	mu      sync.Mutex
+	conns   map[*tracker]struct{}
 }
 
 func (s *tenantStats) add(t *tracker) {
@@ -102,7 +103,7 @@ type Router struct {
 	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
 	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
 	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
-	token       atomic.Value // the cluster's bearer token (from the control side): /hold and /release need it
+	token       atomic.Value // what /hold and /release need: a hash of this router's credential (from the control side)
 }
 
 func newRouter(dialTimeout time.Duration) *Router {
@@ -279,6 +280,7 @@ func (rt *Router) serve(c net.Conn) {
 	}
 	defer s.Close()
 	t := newTracker(resp.caps&capDeprecateEOF != 0)
+	t.lat = &st.latency
 	t.sess.clientTrack = resp.caps&capSessionTrack != 0
 	t.sess.db = resp.db
 	if writePacket(c, seq+1, t.sess.okSession(okPkt)) != nil {

@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/binary"
 	"sync/atomic"
+	"time"
 )
 
 const (
@@ -49,9 +50,10 @@ const (
 // command from the client (pending, in order: clients may pipeline).
 type tracker struct {
 	deprecateEOF bool
-	pending      chan byte // commands awaiting a response, in order
+	pending      chan pendingCmd // commands awaiting a response, in order
 	cmd          byte
-	busy         bool // inside a response
+	cmdAt        int64 // when the command in answer arrived (UnixNano)
+	busy         bool  // inside a response
 	state        respState
 	left         int // definitions left in this state
 	prepCols     int
@@ -66,10 +68,17 @@ type tracker struct {
 	passing    atomic.Bool // a command is between the hold check and the owner (hold.go)
 	longData   atomic.Bool // parameters sent with SEND_LONG_DATA wait for their execute on this owner
 	stmts      *stmtTable
+	lat        *latencyStats // the tenant's client-visible latency (nil: not measured)
+	tx         txClock
+}
+
+type pendingCmd struct {
+	cmd byte
+	at  int64
 }
 
 func newTracker(deprecateEOF bool) *tracker {
-	t := &tracker{deprecateEOF: deprecateEOF, pending: make(chan byte, 1024), stmts: newStmtTable()}
+	t := &tracker{deprecateEOF: deprecateEOF, pending: make(chan pendingCmd, 1024), stmts: newStmtTable()}
 	t.autocommit.Store(true) // the server's default; the login's OK says for sure
 	return t
 }
@@ -83,9 +92,13 @@ func (t *tracker) sent(cmd byte) {
 	case comChangeUser:
 		t.untracked.Store(true)
 	}
+	at := nowNs()
+	if isStatement(cmd) && t.awaiting.Load() == 0 && !t.inTrans.Load() {
+		t.tx.start.CompareAndSwap(0, at) // a transaction's first statement (or an autocommit one)
+	}
 	t.awaiting.Add(1)
 	select {
-	case t.pending <- cmd:
+	case t.pending <- pendingCmd{cmd, at}:
 	default: // more than 1024 commands in flight: stop tracking rather than block
 		t.untracked.Store(true)
 	}
@@ -154,7 +167,16 @@ func (t *tracker) end(flags uint16, haveFlags bool) {
 		}
 	}
 	t.busy = false
-	t.awaiting.Add(-1)
+	left := t.awaiting.Add(-1)
+	if t.lat != nil && isStatement(t.cmd) {
+		now := nowNs()
+		t.lat.statements.observe(time.Duration(now - t.cmdAt))
+		if left == 0 && !t.inTrans.Load() {
+			if start := t.tx.start.Swap(0); start != 0 {
+				t.lat.transactions.observe(time.Duration(now - start))
+			}
+		}
+	}
 }
 
 // packet is fed each packet from the owner: its declared length and (at least) its first bytes.
@@ -167,7 +189,8 @@ func (t *tracker) packet(p []byte, n int) {
 	t.continuing = n == maxPacketPayload
 	if !t.busy {
 		select {
-		case t.cmd = <-t.pending:
+		case pc := <-t.pending:
+			t.cmd, t.cmdAt = pc.cmd, pc.at
 		default: // a packet nobody asked for (the server closing with an error): nothing to track
 			if len(p) > 0 && p[0] == 0xff {
 				return

@@ -58,8 +58,7 @@ LOG_READ_BUFFER = "2M"
 # only what comes after: at the copy's start every copying thread reads its
 # first chunk at once, whatever the rate. With two threads (ibdata1 and the
 # largest table side by side) that was 20 MiB, 0.7 s of a 30 MB/s disk, and the
-# tenant's queue took seconds to drain (docs/results.md, issue 14, fifth
-# session). A throttled copy gains nothing from a second thread: the pipe is
+# tenant's queue took seconds to drain on a disk-bound host. A throttled copy gains nothing from a second thread: the pipe is
 # the limit, not the reads.
 PARALLEL_FILES = 1
 

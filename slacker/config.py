@@ -1,10 +1,13 @@
 """Cluster file and agent config (TOML): loading, validation at the edge, and writing.
 
 The cluster file says how to reach the directory (etcd endpoints and prefix, or
-the agent that serves the embedded SQLite one), the token file and the CA. The
-fleet's nodes are members registered in the directory; a [[nodes]] table in the
-file is a seed (see `Cluster.refresh_members`). The CLI finds the file via
---cluster, $SLACKER_CLUSTER, ./run/cluster.toml, or /etc/slacker/cluster.toml.
+the agent that serves the embedded SQLite one), the credential file this host
+presents (`credential_file`, or `token_file` as older clusters call it;
+slacker/credentials.py) and the CA. The fleet's nodes are members registered in
+the directory; a [[nodes]] table in the file is a seed (see
+`Cluster.refresh_members`). The CLI finds it via --cluster, $SLACKER_CLUSTER,
+/etc/slacker/cluster.toml, or ./run/cluster.toml (a local cluster's, only where
+no system file exists), and says which it used.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from .errors import InvalidInput, NotFound
 from .tls import TlsFiles
 from .tenants import DEFAULT_PORT_RANGE, parse_port_range
 
-DEFAULT_CLUSTER_PATHS = (Path("run/cluster.toml"), Path("/etc/slacker/cluster.toml"))
+SYSTEM_CLUSTER_FILE = Path("/etc/slacker/cluster.toml")
+LOCAL_CLUSTER_FILE = Path("run/cluster.toml")
+# The system file wins over the working directory's: a `run/` left in whatever directory an operator
+# stands in must not redirect commands meant for the fleet.
+DEFAULT_CLUSTER_PATHS = ((SYSTEM_CLUSTER_FILE, "the system file"), (LOCAL_CLUSTER_FILE, "the working directory"))
 log = logging.getLogger("slacker.config")
 # An unknown node name makes a reader ask the directory again, at most this often.
 MEMBER_MISS_REFRESH_S = 1.0
@@ -44,12 +51,14 @@ DIRECTORY_BACKENDS = ("sqlite", "etcd")
 @dataclass
 class Cluster:
     path: Path
-    token_file: Path
+    token_file: Path  # the credential file this host presents (`credential_file` or `token_file`)
     directory_node: str
     # [[nodes]] of the file: a bootstrap seed, not the membership.
     seeds: dict[str, NodeSpec] = field(default_factory=dict)
     # The agent that serves the embedded SQLite directory, when the file gives it as a URL.
     directory_url: str = ""
+    # How the CLI found the file: "--cluster", "$SLACKER_CLUSTER", "the system file", "the working directory".
+    found_by: str = "--cluster"
     directory_backend: str = "sqlite"  # "sqlite": served by directory_node; "etcd": etcd_endpoints
     etcd_endpoints: tuple[str, ...] = ()
     etcd_prefix: str = "/slacker"
@@ -62,6 +71,9 @@ class Cluster:
     # --disk-read-per-node`), as it was set up: cpu_per_node, cpu_period (s), cpu_weight, disk_read_per_node
     # (bytes/s). Empty when none was given.
     node_budget: dict = field(default_factory=dict)
+    # The lowest generation of each derived credential the agents accept ([min_credential_generation]):
+    # raised to revoke the older ones (docs/deployment.md, "Credentials").
+    min_generation: dict = field(default_factory=dict)
 
     # Where members are learnt from (set by follow_members); None: the file's seeds only.
     member_source: object = field(default=None, repr=False, compare=False)
@@ -144,7 +156,23 @@ class Cluster:
             return self._members
 
     def token(self) -> str:
+        """The bearer this host presents (whatever its scope)."""
         return read_token(self.token_file)
+
+    def credential(self):
+        """The credential this host presents, with its scope (slacker.credentials.Credential)."""
+        from .credentials import parse
+        return parse(self.token())
+
+    def keyring(self, who: str = "an agent"):
+        """What an agent verifies every scope with: it needs the admin credential."""
+        from .credentials import ADMIN, Keyring
+        cred = self.credential()
+        if cred.scope != ADMIN:
+            raise InvalidInput(f"{who} needs the admin credential", f"{self.token_file} holds {cred}",
+                               "a database host's cluster file names the admin credential file "
+                               "(docs/deployment.md, \"Credentials\")")
+        return Keyring(cred.token, self.min_generation)
 
     @property
     def directory(self) -> NodeSpec:
@@ -214,13 +242,13 @@ def read_token(path: Path) -> str:
         st = path.stat()
         token = path.read_text().strip()
     except OSError as exc:
-        raise NotFound(f"cannot read token file {path}", exc.strerror or str(exc),
-                       "check the cluster file's token_file") from None
+        raise NotFound(f"cannot read credential file {path}", exc.strerror or str(exc),
+                       "check the cluster file's credential_file (or token_file)") from None
     if st.st_mode & 0o077:
-        raise InvalidInput(f"token file {path} is readable by others", f"mode {oct(st.st_mode & 0o777)}",
+        raise InvalidInput(f"credential file {path} is readable by others", f"mode {oct(st.st_mode & 0o777)}",
                            f"chmod 600 {path}")
     if len(token) < 16:
-        raise InvalidInput(f"token in {path} is too short", "it needs at least 16 characters",
+        raise InvalidInput(f"credential in {path} is too short", "it needs at least 16 characters",
                            "write a random token, e.g. from `openssl rand -hex 32`")
     return token
 
@@ -236,26 +264,27 @@ def _load_toml(path: Path, what: str) -> dict:
         raise InvalidInput(f"{what} {path} is not valid TOML", str(exc), "fix the file") from None
 
 
-def find_cluster_file(explicit: str | None) -> Path:
+def find_cluster_file(explicit: str | None) -> tuple[Path, str]:
+    """The cluster file to use and how it was found: --cluster, then $SLACKER_CLUSTER, then the
+    system file, then ./run/cluster.toml."""
     if explicit:
-        return Path(explicit)
+        return Path(explicit), "--cluster"
     if os.environ.get("SLACKER_CLUSTER"):
-        return Path(os.environ["SLACKER_CLUSTER"])
-    for p in DEFAULT_CLUSTER_PATHS:
+        return Path(os.environ["SLACKER_CLUSTER"]), "$SLACKER_CLUSTER"
+    for p, how in DEFAULT_CLUSTER_PATHS:
         if p.exists():
-            return p
+            return p, how
     raise NotFound("no cluster file found",
-                   "looked for --cluster, $SLACKER_CLUSTER, " + ", ".join(map(str, DEFAULT_CLUSTER_PATHS)),
+                   "looked for --cluster, $SLACKER_CLUSTER, " + ", ".join(str(p) for p, _ in DEFAULT_CLUSTER_PATHS),
                    "run `slacker cluster up --nodes 2` for a local cluster, or pass --cluster FILE")
 
 
 def load_cluster(explicit: str | None = None) -> Cluster:
-    path = find_cluster_file(explicit).resolve()
+    found, found_by = find_cluster_file(explicit)
+    path = found.resolve()
     doc = _load_toml(path, "cluster file")
     try:
-        token_file = Path(doc["token_file"])
-        if not token_file.is_absolute():
-            token_file = path.parent / token_file
+        token_file = _credential_file(doc, path)
         nodes = {}
         for n in doc.get("nodes", []):
             spec = NodeSpec(name=str(n["name"]), url=str(n["url"]).rstrip("/"),
@@ -271,6 +300,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         local_subnet = str(doc.get("local_subnet", ""))
         tls_ca = _path(doc["tls_ca"], path) if doc.get("tls_ca") else None
         budget = {k: doc[k] for k in ("cpu_per_node", "cpu_period", "cpu_weight", "disk_read_per_node") if k in doc}
+        min_generation = _min_generation(doc.get("min_credential_generation", {}), path)
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
@@ -322,13 +352,42 @@ def load_cluster(explicit: str | None = None) -> Cluster:
             raise InvalidInput(f"cluster file {path}: node {n.name} is https but no tls_ca is given",
                                "agents' certificates are checked against the cluster CA",
                                "add tls_ca = \"PATH/ca.crt\" (docs/deployment.md)")
-    cluster = Cluster(path=path, token_file=token_file, directory_node=directory,
-                      seeds=nodes, directory_url=directory_url, directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
-                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget)
+    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, seeds=nodes, found_by=found_by,
+                      directory_url=directory_url, directory_backend=backend,
+                      etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
+                      etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget,
+                      min_generation=min_generation)
     if backend == "sqlite" and not directory_url and directory not in nodes:
         raise InvalidInput(f"cluster file {path}: the directory node {directory!r} has no url",
                            "it is not among [[nodes]] and directory_url is not set", "add directory_url")
     return cluster
+
+
+def _credential_file(doc: dict, path: Path) -> Path:
+    """`credential_file` (what this host presents), or `token_file` as clusters before scoped credentials
+    name it: an admin secret there stays the admin credential."""
+    given = [k for k in ("credential_file", "token_file") if k in doc]
+    if len(given) == 2:
+        raise InvalidInput(f"cluster file {path} names both credential_file and token_file",
+                           "they are the same setting", "keep credential_file")
+    if not given:
+        raise KeyError("credential_file")
+    return _path(doc[given[0]], path)
+
+
+def _min_generation(table, path: Path) -> dict[str, int]:
+    from .credentials import DERIVED_SCOPES, MAX_GENERATION
+
+    if not isinstance(table, dict):
+        raise InvalidInput(f"cluster file {path}: min_credential_generation must be a table",
+                           f"got {table!r}", "for example [min_credential_generation] router = 2")
+    for scope, gen in table.items():
+        if scope not in DERIVED_SCOPES or isinstance(gen, bool) or not isinstance(gen, int) \
+                or not 1 <= gen <= MAX_GENERATION:
+            raise InvalidInput(f"cluster file {path}: bad min_credential_generation {scope} = {gen!r}",
+                               f"scopes are {', '.join(DERIVED_SCOPES)}, generations 1 to {MAX_GENERATION}",
+                               "see docs/configuration.md")
+    return dict(table)
 
 
 def _bool(value, key: str, path: Path) -> bool:

@@ -91,6 +91,12 @@ class Unauthorized(SlackerError):
     exit_code = 7
 
 
+class Forbidden(SlackerError):
+    """The credential is this cluster's but its scope does not cover the request (HTTP 403)."""
+
+    exit_code = 7
+
+
 class InsecureChannel(SlackerError):
     """A secret (a password) would cross a link that is neither TLS nor inside this machine."""
 
@@ -144,6 +150,7 @@ ERROR_CLASSES = {
         AgentUnavailable,
         DirectoryUnavailable,
         Unauthorized,
+        Forbidden,
         InsecureChannel,
         VersionSkew,
         MigrationFailed,

@@ -374,6 +374,71 @@ def parse_histogram_totals(
     return total_sum, total_count
 
 
+ROUTER_METRICS = {"transactions": "slacker_router_transaction_latency_seconds",
+                  "statements": "slacker_router_statement_latency_seconds"}
+
+
+def _router_metrics_page(admin: str, timeout_s: float) -> str:
+    """A router's /metrics page from its admin address (HOST:PORT)."""
+    url = admin if admin.startswith(("http://", "https://")) else f"http://{admin}"
+    with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=timeout_s) as resp:  # noqa: S310 - http only
+        return resp.read(PrometheusHistogramSource.MAX_BODY_BYTES).decode("utf-8")
+
+
+def router_traffic(tenant: str, admins: Sequence[str], kind: str = "transactions", timeout_s: float = 1.0,
+                   fetch: Callable[[str], str] | None = None) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """Per router that answered: (`tenant`'s transactions (or statements) it measured so far, its clients'
+    connections open now); and the routers that did not answer (admin -> why). The routers that carry the
+    tenant's clients are those with both."""
+    fetch = fetch or (lambda a: _router_metrics_page(a, timeout_s))
+    out: dict[str, tuple[float, float]] = {}
+    failed: dict[str, str] = {}
+    prefix = f'slacker_router_connections{{tenant="{tenant}"}} '
+    for admin in admins:
+        try:
+            page = fetch(admin)
+            count = parse_histogram_totals(page, ROUTER_METRICS[kind], {"tenant": tenant})[1]
+            conns = sum(float(line[len(prefix):]) for line in page.splitlines() if line.startswith(prefix))
+            out[admin] = (count, conns)
+        except Exception as exc:  # noqa: BLE001 - a router that does not answer carries nothing we can see
+            failed[admin] = _describe(exc)
+    return out, failed
+
+
+class RouterLatencySource(CounterSource):
+    """A tenant's latency as its clients see it, measured by the routers in their path (router/latency.go): per
+    router a histogram of the tenant's transactions (from the first statement to the answer that ends it; or
+    statements), summed over every router announced in the directory -- one population, each router weighted
+    by how many it measured. A router that does not answer fails the sample (its clients' latency is unseen);
+    a change in the set of routers starts the window anew (a router's totals are its own since it started)."""
+
+    def __init__(self, tenant: str, routers: Callable[[], Sequence[str]], *, kind: str = "transactions",
+                 window_s: float = DEFAULT_WINDOW_S, step_s: float = DEFAULT_STEP_S, timeout_s: float = 1.0,
+                 fetch: Callable[[str], str] | None = None, clock: Clock = time.monotonic) -> None:
+        if kind not in ROUTER_METRICS:
+            raise InvalidInput(f"invalid router latency kind {kind!r}", "expected transactions or statements")
+        self.tenant, self.kind = tenant, kind
+        self._routers = routers
+        self.timeout_s = min(timeout_s, max(0.2, step_s / 2))  # a step must not wait on a slow router
+        self._fetch = fetch or (lambda a: _router_metrics_page(a, self.timeout_s))
+        super().__init__(name=f"router:{tenant}", window_s=window_s, step_s=step_s, clock=clock)
+
+    def _snapshot(self) -> tuple:
+        admins = sorted(set(self._routers()))
+        if not admins:
+            raise LookupError("no router is announced in the directory")
+        total_sum = total_count = 0.0
+        for admin in admins:
+            try:
+                page = self._fetch(admin)
+            except Exception as exc:  # noqa: BLE001
+                raise LookupError(f"router {admin}: {_describe(exc)}") from None
+            s, c = parse_histogram_totals(page, ROUTER_METRICS[self.kind], {"tenant": self.tenant})
+            total_sum += s
+            total_count += c
+        return total_sum, total_count, tuple(admins)
+
+
 class PerformanceSchemaSource(CounterSource):
     """Average server-side latency from performance_schema summary tables.
 
@@ -688,7 +753,7 @@ def _total_load(samples: Sequence[LatencySample]) -> float | None:
 class LatencySourceSpec:
     """A parsed --latency-source value; the migration code builds the source from it."""
 
-    kind: str  # "prometheus" or "performance-schema"
+    kind: str  # "prometheus", "performance-schema" or "router"
     url: str = ""
     metric_name: str = DEFAULT_METRIC
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -700,7 +765,7 @@ class LatencySourceSpec:
 
 _SPEC_HINT = (
     "for example prometheus,url=http://127.0.0.1:9464/metrics,tenant=t1 "
-    "or performance-schema,exclude-user=slacker"
+    "or performance-schema,exclude-user=slacker or router,table=transactions"
 )
 
 
@@ -756,6 +821,18 @@ def parse_latency_source_spec(text: str) -> LatencySourceSpec:
         return LatencySourceSpec(
             "performance-schema", pfs_kind=pfs_kind, users=tuple(users), exclude_users=tuple(excluded), node=node
         )
+    if kind == "router":
+        table = "transactions"
+        for key, value in pairs:
+            if key != "table":
+                raise InvalidInput(f"invalid latency source {text!r}", f"unknown key {key!r} for router", _SPEC_HINT)
+            table = value
+        if table not in ROUTER_METRICS:
+            raise InvalidInput(f"invalid latency source {text!r}", "table must be statements or transactions", _SPEC_HINT)
+        if node != "source":
+            raise InvalidInput(f"invalid latency source {text!r}", "the routers measure the source node's tenants",
+                               _SPEC_HINT)
+        return LatencySourceSpec("router", pfs_kind=table)
     raise InvalidInput(f"invalid latency source {text!r}", f"unknown kind {kind!r}", _SPEC_HINT)
 
 

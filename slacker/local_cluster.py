@@ -1,7 +1,8 @@
 """A local cluster on one machine: N agents on their own loopback addresses.
 
-`up` writes a token, a cluster file (how to reach the directory, the token, the
-CA: no node list) and one agent config per node under a run directory, starts
+`up` writes the admin credential (RUN_DIR/token), the router's and the monitor's
+(RUN_DIR/credentials/), a cluster file (how to reach the directory, the credential,
+the CA: no node list) and one agent config per node under a run directory, starts
 the agents as daemons, waits until each answers and registers each as a member. Each
 node gets its own 127.0.0.x address, so a tenant keeps its port when it moves
 between local nodes, and its own data root. With `directory="etcd"` a
@@ -93,6 +94,10 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
                             str(base), api_port)
     if not token_file.exists():
         write_secret(token_file, secrets.token_hex(32) + "\n")
+    from .config import read_token
+    from .credentials import write_scoped_files
+    # The other scopes' files beside the admin one: the local router gets the router credential only.
+    write_scoped_files(read_token(token_file), run_dir / "credentials")
     names = [f"node-{i + 1}" for i in range(nodes)]
     net = netns_mod.setup(run_dir, names, netns_subnet) if netns else None
     specs = []
@@ -102,7 +107,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     if directory_node not in {s["name"] for s in specs}:
         raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
                            "it must be node-1 ... node-N", "for example --directory-node node-1")
-    top = {"token_file": str(token_file), "directory": directory_node}
+    top = {"credential_file": str(token_file), "directory": directory_node}
     if directory != "etcd":  # the agent serving the SQLite directory: the one address the file needs
         top["directory_url"] = next(s["url"] for s in specs if s["name"] == directory_node)
     if cpu_per_node:
@@ -330,6 +335,33 @@ def _wait_answering(client: AgentClient, node_dir: Path) -> None:
     raise AgentUnavailable(f"agent {client.name} did not come up", tail, f"see {node_dir / 'agent.log'}")
 
 
+def made_here(run_dir: Path, cluster) -> None:
+    """Refuse a cluster that `cluster up` did not make in `run_dir`: its file must carry the [up] table
+    `up` writes, and every node it names must have its agent config in `run_dir` with its data there.
+    A copy of a fleet's cluster file (or a hand-written one) fails this, so `down` never stops, and
+    `--purge` never deletes, the agents and tenants of a cluster it did not start."""
+    import tomllib
+
+    cluster_file = run_dir / "cluster.toml"
+    try:
+        doc = tomllib.loads(cluster_file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidInput(f"cannot read {cluster_file}", str(exc), "pass --dir of a local cluster") from None
+    hint = ("`cluster down` stops only clusters made by `slacker cluster up`; stop a fleet's agents on "
+            "their hosts (systemctl stop slacker-agent)")
+    if not isinstance(doc.get("up"), dict):
+        raise Conflict(f"{cluster_file} was not written by `slacker cluster up`", "it has no [up] table", hint)
+    for spec in cluster.nodes.values():
+        agent_file = run_dir / spec.name / "agent.toml"
+        if not agent_file.exists():
+            raise Conflict(f"{cluster_file} was not written by `slacker cluster up` in {run_dir}",
+                           f"node {spec.name} has no agent config at {agent_file}", hint)
+        data_root = load_agent_config(agent_file).data_root.resolve()
+        if not data_root.is_relative_to(run_dir):
+            raise Conflict(f"{cluster_file} was not written by `slacker cluster up` in {run_dir}",
+                           f"node {spec.name} keeps its data in {data_root}, outside {run_dir}", hint)
+
+
 def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[str]:
     """Stop every agent of the local cluster and its tenants; `purge` also removes the run dir."""
     run_dir = run_dir.resolve()
@@ -341,6 +373,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
         raise SlackerError(f"no local cluster in {run_dir}", "cluster.toml is missing",
                            "pass --dir, or nothing is running")
     cluster = load_cluster(str(cluster_file))
+    made_here(run_dir, cluster)
     token = cluster.token()
     stopped = []
     from .router import local as local_router

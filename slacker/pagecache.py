@@ -4,8 +4,7 @@ A backup tool that is not in memory loads itself from the source's disk when it
 starts: mariabackup 10.11 is a 26 MB binary, and its first second read ~40 MB
 (program, libraries, its first data chunk) at the disk's full speed, before the
 pipe could pace a byte. On a disk-bound source that stalled the tenant for
-3-6 s at any copy rate (docs/results.md, issue 14, seventh session). The pipe
-therefore reads the producer's program and its shared libraries first, only
+3-6 s at any copy rate, measured on a disk-bound host. The pipe therefore reads the producer's program and its shared libraries first, only
 the parts not already cached, through the same rate limit as the copy.
 
 `mincore(2)` tells which pages of a file are cached; the files are mapped only

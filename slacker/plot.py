@@ -114,9 +114,14 @@ def run_title(points: list[Point]) -> str:
 def plot_run(points: list[Point], output: str | os.PathLike, title: str | None = None) -> Path:
     """Draw latency vs setpoint (top) and copy rate (bottom) over time to a PNG."""
     # The object API with the Agg canvas: no pyplot global state, no display needed.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ImportError:  # the production install leaves plotting out (the `plot` extra)
+        from .errors import MissingDependency
+        raise MissingDependency("slacker plot needs matplotlib", "this install has no `plot` extra",
+                                "plot on a workstation: pip install 'slacker[plot]'") from None
 
     out = Path(output)
     if not out.parent.exists():

@@ -9,6 +9,7 @@ under `tenants/.building/`, removed through `tenants/.trash/`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -250,8 +251,11 @@ class TenantManager:
         self.port_range = parse_port_range(port_range)
         self.tenants_dir = self.data_root / "tenants"
         self.sock_dir = self.data_root / "sock"
-        self.tenants_dir.mkdir(parents=True, exist_ok=True)
-        self.sock_dir.mkdir(parents=True, exist_ok=True)
+        for d in (self.tenants_dir, self.sock_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            # Data, sockets and secrets are the agent's user's alone (its tenants run as that user).
+            with contextlib.suppress(PermissionError):
+                os.chmod(d, 0o700)
 
     # ---- lookup -----------------------------------------------------------------
     def tenant_dir(self, tenant_id: str) -> Path:

@@ -18,13 +18,66 @@ from .controller.settings import ControllerSettings
 from .controller.verdict import load_latency
 from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
 from .latency import (FollowingTenants, LatencySample, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
-                      PerformanceSchemaSource, PrometheusHistogramSource, WatchedSource, parse_latency_source_spec)
+                      PerformanceSchemaSource, PrometheusHistogramSource, RouterLatencySource, WatchedSource,
+                      parse_latency_source_spec, router_traffic)
 
-# Per transaction, server-side, all of the node's tenants (an SLA per server).
+# Per transaction, all of the node's tenants (an SLA per server): as the routers in the clients' path measure it
+# for a tenant reached through one, else as the server does (performance_schema). See LatencyChoice.
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
 
 
-def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "") -> LatencySource:
+class LatencyChoice:
+    """Per tenant, the latency the default source reads, and why: the routers' (the latency its clients see)
+    when a router announced in the directory carries its clients -- it has measured its transactions and has
+    connections of theirs open -- else the server's own per-transaction time (performance_schema). Decided when
+    the tenant joins the source's population (the migration's start, or a tenant arriving later); the
+    migration's record says what was chosen (`latency_source`)."""
+
+    def __init__(self, node, forced: str | None = None) -> None:
+        self.node = node
+        self.forced = forced  # "router": --latency-source router (no fallback)
+        self.tenants: dict[str, dict] = {}
+
+    def admins(self) -> list[str]:
+        from .router.control import registered_routers
+
+        directory = getattr(self.node, "directory", None)
+        if directory is None:
+            return []
+        return [r["admin"] for r in registered_routers(directory) if r.get("admin")]
+
+    def maker(self, tenant, spec, window_s: float, step_s: float):
+        def make() -> LatencySource:
+            admins = self.admins()
+            carried, failed = ({}, {}) if not admins else router_traffic(tenant.id, admins, spec.pfs_kind)
+            carrying = sorted(a for a, (count, conns) in carried.items() if count > 0 and conns > 0)
+            if carrying or self.forced == "router":
+                n = sum(carried[a][0] for a in carrying)
+                why = (f"--latency-source router" if self.forced == "router" and not carrying else
+                       f"its clients reach it through {len(carrying)} router(s) ({', '.join(carrying)}; "
+                       f"{n:.0f} {spec.pfs_kind} measured before the copy)")
+                self.tenants[tenant.id] = {"source": "router", "why": why, "routers": carrying}
+                return RouterLatencySource(tenant.id, self.admins, kind=spec.pfs_kind, window_s=window_s,
+                                           step_s=step_s)
+            if not admins:
+                why = "no router is announced in the directory"
+            elif failed and not carried:
+                why = f"no announced router answered ({'; '.join(f'{a}: {e}' for a, e in sorted(failed.items()))})"
+            else:
+                why = (f"none of the {len(carried)} router(s) announced carries its clients (no open connection "
+                       f"with {spec.pfs_kind} measured)")
+            self.tenants[tenant.id] = {"source": "performance_schema", "why": why}
+            return _pfs_maker(tenant, spec, window_s, step_s)()
+        return make
+
+    def to_dict(self) -> dict:
+        kinds = {v["source"] for v in self.tenants.values()}
+        kind = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "performance_schema")
+        return {"kind": kind, "tenants": dict(sorted(self.tenants.items()))}
+
+
+def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id: str = "",
+                 choice: LatencyChoice | None = None) -> LatencySource:
     """The source a --latency-source spec names, watched against the tenants' own commit counters.
 
     The watch turns "no samples while the server commits" into a visible failure
@@ -44,8 +97,13 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
                                "export the target's latency over Prometheus and use prometheus,url=...")
         # A per-server SLA (paper §5.6): every tenant of the source node counts, weighted by its traffic,
         # those that leave or arrive while this migration runs (concurrent moves) included.
+        if spec.kind == "router":
+            choice = LatencyChoice(node, forced="router") if choice is None else choice
+            choice.forced = "router"
+
         def members() -> dict:
-            return {t.id: (_pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
+            return {t.id: (choice.maker(t, spec, window_s, step_s) if choice is not None
+                           else _pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
                     for t in node.tenants.list() if t.info.desired_state == "running"}
 
         if not members():
@@ -85,7 +143,10 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     target guard is read through it, so later moves sharing the node's budget add theirs."""
     c: ControllerSettings = options.controller
     specs = list(c.latency_sources or DEFAULT_SOURCES)
-    sources = [build_source(node, s, c.window_s, c.step_s, tenant_id) for s in specs]
+    # The default: per tenant, the routers' latency where its clients go through one, else the server's.
+    choice = LatencyChoice(node) if not c.latency_sources or any(
+        parse_latency_source_spec(s).kind == "router" for s in specs) else None
+    sources = [build_source(node, s, c.window_s, c.step_s, tenant_id, choice=choice) for s in specs]
     source = sources[0] if len(sources) == 1 else MaxOf(sources)
     if c.target_guard and c.steered and getattr(options, "target", None):
         # Both ends guarded by default (paper §6): the target node's tenants against their own setpoint.
@@ -100,7 +161,16 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
                                    holder["ctl"].setpoint_s if "ctl" in holder else c.setpoint_s))
     else:
         holder = None
-    baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s)
+    # The load's latency before the copy: the agents' own per-tenant window (slacker.agent.tenant_stats, the last
+    # 10 s) answers at once where the source reads the servers' figures; a router's clients' latency, or a
+    # figure over the setpoint (to refuse, or admit with --force, on a fresh measure), is measured here.
+    # Only for the default source: the agents' window reads the same performance_schema figures (Slacker's own
+    # users left out), so what it saw this source sees too; a source given by hand (a user filter, another
+    # endpoint) may see something else -- even nothing (blind), which only reads over a window tell.
+    seed = None
+    if choice is not None and not c.latency_sources and choice.to_dict()["kind"] == "performance_schema":
+        seed = history_baseline(node, tenant_id, options.target if c.target_guard and c.steered else None, c)
+    baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s, seed=seed)
     if not baseline.ok:
         source.close()
         if issubclass(baseline.failure, BlindLatencySource):
@@ -130,8 +200,13 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     options.step_s = c.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
     policy.set_baseline(baseline.latency_s)
+    policy.baseline_from = "agent history" if baseline.from_history else "measured"
     policy.baseline_idle = baseline.empty
     policy.kind = c.kind
+    policy.latency_source = choice.to_dict() if choice is not None else {
+        "kind": "given", "why": "--latency-source " + " ".join(specs), "tenants": {}}
+    # where the load's own latency before the copy came from: the agents' windows (at once) or measured here
+    policy.latency_source["load_latency_from"] = policy.baseline_from
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
     # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
     # when nothing binds). A --max-rate the operator gave stays a cap.
@@ -148,6 +223,7 @@ class Baseline:
     sample: LatencySample
     latency_s: float | None
     seconds: int
+    from_history: bool = False  # the agents' per-tenant window, not measured here
 
     @property
     def ok(self) -> bool:
@@ -167,13 +243,17 @@ class Baseline:
 
 
 def measure(source: LatencySource, window_s: float, step_s: float | None = None, seconds: int = 5,
-            setpoint_s: float | None = None) -> Baseline:
+            setpoint_s: float | None = None, seed: float | None = None) -> Baseline:
     """The load's own latency before any byte moves: one read per step for `seconds` steps (at least the
     window), the median of the steps' own means. One noisy second neither refuses nor admits a setpoint.
-    Every second already under `setpoint_s` after three: no need to wait for the rest."""
+    Every second already under `setpoint_s` after three: no need to wait for the rest. `seed`: the latency the
+    agents' history gives, taken at once (after one read that shows the source answers) when it is under the
+    setpoint: nothing is refused on it."""
     first = source.read()
     if not first.ok:
         return Baseline(first, None, 0)
+    if seed is not None and (setpoint_s is None or seed < setpoint_s):
+        return Baseline(first, seed, 0, from_history=True)
     step = window_s if step_s is None else max(0.05, min(step_s, window_s))
     deadline = time.monotonic() + max(window_s, (seconds + 1) * step)  # a quiet tenant: no longer
     means: list[float] = []
@@ -191,6 +271,47 @@ def measure(source: LatencySource, window_s: float, step_s: float | None = None,
         early = setpoint_s is not None and len(means) >= 3 and max(means) < setpoint_s
         if done or early:
             return Baseline(sample, load_latency(means), len(means))
+
+
+def _weighted_latency(rows: list[dict], exclude: set[str]) -> float | None:
+    """The mean transaction latency over tenants' windows (TenantStat dicts), weighted by their transactions;
+    None when a running tenant has no sample yet or failed, or fewer than 3 transactions in all."""
+    rows = [r for r in rows if r.get("tenant") not in exclude]
+    if any(not r.get("ok", True) for r in rows):
+        return None
+    weight = sum(r["transactions_per_s"] * r["window_s"] for r in rows if r.get("latency_s") is not None)
+    if weight < 3:
+        return None
+    return sum(r["latency_s"] * r["transactions_per_s"] * r["window_s"] for r in rows
+               if r.get("latency_s") is not None) / weight
+
+
+def history_baseline(node, tenant_id: str, target: str | None, c: ControllerSettings) -> float | None:
+    """The load's latency from the agents' per-tenant windows (slacker.agent.tenant_stats): the source node's
+    tenants, and with the target guard the target's (in the source's setpoint terms, as GuardedSource reads
+    them); None when either is not known (a tenant not sampled yet, an idle node, an agent that does not answer)."""
+    stats = getattr(node, "tenant_stats", None)
+    if stats is None:
+        return None
+    snap = stats.snapshot()
+    running = [t.id for t in node.tenants.list() if t.info.desired_state == "running"]
+    if any(tid not in snap for tid in running):
+        return None
+    own = _weighted_latency([snap[tid].to_dict() for tid in running], set())
+    if own is None or target is None:
+        return own
+    try:
+        doc = node.peer(target).request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=1.0)
+    except Exception:  # noqa: BLE001 - not known: measured instead
+        return None
+    rows = [r for r in doc.get("tenants") or [] if r.get("tenant") != tenant_id]
+    theirs = _weighted_latency(rows, set())
+    if theirs is None:
+        # an idle target gives no evidence (as GuardedSource reads it); one not sampled or failing: measured
+        idle = all(r.get("ok", True) for r in rows)
+        return own if idle else None
+    tsp = c.target_setpoint_s or c.setpoint_s
+    return max(own / c.setpoint_s, theirs / tsp) * c.setpoint_s
 
 
 def apply_settings(migration, body: dict) -> None:

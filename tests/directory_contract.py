@@ -138,6 +138,51 @@ def test_watch_wakes_on_change_and_on_removal(store):
         store.watch("t1", 2, timeout_s=1)
 
 
+def test_changes_snapshot_then_each_change_once(store):
+    """One stream for every tenant: a snapshot, then creations, moves and removals in one call each."""
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    snap = store.changes(None, 0)
+    assert snap.reset and [o.tenant for o in snap.owners] == ["t1"] and not snap.removed
+    t0 = time.monotonic()
+    idle = store.changes(snap.revision, 0.5)
+    assert not idle.reset and not idle.owners and not idle.removed and idle.revision == snap.revision
+    assert 0.4 <= time.monotonic() - t0 < 5
+    store.register("t2", "node-2", "127.0.0.3", 20002)
+    ch = store.changes(snap.revision, 5)
+    assert not ch.reset and [(o.tenant, o.epoch) for o in ch.owners] == [("t2", 1)] and ch.revision > snap.revision
+    store.compare_and_set("t1", 1, "node-2", "127.0.0.3", 20001)
+    store.remove("t2")
+    seen: dict = {}
+    rev = ch.revision
+    deadline = time.monotonic() + 10
+    while ("t1" not in seen or "t2" not in seen) and time.monotonic() < deadline:
+        ch = store.changes(rev, 5)
+        assert not ch.reset
+        seen |= {o.tenant: o for o in ch.owners} | {t: None for t in ch.removed}
+        rev = ch.revision
+    assert seen["t1"].epoch == 2 and seen["t1"].node == "node-2" and seen["t2"] is None
+    assert not store.changes(rev, 0.3).owners  # nothing is told twice
+
+
+def test_changes_wake_a_waiting_follower(store):
+    rev = store.changes(None, 0).revision
+    box: dict = {}
+    th = threading.Thread(target=lambda: box.setdefault("ch", store.changes(rev, 20)))
+    th.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    store.register("t9", "node-1", "127.0.0.2", 20009)
+    th.join(20)
+    assert [o.tenant for o in box["ch"].owners] == ["t9"] and time.monotonic() - t0 < 2
+
+
+def test_changes_from_an_unknown_revision_is_a_snapshot(store):
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    rev = store.changes(None, 0).revision
+    ch = store.changes(rev + 1_000_000, 0.2)
+    assert ch.reset and [o.tenant for o in ch.owners] == ["t1"]
+
+
 def test_lock_is_exclusive(store):
     a = store.acquire_lock("rebalance", "host-a:1", 30)
     assert a.holder == "host-a:1" and a.expires_in_s > 0

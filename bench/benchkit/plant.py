@@ -219,6 +219,9 @@ class Scenario:
     start_burst: bool = False  # the tool's start alone (start_x) takes latency over twice the setpoint
     throttle_loss: float = 0.0  # a limited pipe moves this share less than the unthrottled one, even under its
     # limit (the real disk-bound host: 20.8 MB/s at a 47-54 MB/s limit, 25.2 MB/s unthrottled)
+    rate_lag: int = 0  # seconds before the pipe's throughput follows a new limit (buffers, the tool's read-ahead:
+    # issue 56's sysbench run, throughput 2-3 s behind the rate set); `lag` is then the latency's further delay
+    load_step_s: float | None = None  # how long the load step lasts (None: to the end)
 
     def curve(self, c: float, t: float = 0.0, load: float = 1.0, capacity: float = 1.0) -> tuple[float, float]:
         """(mean latency without backlog or noise, utilisation) at effective copy rate c."""
@@ -246,6 +249,7 @@ class FluidPlant:
         self.preread_done = 0.0
         self.backlog_s = 0.0
         self._flows: deque[float] = deque([0.0] * sc.lag)
+        self._limits: deque = deque([0.0] * sc.rate_lag)  # the limits set, not yet followed by the pipe
         self._started_at: float | None = None  # when the tool started (after the read-in)
         self._done = False
         self.latencies: list[float] = []  # per second
@@ -272,6 +276,10 @@ class FluidPlant:
     def advance(self, limit_bps: float | None) -> str | None:
         """One second with the pipe limited to `limit_bps` (None: unthrottled). Returns this second's mark."""
         sc, t = self.sc, self.t
+        if sc.rate_lag:
+            # The pipe follows its limit `rate_lag` seconds late (its buffers fill and drain at the old rate).
+            self._limits.append(limit_bps)
+            limit_bps = self._limits.popleft()
         speed = sc.pipe_bps if limit_bps is None else min(limit_bps, sc.pipe_bps * (1 - sc.throttle_loss))
         mark = None
         if self.preread_done < sc.preread_bytes:
@@ -286,8 +294,9 @@ class FluidPlant:
             self._done = self.bytes_done >= self.total_bytes
             if t - self._started_at < sc.start_s:
                 mark = "backup start"
-        load = sc.load_step if sc.load_step_at is not None and self._started_at is not None \
-            and t - self._started_at >= sc.load_step_at else 1.0
+        since = None if sc.load_step_at is None or self._started_at is None else t - self._started_at - sc.load_step_at
+        load = sc.load_step if since is not None and since >= 0 and (sc.load_step_s is None or since < sc.load_step_s) \
+            else 1.0
         if self._stall_left <= 0 and self._stall_rng.random() < sc.stall_p:
             self._stall_left = self._stall_rng.randint(1, 2)
         capacity = 0.6 if self._stall_left > 0 else 1.0
@@ -381,6 +390,53 @@ def family(n: int, seed: int = 0, kinds: tuple[str, ...] = ("binding", "nonbindi
                 # capped (yields=False) overrun at the start's rate: real_plants()["disk-host"].
                 sc.start_x = max(sc.start_x, rng.uniform(2.2, 3.5) * sc.setpoint_s / sc.l0_s)
                 sc.start_burst = True
+        out.append(sc)
+    return out
+
+
+def delay_family(delay: int, n: int, seed: int = 0) -> list[Scenario]:
+    """`n` plants whose pipe follows its limit `delay` seconds late (issue 56: throughput 2-3 s behind the
+    rate set, latency 3 s behind the throughput on sysbench), the latency lagging the throughput a further
+    1-3 s; the kinds in turn: binding (the setpoint 1.6x the load's own latency, as the issue's bench),
+    not binding (4x), and a load that doubles for 20 s mid-copy (binding, the doubled load alone under the
+    setpoint). CPU- and disk-bound shapes alternate; per-second noise 10-30 %."""
+    out = []
+    kinds = ("binding", "nonbinding", "loadstep")
+    for i in range(n):
+        rng = random.Random(seed * 7_000_003 + delay * 1009 + i)
+        kind, shape = kinds[i % 3], ("cpu", "disk")[(i // 3) % 2]
+        step = kind == "loadstep"
+        if shape == "cpu":  # sysbench at half capacity on two cores: the copy's CPU beside the load's threads
+            l0, h, p, lin = rng.uniform(0.008, 0.03), rng.uniform(0.3, 0.6), 1.0, rng.uniform(0.3, 1.0)
+            pipe, tps = rng.uniform(80e6, 280e6), rng.uniform(300, 800)
+        else:
+            l0, h, p, lin = rng.uniform(0.004, 0.02), rng.uniform(0.6, 0.9), rng.uniform(1.0, 1.6), 0.0
+            pipe, tps = rng.uniform(25e6, 60e6), rng.uniform(80, 200)
+        rho0 = rng.uniform(0.15, 0.25) if step else rng.uniform(0.3, 0.5)
+        sc = Scenario(seed=seed * 7_000_003 + delay * 1009 + i, kind=kind, shape=shape, setpoint_s=1.0, l0_s=l0,
+                      rho0=rho0, knee_bps=1.0, h=h, p=p, lin=lin, pipe_bps=pipe, lag=rng.randint(1, 3),
+                      noise=rng.uniform(0.1, 0.3), noise_corr=rng.uniform(0.2, 0.6), stall_p=0.0, tps=tps,
+                      total_bytes=pipe * rng.uniform(15, 30), redo_bps=rng.uniform(0, 0.3e6),
+                      start_s=rng.randint(1, 4), start_x=rng.uniform(1.1, 1.6), rate_lag=delay)
+        if kind == "nonbinding":
+            sc.knee_bps = pipe * rng.uniform(1.5, 3.0)
+            sc.setpoint_s = 4.0 * l0
+            while sc.curve(pipe)[0] > 0.7 * sc.setpoint_s:
+                sc.knee_bps *= 1.3
+        else:
+            sc.setpoint_s = 1.6 * l0
+            while step and sc.curve(0.0, load=2.0)[0] > 0.75 * sc.setpoint_s:  # the doubled load alone leaves room
+                sc.rho0 *= 0.85
+            # The knee where a rate of 25-60 % of the pipe's meets the setpoint: the unthrottled copy well over it.
+            target = pipe * rng.uniform(0.25, 0.6)
+            lo, hi = target * 0.2, target * 20
+            for _ in range(40):  # the knee at which curve(target) = the setpoint
+                sc.knee_bps = (lo + hi) / 2
+                lo, hi = (lo, sc.knee_bps) if sc.curve(target)[0] < sc.setpoint_s else (sc.knee_bps, hi)
+            if step:
+                sc.load_step, sc.load_step_s = 2.0, 20.0
+                sc.total_bytes = target * rng.uniform(60, 90)
+                sc.load_step_at = sc.total_bytes / target / 3
         out.append(sc)
     return out
 
@@ -561,9 +617,11 @@ def real_plants() -> dict[str, Scenario]:
         # sysbench oltp_read_write, 16 threads at 600 txn/s, binary prepared statements, a ~1 GB tenant, 2
         # cores (issue 32): unloaded 26 ms; the unthrottled copy ~90 MB/s, 12 s, at 2.2x that (57 ms mean);
         # a 16-thread load's per-second mean wanders ~15 %; the load's own latency drifts up 10-20 % over
-        # minutes. CPU-bound: the scheduler shares the cores (the copy slows itself, no runaway queue).
+        # minutes. CPU-bound: the scheduler shares the cores (the copy slows itself, no runaway queue). Issue 56's
+        # run: the throughput 2-3 s behind the rate set (142 MB/s set at t=4 s, its peak at t=7 s) and latency
+        # ~3 s behind the throughput (its peak at t=10 s): rate_lag 2, lag 3 (was lag 2 and no pipe delay).
         "sysbench": Scenario(seed=32_002, kind="binding", shape="cpu", setpoint_s=0.044, l0_s=0.026, rho0=0.6,
-                             knee_bps=200e6, h=0.5, p=1.0, lin=1.1, pipe_bps=90e6, lag=2, noise=0.25,
+                             knee_bps=200e6, h=0.5, p=1.0, lin=1.1, pipe_bps=90e6, lag=3, rate_lag=2, noise=0.25,
                              noise_corr=0.5, stall_p=0.0, tps=600, total_bytes=1.1e9, redo_bps=0.3e6,
                              start_s=3, start_x=1.3, drift=0.15),
     }

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode, urlparse
 
 from .. import protocol_version
-from ..directory import DirectoryStore, EtcdStore, LockInfo, Member, Ownership, SQLiteStore
+from ..directory import DirectoryStore, EtcdStore, LockInfo, Member, OwnerChanges, Ownership, SQLiteStore
 from ..errors import AgentUnavailable, NotFound, SlackerError, Unauthorized, error_from_dict
 
 
@@ -230,6 +230,11 @@ class DirectoryClient(DirectoryStore):
     def remove_member(self, name: str) -> bool:
         return bool(self.agent.request("DELETE", f"/v1/directory/members/{quote(name)}")["removed"])
 
+    def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
+        q = {"timeout": timeout_s} | ({"since": since} if since is not None else {})
+        return OwnerChanges.from_dict(self.agent.request("GET", "/v1/directory/changes", query=q,
+                                                         timeout_s=timeout_s + 10))
+
     def acquire_lock(self, name: str, holder: str, ttl_s: float) -> LockInfo:
         return LockInfo.from_dict(self.agent.request("POST", f"/v1/directory/locks/{quote(name)}",
                                                      {"holder": holder, "ttl_s": ttl_s}))
@@ -316,10 +321,19 @@ class AgentPool(dict):
             return False
 
 
+def _etcd(cluster) -> EtcdStore:
+    """The etcd directory, logging in (once etcd's authentication is on) as the user this host's
+    credential maps to (slacker.directory.etcd.etcd_users)."""
+    from ..directory.etcd import etcd_login
+    cred = cluster.credential()
+    return EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca,
+                     auth=etcd_login(cred.scope, cred.token, cluster.etcd_prefix))
+
+
 def directory_for(cluster, token: str, caller: str = "this slacker CLI") -> DirectoryStore:
     """The directory as the cluster file says to reach it: etcd itself, or the agent serving SQLite."""
     if cluster.directory_backend == "etcd":
-        return EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca)
+        return _etcd(cluster)
     d = cluster.directory
     return DirectoryClient(AgentClient(d.url, token, d.name, ca_file=cluster.tls_ca, caller=caller))
 
@@ -339,7 +353,7 @@ def node_directory(cluster, node: str, data_root, token: str) -> tuple[Directory
     SQLite the node the cluster file names holds the file and the others ask it.
     """
     if cluster.directory_backend == "etcd":
-        store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca)
+        store = _etcd(cluster)
         return store, store
     if cluster.directory_node == node:
         store = SQLiteStore(data_root / "directory.sqlite")

@@ -25,7 +25,9 @@ class Node:
     def __init__(self, config: AgentConfig, cluster: Cluster | None = None) -> None:
         self.config = config
         self.cluster = cluster or load_cluster(str(config.cluster_file))
-        self.token = self.cluster.token()
+        # An agent verifies every scope (and presents admin to its peers): it needs the admin credential.
+        self.keyring = self.cluster.keyring(f"agent {config.node}")
+        self.token = self.keyring.admin_secret
         self.name = config.node
         self.protocol = protocol_version.current()
         # What this agent registers in the directory (a node need not be in the cluster file).
@@ -244,6 +246,13 @@ class Node:
         tenant = self.tenants.get(tenant_id)
         return {"tenant": tenant.id, "node": self.name, "host": tenant.host, "port": tenant.port,
                 "user": "app", "password": tenant.app_password()}
+
+    def tenant_login(self, tenant_id: str) -> dict:
+        """What a router needs to check a client's login: the application user and SHA1(SHA1(password)),
+        never the password (the router credential may read this, not tenant_credentials)."""
+        from ..router.control import password_hash
+        tenant = self.tenants.get(tenant_id)
+        return {"tenant": tenant.id, "node": self.name, "user": "app", "hash": password_hash(tenant.app_password())}
 
     def status(self) -> dict:
         doc = {"node": self.name, "url": self.url, "tenant_host": self.config.tenant_host,

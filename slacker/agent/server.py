@@ -1,14 +1,15 @@
-"""The agent's HTTP JSON API. Every request needs the cluster's bearer token.
+"""The agent's HTTP JSON API. Every request needs one of the cluster's credentials.
 
 Routes are a small table of (method, regex, handler); handlers get the parsed
 JSON body and query, return a JSON-able value, and raise SlackerError for a
-JSON error document with a matching HTTP status.
+JSON error document with a matching HTTP status. Which credential scope may call
+which route is slacker/credentials.py's ACCESS table: an unknown token gets 401,
+a known one outside its scope 403 with one line.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import re
@@ -22,16 +23,16 @@ from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .. import protocol_version
+from .. import credentials, protocol_version
 from ..channels import host_is_machine_local
-from ..errors import (AgentUnavailable, Conflict, InsecureChannel, InvalidInput, MigrationFailed, NotFound,
-                      SlackerError, Unauthorized, VersionSkew)
+from ..errors import (AgentUnavailable, Conflict, Forbidden, InsecureChannel, InvalidInput, MigrationFailed,
+                      NotFound, SlackerError, Unauthorized, VersionSkew)
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES
 from .node import Node
 
 log = logging.getLogger("slacker.agent.http")
 
-_STATUS = {InvalidInput: 400, Unauthorized: 401, InsecureChannel: 403, NotFound: 404, Conflict: 409,
+_STATUS = {InvalidInput: 400, Unauthorized: 401, Forbidden: 403, InsecureChannel: 403, NotFound: 404, Conflict: 409,
            VersionSkew: 426, AgentUnavailable: 502, MigrationFailed: 500}
 # The connection the current handler thread serves: (peer address, TLS?), for routes that send secrets.
 _request = threading.local()
@@ -47,6 +48,7 @@ def require_private_channel(node) -> None:
 
 
 _MAX_BODY = 1 << 20
+_METRICS_RULES = credentials.rules_for("GET", "/metrics")
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -67,7 +69,8 @@ class ApiServer(ThreadingHTTPServer):
                  request_timeout_s: float = REQUEST_TIMEOUT_S, max_workers: int = MAX_WORKERS) -> None:
         self.node = node
         self.ssl_context = ssl_context  # HTTPS when set (the agent config has TLS)
-        self.routes: list[tuple[str, re.Pattern, callable]] = []
+        # (method, pattern, handler, who may call it: slacker.credentials.ACCESS's rules for the route)
+        self.routes: list[tuple[str, re.Pattern, callable, list]] = []
         self.shutdown_requested = threading.Event()
         self.stop_tenants_on_shutdown = False
         self.request_timeout_s = request_timeout_s
@@ -155,8 +158,10 @@ class ApiServer(ThreadingHTTPServer):
             self._idle.wait_for(lambda: self._busy == 0, timeout=timeout_s)
 
     def route(self, method: str, pattern: str):
+        rules = credentials.rules_for(method, pattern)
+
         def deco(fn):
-            self.routes.append((method, re.compile(f"^{pattern}$"), fn))
+            self.routes.append((method, re.compile(f"^{pattern}$"), fn, rules))
             return fn
         return deco
 
@@ -186,10 +191,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, doc) -> None:
         self._send(status, json.dumps(doc, default=str).encode())
 
-    def _authorized(self) -> bool:
+    def _credential(self) -> credentials.Credential | None:
+        """The credential the request presents, None if it is none of this cluster's."""
         header = self.headers.get("Authorization", "")
-        expected = f"Bearer {self.server.node.token}"
-        return hmac.compare_digest(header.encode(), expected.encode())
+        if not header.startswith("Bearer "):
+            return None
+        return self.server.node.keyring.verify(header[len("Bearer "):])
+
+    def _refuse(self, status: int, exc: SlackerError) -> None:
+        # Drain the body so the connection stays well-formed.
+        self.rfile.read(min(int(self.headers.get("Content-Length") or 0), _MAX_BODY))
+        self._json(status, exc.to_dict())
 
     def _dispatch(self, method: str) -> None:
         with self.server.answering():
@@ -198,11 +210,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, method: str) -> None:
         _request.peer = self.client_address[0] if self.client_address else ""
         _request.tls = isinstance(self.connection, ssl.SSLSocket)
-        if not self._authorized():
-            # Drain the body so the connection stays well-formed.
-            self.rfile.read(min(int(self.headers.get("Content-Length") or 0), _MAX_BODY))
-            self._json(401, Unauthorized("unauthorized", "missing or wrong bearer token",
-                                         "send Authorization: Bearer <cluster token>").to_dict())
+        cred = self._credential()
+        if cred is None:
+            self._refuse(401, Unauthorized("unauthorized", "missing or wrong bearer token",
+                                           "send Authorization: Bearer <the credential file's contents>"))
             return
         theirs = protocol_version.parse(self.headers.get(protocol_version.HEADER))
         # /metrics is exempt: a scraper speaks no Slacker protocol.
@@ -218,10 +229,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         if url.path == "/metrics" and method == "GET":
+            try:
+                credentials.check(_METRICS_RULES, cred)
+            except Forbidden as exc:
+                self._refuse(403, exc)
+                return
             self._send(200, generate_latest(self.server.node.registry), CONTENT_TYPE_LATEST)
             return
         allowed = []
-        for m, pattern, fn in self.server.routes:
+        for m, pattern, fn, rules in self.server.routes:
             match = pattern.match(url.path)
             if match and m == method:
                 break
@@ -234,6 +250,12 @@ class _Handler(BaseHTTPRequestHandler):
                                              f"it takes {', '.join(sorted(set(allowed)))}", "").to_dict())
             else:
                 self._json(404, NotFound(f"no such endpoint {method} {url.path}", "", "").to_dict())
+            return
+        try:
+            credentials.check(rules, cred, match.groups())
+        except Forbidden as exc:
+            log.info("%s %s refused: %s", method, url.path, exc.one_line())
+            self._refuse(403, exc)
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -294,6 +316,11 @@ def _add_core_routes(server: ApiServer) -> None:
         require_private_channel(node)
         return node.tenant_credentials(tid)
 
+    @server.route("GET", f"/v1/tenants/{TID}/login")
+    def tenant_login(srv, body, q, tid):
+        require_private_channel(node)  # the hash checks a login; with a captured login it makes one
+        return node.tenant_login(tid)
+
     @server.route("DELETE", f"/v1/tenants/{TID}")
     def delete_tenant(srv, body, q, tid):
         node.delete_tenant(tid)
@@ -339,6 +366,11 @@ def _add_core_routes(server: ApiServer) -> None:
         timeout_s = min(max(float(q.get("timeout", 30)), 0.0), 300.0)
         own = store().watch(tid, int(q.get("after", 0)), timeout_s)
         return {"ownership": own.to_dict() if own else None}
+
+    @server.route("GET", "/v1/directory/changes")
+    def dir_changes(srv, body, q):
+        timeout_s = min(max(float(q.get("timeout", 30)), 0.0), 300.0)
+        return store().changes(int(q["since"]) if "since" in q else None, timeout_s).to_dict()
 
     @server.route("GET", "/v1/directory/health")
     def dir_health(srv, body, q):
@@ -416,7 +448,7 @@ def serve(node: Node) -> ApiServer:
     try:
         from ..migration.service import attach  # migrations add their own routes
         from ..router.freeze import Routers  # the handover's participants: the routers the directory announces
-        attach(node, server, Routers(node.directory, node.token))
+        attach(node, server, Routers(node.directory, node.keyring))
     except ModuleNotFoundError as exc:
         if exc.name != "slacker.migration.service":
             raise

@@ -16,14 +16,23 @@ from ..errors import SlackerError
 class CliContext:
     cluster_path: str | None = None
     debug: bool = False
+    credential_path: str | None = None  # --credential: present this file instead of the cluster file's
     _cluster: Any = field(default=None, repr=False)
 
     def cluster(self):
         """The cluster file, loaded once (raises a one-line error when missing)."""
         if self._cluster is None:
+            from pathlib import Path
+
             from ..config import load_cluster
 
             self._cluster = load_cluster(self.cluster_path)
+            if self.credential_path:
+                self._cluster.token_file = Path(self.credential_path).resolve()
+            ctx = click.get_current_context(silent=True)
+            root = ctx.find_root() if ctx is not None else None
+            if root is not None and root.get_parameter_source("cluster_path") == click.core.ParameterSource.ENVIRONMENT:
+                self._cluster.found_by = "$SLACKER_CLUSTER"
         return self._cluster
 
 

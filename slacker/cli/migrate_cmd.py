@@ -426,6 +426,14 @@ def print_summary(doc: dict) -> None:
             if d.get("best_apply_tps"):
                 how += f", best apply {d['best_apply_tps']:,.0f}/s"
             rows.append(["delta applier", how])
+    src = doc.get("latency_source") or {}
+    if src:
+        # which latency the controller steered by (the routers' or the server's), per tenant, and why
+        per = src.get("tenants") or {}
+        kinds = sorted({v["source"] for v in per.values()})
+        how = src.get("why") or "; ".join(f"{tid}: {v['source']} ({v['why']})" for tid, v in sorted(per.items()))
+        rows.append(["latency source", f"{src.get('kind')}" + (f" -- {how}" if how and kinds != ["performance_schema"]
+                                                                or src.get("kind") == "given" else "")])
     rows.append(["freeze window", f"{doc['freeze_ms']:.0f} ms" if doc.get("freeze_ms") is not None else "-"])
     if len(doc.get("handover_attempts") or []) > 1:
         rows.append(["handover attempts", len(doc["handover_attempts"])])

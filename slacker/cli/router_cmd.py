@@ -16,8 +16,9 @@ from .common import DURATION, CliContext, pass_cli, print_json, print_table
 @click.option("--advertise", default=None,
               help="HOST:PORT that `slacker locate` names (default: the listen address; the host name for 0.0.0.0).")
 @click.option("--list-interval", type=DURATION, default=1.0, show_default=True,
-              help="How often the directory is listed for tenants created or deleted (owner changes come "
-                   "through a watch per tenant, at once).")
+              help="How often a tenant the directory names but whose agent has not yet answered for its "
+                   "credentials is asked again (every change of owner, creation and removal comes at once, "
+                   "on one stream of the directory's changes).")
 @click.option("--no-register", is_flag=True, help="Do not announce this router in the directory.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Certificate (PEM) to offer clients TLS with; with it the router refuses plain-text logins. "

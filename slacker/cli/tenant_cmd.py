@@ -143,10 +143,12 @@ def status(cli: CliContext, as_json: bool) -> None:
         doc["cordoned"] = None if c is None else c.to_dict()
         nodes.append(doc)
     if as_json:
-        print_json({"cluster_file": str(cluster.path), "directory": cluster.directory_node,
+        print_json({"cluster_file": str(cluster.path), "cluster_file_found_by": cluster.found_by,
+                    "directory": cluster.directory_node,
                     "directory_backend": cluster.directory_backend, "directory_health": health, "nodes": nodes})
         return
     sqlite = cluster.directory_backend == "sqlite"
+    click.echo(f"cluster file: {cluster.path} (from {cluster.found_by})")
     print_table(["NODE", "URL", "PROTOCOL", "STATE", "TENANTS", "MIGRATIONS"],
                 [[n["node"], cluster.node(n["node"]).url, n.get("protocol") or cluster.node(n["node"]).protocol or "-",
                   (("up" + (" (directory)" if sqlite and n.get("serves_directory") else "")) if n["reachable"]

@@ -9,7 +9,7 @@ from .base import ControllerStep, RateController
 from .baselines import FixedRate, ThresholdThrottle
 from .loop import RatePolicy
 from .model import ModelController
-from .pid import DEFAULT_GAINS, Gains, ThrottleConfig, ThrottleController, parse_gains
+from .pid import DEFAULT_GAINS, Gains, ThrottleController, parse_gains
 from .settings import DEFAULT_KIND, KINDS, ControllerSettings
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "RateController",
     "RatePolicy",
     "ThresholdThrottle",
-    "ThrottleConfig",
     "ThrottleController",
     "parse_gains",
 ]

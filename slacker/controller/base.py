@@ -91,14 +91,10 @@ class RateController(ABC):
         """What the controller has learnt so far, for status and the time series (none by default)."""
         return {}
 
-    def set_warming(self, warming: bool) -> None:
-        """Whether the pipe is still reading the backup tool's program (slacker.pagecache), before the
-        copy. Controllers that treat the copy's first seconds apart count them from its real start."""
-
     def set_mark(self, mark: str | None) -> None:
         """Why the second just past is not the copy's doing (the backup tool's read-in or start, a
-        pause, a lock), or None. The migration marks those seconds; a model leaves them out."""
-        self.set_warming(mark == "read-in")
+        pause, a lock), or None. The migration marks those seconds; a model leaves them out (a controller
+        that learns nothing from them ignores the mark)."""
 
 
 def is_stale(sample: LatencySample, now: float, stale_after_s: float) -> bool:

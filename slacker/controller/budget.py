@@ -8,7 +8,7 @@ members. The controller steps once per step with the node's bytes (every member'
 members that left), and its rate is split among the members copying now: `fair` (equal shares) or
 `smallest` (the copy with the fewest bytes left gets the most, so moves finish, and free their slot,
 sooner). A migration alone on its node gets exactly the rate its controller gives: it behaves as a
-migration always did. `own` (a controller per migration, the old behaviour) is a benchmark baseline.
+migration always did. `own` (a controller per migration, blind to the node's other copies) is a benchmark baseline.
 """
 
 from __future__ import annotations
@@ -269,6 +269,7 @@ class Share:
         self.kind = budget.policy.kind if budget.policy is not None else ""
         self.baseline_latency_s = getattr(budget.policy, "baseline_latency_s", None)
         self.baseline_idle = getattr(budget.policy, "baseline_idle", False)
+        self.latency_source = getattr(budget.policy, "latency_source", None)
         self.closed = False
 
     @property
@@ -308,10 +309,9 @@ class Share:
     def initial_rate(self) -> int | None:
         return self.budget.initial_share(self.member)
 
-    def step(self, now: float, bytes_done: int, warming: bool = False, mark: str | None = None,
+    def step(self, now: float, bytes_done: int, mark: str | None = None,
              bytes_total: float | None = None) -> tuple[int | None, StepReport]:
-        rate, report = self.budget.step(self.member, now, bytes_done, mark or ("read-in" if warming else None),
-                                        bytes_total)
+        rate, report = self.budget.step(self.member, now, bytes_done, mark, bytes_total)
         if self.metrics is not None:
             self.metrics.update(report, self.migration, self.tenant)
         return rate, report

@@ -67,12 +67,11 @@ class RatePolicy:
             return None
         return self.controller.rate_bytes_per_s
 
-    def step(self, now: float, bytes_done: int, warming: bool = False, mark: str | None = None,
+    def step(self, now: float, bytes_done: int, mark: str | None = None,
              bytes_total: float | None = None) -> tuple[int | None, StepReport]:
-        """`mark`: why this step's latency is not the copy's doing (see RateController.set_mark);
-        `warming` is the read-in's mark by its old name. `bytes_total`: the copy's size as known now
-        (it grows with the backup's redo log), for the verdict on whether the copy can finish."""
-        mark = mark or ("read-in" if warming else None)
+        """`mark`: why this step's latency is not the copy's doing (see RateController.set_mark).
+        `bytes_total`: the copy's size as known now (it grows with the backup's redo log), for the
+        verdict on whether the copy can finish."""
         self.controller.set_mark(mark)
         try:
             sample = self.source.read()

@@ -9,14 +9,14 @@ The migration's tick asks its `CopyMarks.mark(pipe, policy, now)` once a step an
   is no mark: those seconds show the load alone);
 - "backup start": the tool's first BACKUP_START_S seconds after the read-in: it opens its files and
   reads the first chunk of each at once, whatever the pipe's rate (a 1.5-4x stall of 2-6 s on a
-  disk-bound host, docs/history/issue-14.md);
+  disk-bound host);
 - "commit lock": the backup holds the commit lock; the copy runs unthrottled and the tenants wait;
 - "paused": the operator paused the copy.
 """
 
 from __future__ import annotations
 
-BACKUP_START_S = 6.0  # the longest start stall measured (issue 14, sessions 5-7: 2-6 s)
+BACKUP_START_S = 6.0  # the longest start stall measured on a disk-bound host: 2-6 s
 
 
 class CopyMarks:

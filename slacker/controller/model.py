@@ -22,9 +22,12 @@ Each step (docs/controller.md, "The model controller"):
    not fitted, but for one in which a queue built: fitted provisionally, and dropped (with the queue's
    bound) once the unmarked seconds' line misses it by more than SPREAD x their noise -- the start's
    burst was not the copy's cost; a queue the copy did build stays in line and is kept. The lag is
-   measured: the delay at which latency's changes follow the rate's most;
-2. act — a Newton step on the line towards the aim, spread over the loop's delay:
-   Δx = (1/window − 1/aim) / (b' · (lag + 2)); b' the slope `margin` standard errors steeper for a
+   measured: the delay at which latency's changes follow the rate's most; and the pipe's dead time, the delay
+   at which the throughput follows the rate set (2-3 s behind on sysbench at half capacity). The latency seen now
+   shows the rate set dead + lag seconds ago; rates set since are in flight, not evidence;
+2. act — a Newton step on the line towards the aim, spread over the loop's delay, on the window as it will be
+   once the rates in flight show (a Smith predictor: 1/window − b'·(rate set − rate shown)):
+   Δx = (that − 1/aim) / (b' · (lag + 2)); rises count from the rate shown, a queue halves it once per delay; b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
    ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
    rate the copy moved over the lag -- with the copy using under FREE of the room to the aim (no knee
@@ -126,6 +129,8 @@ class ModelController(ThrottleController):
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
+    NOISE = 0.2  # the per-second noise of a load's mean latency assumed until the fit measures it (5-40 % seen)
+    DEAD_DEFAULT = 0  # the pipe's delay (rate set -> throughput) until measured: its bucket applies a rate within 0.1 s
     SPREAD = 3.0  # a marked second whose latency the others' line misses by this many sd was not the copy's
     # A cut to under this rate stops the copy (no trickle). In bytes/s, not a share of the cap: a small
     # server's knee can sit below any share of a large cap (a 0.5-core node's at 0.9 MB/s, 0.45 % of 200 MB/s).
@@ -170,7 +175,19 @@ class ModelController(ThrottleController):
         self._xcorr = [0.0] * (self.max_lag + 1)  # per lag: how latency's changes followed the rate's
         self._moves = 0  # seconds in which the rate moved enough to tell the lags apart
         self._lag = min(2, self.max_lag)
-        self._flows: deque[float] = deque(maxlen=self.max_lag + 2)  # fraction of max moved, newest last
+        # fraction of max moved, newest last; nothing moved before the copy
+        self._flows: deque[float] = deque([0.0] * (2 * self.max_lag + 3), maxlen=2 * self.max_lag + 3)
+        # The rate in force over each second (set the step before), aligned with _flows: the pipe's own delay
+        # (dead time: buffers, the tool's read-ahead) is measured between the two, as the lag is between the
+        # flow and latency. The rate before the copy was 0.
+        self._sets: deque[float] = deque([0.0] * (2 * self.max_lag + 3), maxlen=2 * self.max_lag + 3)
+        self._dcorr = [0.0] * (self.max_lag + 1)  # per delay: how the flow's changes followed the rate set
+        self._dmoves = 0
+        self._dead = min(self.DEAD_DEFAULT, self.max_lag)
+        self._unanswered = 0  # seconds the pipe has moved nothing since a rate over 0 was set (the first answer)
+        self._dead_floor = 0  # the longest such wait seen: the dead time is at least that
+        self._used_seen: tuple[float, float] | None = None  # (room used, at the rate shown) of the last copy's second
+        self._answered = False  # the pipe has moved (later waits are the server holding the copy back, not delay)
         self._marked: deque[bool] = deque(maxlen=self.max_lag + 2)  # ... and whether that second was marked
         self._queue_x: float | None = None  # the lowest rate that built a queue (over the last horizon_s)
         self._queue_t = 0.0  # seconds since it did
@@ -236,10 +253,14 @@ class ModelController(ThrottleController):
         if self._bytes is not None and now > self._bytes[0] and bytes_done >= self._bytes[1]:
             flow = (bytes_done - self._bytes[1]) / (now - self._bytes[0]) / self.max_rate_bytes_per_s
         self._bytes = (now, bytes_done)
-        if flow is None:
-            flow = self._fraction
+        if self._mark == "read-in":
+            flow = self._fraction  # the read-in: the pipe reads the tool's program at the rate, no data counted
+        elif flow is None:
+            flow = 0.0  # the first step: nothing has been seen to move yet
         self._flows.append(flow)
+        self._sets.append(self._fraction)
         self._marked.append(self._mark is not None or self._paused)
+        self._measure_dead()
         self._last_sample = sample
         return super()._step(sample, now, bytes_done)
 
@@ -302,6 +323,54 @@ class ModelController(ThrottleController):
             if self._xcorr[best] > 0:
                 self._lag = best
 
+    def _measure_dead(self) -> None:
+        """The pipe's dead time: the delay d at which the flow's changes follow the rate set's most (the sum of
+        Δflow·Δset over the seconds in which the rate set moved, forgetting over LAG_MEMORY_S); marked seconds
+        (the tool's start, a pause) say nothing of the pipe."""
+        f, s = list(self._flows), list(self._sets)
+        # The first answer: a pipe that has moved nothing for k seconds since it was given a rate is at least k
+        # seconds late (before any move of the rate has measured it).
+        if f[-1] > 0.05 * s[-1]:
+            self._answered = True
+        if not self._answered and s[-1] > 0:
+            self._unanswered += 1
+            self._dead_floor = max(self._dead_floor, min(self._unanswered, self.max_lag))
+            if self._dmoves < self.LAG_AFTER:
+                self._dead = max(self._dead, self._dead_floor)
+        else:
+            self._unanswered = 0
+        if len(f) < self.max_lag + 2 or any(list(self._marked)[-self.max_lag - 2:]):
+            return
+        df = f[-1] - f[-2]
+        keep = 1.0 - self.step_s / self.LAG_MEMORY_S
+        moved = False
+        for d in range(self.max_lag + 1):
+            ds = s[-1 - d] - s[-2 - d]
+            moved = moved or abs(ds) > 0.1 * max(s[-1 - d], s[-2 - d], 1e-9)
+            self._dcorr[d] = keep * self._dcorr[d] + df * ds
+        self._dmoves += moved
+        if self._dmoves >= self.LAG_AFTER:
+            best = max(range(self.max_lag + 1), key=lambda d: self._dcorr[d])
+            # The flow must follow one delay clearly (half the evidence at least): a pipe the server holds back
+            # (the flow not following the rate at all) measures nothing, and the delay stays what it was.
+            if self._dcorr[best] > 0.5 * sum(abs(x) for x in self._dcorr):
+                self._dead = best
+
+    def _seen(self) -> tuple[float, float]:
+        """(the rate set whose effect the newest second's latency shows, the highest rate set since that is not
+        shown yet): the rate set `dead` seconds before the flow that the latency shows `lag` seconds later."""
+        s = list(self._sets)
+        d, lag = self._dead, self._lag
+        seen = s[len(s) - 1 - d - lag]
+        pending = max(s[len(s) - d - lag:] + [self._fraction])
+        return seen, pending
+
+    def _cut_shown(self) -> bool:
+        """Whether the rate the latency shows was itself a cut (lower than the rate set the second before)."""
+        s = list(self._sets)
+        i = len(s) - 1 - self._dead - self._lag
+        return i >= 1 and s[i] < s[i - 1]
+
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
         u = self._fraction
         s = self._last_sample
@@ -317,32 +386,66 @@ class ModelController(ThrottleController):
         aim = sp * max(1.0 - self.catch_up, min(1.0 + self.catch_up, sp / mean))
         self._allowed = fit.rate_for(1.0 / aim)
         mb = self.max_rate_bytes_per_s / 1e6
-        recent = max(max(list(self._flows)[-self._lag - 1:]), self._start)
-        if self._mark == "read-in":
-            recent = max(recent, u)  # the pipe reads the tool's program at the rate: no data counted yet
+        # Dead time: the latency seen now shows the rate set dead + lag seconds ago (`seen`); what was set since
+        # (`pending`) has not shown yet. Rises count from what has shown, never from what is still in flight.
+        seen, pending = self._seen()
+        shown = list(self._flows)[-self._lag - 1]  # the flow whose cost the newest second shows
+        recent = max(shown, self._start)
         steps = self._lag + 2  # the loop's delay: the lag and the window's mean age
         if latency_s > self.OVER * sp:
-            # A queue: no small step drains it. Half the rate, or the model's rate for the setpoint if lower.
-            new = min(u / 2, self._allowed if self._allowed is not None else u / 2)
+            # A queue: no small step drains it. Half the rate that built it (the one shown), or the model's
+            # rate for the setpoint if lower; a cut already in flight is waited for, not halved again each second.
+            # A queue still there once a cut has shown is not (all) the copy's: as far down as latency is over
+            # the aim (at least half) -- a load that alone holds the server at 20x the setpoint stops the copy
+            # within a delay or two, not a halving a delay.
+            cut = min(0.5, aim / latency_s) if self._cut_shown() else 0.5
+            new = min(u, (seen if seen > 0 else u) * cut, self._allowed if self._allowed is not None else u)
             note = f"over {self.OVER:g}x the setpoint (a queue): down to {new * mb:.1f} MB/s"
         else:
-            dz = 1.0 / latency_s - 1.0 / aim  # > 0: under the aim
+            # A Smith predictor on the model's line: the window's 1/latency as it will be once the rates set
+            # but not yet shown arrive (the line's slope times their change), so a step is not taken again
+            # each second on evidence that is `dead` + `lag` seconds old.
+            a = fit.a if fit.n else 1.0 / latency_s
+            b_rise = fit.b + self.margin * min(fit.sd_b, a)
+            if b_rise <= 1e-12:
+                b_rise = a
+            change = u - seen
+            z_pred = 1.0 / latency_s - b_rise * change
+            dz = z_pred - 1.0 / aim  # > 0: under the aim
             # The slope: for a rise, `margin` standard errors steeper (an uncertain model rises carefully;
             # with no spread of rates yet, as steep as a knee at the max rate); for a cut, the estimate.
-            a = fit.a if fit.n else 1.0 / latency_s
-            slope = fit.b + self.margin * min(fit.sd_b, a) if dz > 0 else max(fit.b, 1e-12)
+            slope = b_rise if dz > 0 else max(fit.b, 1e-12)
             if slope <= 1e-12:
                 slope = a
             new = max(0.0, u + dz / (slope * steps))
+            if new < u:
+                # A cut under OVER x the setpoint goes no deeper than a queue's would at this latency (the rate as
+                # far down as latency is over the aim): a slope fitted too flat must not take the copy to 0 for a
+                # window a little over the aim -- the stop that starts the limit cycle.
+                new = max(new, min(u, seen if seen > 0 else u) * min(1.0, aim / latency_s))
             note = f"towards the setpoint along the model's slope ({(new - u) * mb:+.1f} MB/s)"
             # A rise: at most `rise` x the rate the copy moved over the lag -- or x its limit while latency
             # is under half the aim (no knee in sight: a copy running under its limit, the pipe being the
             # bottleneck, goes unthrottled in a few steps).
             # The further under it, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency below.
-            y_hi = max(latency_s, y1)
-            used = self._room_used(y_hi, aim)
+            y_hi = max(latency_s, y1, self._load_s or 0.0)  # a second under the load's own latency is noise
+            base = max(recent, seen)  # the rate whose cost the latency shows
+            # Smith-predicted: the share of the room the rate already set will use once it shows, the copy's
+            # cost growing with its rate along the line (1/latency falls linearly with the rate).
+            # The cost is what the latency shows beyond the load's own noise (the residuals' sd: a noisy second
+            # is not the copy's cost, and extrapolated to the pending rate it would be taken many times over).
+            noise = self._fit.sd_z / self._fit.mean_z if self._fit.n >= 3 and self._fit.mean_z > 0 else self.NOISE
+            used_base = self._room_used(y_hi / (1.0 + min(noise, 1.0)), aim)
+            if self._mark in (None, "read-in") or self._used_seen is None:
+                self._used_seen = (used_base, base)
+            else:
+                # The tool's start, its lock, a pause: this latency is not the copy's cost; the last that was holds.
+                used_base, base = self._used_seen
+            used = used_base * max(1.0, u / base)
             gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
-            cap = self.rise * (max(recent, u) * gain if used < self.FREE else recent)
+            if shown <= 0:
+                gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room
+            cap = self.rise * (max(base, u) * gain if used < self.FREE else recent)
             if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
                 self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
             if self._queue_x is not None:
@@ -370,7 +473,7 @@ class ModelController(ThrottleController):
     def state(self) -> dict:
         """The model: the load's own latency, the knee, the rate the setpoint allows, the loop's lag, the noise."""
         with self._lock:
-            out: dict = {"model_lag_s": self._lag * self.step_s}
+            out: dict = {"model_lag_s": self._lag * self.step_s, "model_dead_s": self._dead * self.step_s}
             fit = self._fit
             if fit.n == 0:
                 return out

@@ -8,7 +8,7 @@ sits far below the setpoint with the copy already at full speed.
     Δu_k = Kp·(e_k − e_{k−1}) + Ki·e_k·dt − Kd·(y_k − 2y_{k−1} + y_{k−2}) / (setpoint·dt)
     u_k  = clamp(u_{k−1} + Δu_k, 0, 1)                      (fraction of max rate)
 
-Not built on simple-pid (no longer a dependency): it computes the positional form
+Not built on simple-pid: it computes the positional form
 (it clamps its integral to avoid windup, but its output is an absolute value), and
 we need the increment itself, derivative on measurement with a second difference,
 and safety rules for failed or empty latency windows that it has no notion of.
@@ -54,12 +54,11 @@ class Gains:
 
 _GAINS_HINT = "give Kp,Ki,Kd, for example --gains 0.2,0.05,0.1"
 
-# Tuned on the simulated plant in tests/unit/plant.py (Ki 0.05), briefly raised to
-# Ki 0.1 for a faster ramp, and back to 0.05 after side-by-side real migrations
-# (bench/setpoint --only gains): at a 100 ms setpoint Ki 0.1 overshot into the
-# server's runaway region (1.9-2.4x the setpoint in 3 of 4 runs) and then had to
-# stop the copy, while 0.05 stayed below the setpoint and copied 2-3x faster.
-# See docs/controller.md and docs/results.md.
+# Tuned on the simulated plant (bench/benchkit/plant.py) and checked on real
+# migrations side by side (bench/run setpoint --only gains): Ki 0.05, because at a
+# 100 ms setpoint Ki 0.1 overshot into the server's runaway region (1.9-2.4x the
+# setpoint in 3 of 4 runs) and then had to stop the copy, while 0.05 stayed below
+# the setpoint and copied 2-3x faster. See docs/controller.md.
 DEFAULT_GAINS = Gains(kp=0.2, ki=0.05, kd=0.1)
 
 
@@ -297,56 +296,3 @@ class ThrottleController(RateController):
             note=note,
             source_ok=ok,
         )
-
-
-
-@dataclass(frozen=True)
-class ThrottleConfig:
-    """The controller options as a user gives them, validated once at the edge.
-
-    `from_options` takes the CLI strings (`1500ms`, `50MB/s`, `0.2,0.05,0.1`, `3s`,
-    `1s`); the window is here because it must be at least one step, and the
-    latency sources are built with the same window and step.
-    """
-
-    setpoint_s: float
-    max_rate_bytes_per_s: float
-    gains: Gains = DEFAULT_GAINS
-    window_s: float = DEFAULT_WINDOW_S
-    step_s: float = DEFAULT_STEP_S
-
-    def __post_init__(self) -> None:
-        check_setpoint(self.setpoint_s)
-        check_max_rate(self.max_rate_bytes_per_s)
-        if not isinstance(self.gains, Gains):
-            raise InvalidInput(f"invalid gains {self.gains!r}", "expected Gains(kp, ki, kd)", _GAINS_HINT)
-        validate_window(self.window_s, self.step_s)
-
-    @classmethod
-    def from_options(
-        cls,
-        setpoint: str | float,
-        max_rate: str | float,
-        gains: str | Gains | None = None,
-        window: str | float | None = None,
-        step: str | float | None = None,
-    ) -> "ThrottleConfig":
-        return cls(
-            setpoint_s=parse_duration(setpoint) if isinstance(setpoint, str) else setpoint,
-            max_rate_bytes_per_s=parse_rate(max_rate) if isinstance(max_rate, str) else max_rate,
-            gains=parse_gains(gains) if isinstance(gains, str) else (gains or DEFAULT_GAINS),
-            window_s=_duration_or(window, DEFAULT_WINDOW_S),
-            step_s=_duration_or(step, DEFAULT_STEP_S),
-        )
-
-    def controller(self, **options: float) -> ThrottleController:
-        """A ThrottleController with these settings; `options` pass through (initial_fraction, ...)."""
-        return ThrottleController(
-            self.setpoint_s, self.max_rate_bytes_per_s, self.gains, step_s=self.step_s, **options
-        )
-
-
-def _duration_or(value: str | float | None, default: float) -> float:
-    if value is None:
-        return default
-    return parse_duration(value) if isinstance(value, str) else value

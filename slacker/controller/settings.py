@@ -48,7 +48,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 DEFAULT_KIND = "model"
 CLI_KINDS = tuple(k for k, v in KINDS.items() if v.steered)
 # Kinds that existed once, with what to use instead: a one-line refusal rather than "unknown".
-REMOVED = {"slack": "it was replaced by the model controller, the default since issue 40"}
+REMOVED = {"slack": "it was replaced by the model controller, the default"}
 
 
 def kind(name: str) -> Kind:
@@ -76,7 +76,7 @@ class ControllerSettings:
     force: bool = False  # start even if the setpoint is under the load's own latency
     rate_bytes_per_s: float | None = None  # kind "fixed" only
     # The node's one controller for its outgoing copies, split fair or smallest-first (slacker.controller.budget);
-    # "own": a controller of this move's own, as before the node budget (a benchmark baseline).
+    # "own": a controller of this move's own that ignores the node's other copies (a benchmark baseline).
     budget: str = DEFAULT_BUDGET
 
     def __post_init__(self) -> None:

@@ -116,8 +116,8 @@ class EngineApplier(ReplicationApplier):
 
         Only the SQL thread: a full STOP SLAVE / START SLAVE with GTID positions throws the
         relay log away and fetches the whole backlog from the source again (measured: the
-        apply rate fell to a third for the next 2-4 s after every change, which is what the
-        adaptive loop's search cost in the second session's sweep).
+        apply rate fell to a third for the next 2-4 s after every change, so an adaptive
+        loop that searched by restarting the applier paid that on every probe).
         """
         with self._lock:
             if n == self.mpl or self._paused:

@@ -86,6 +86,31 @@ def check_member(m: Member) -> Member:
 
 
 @dataclass(frozen=True)
+class OwnerChanges:
+    """What changed among all tenants since a revision (`DirectoryStore.changes`).
+
+    `reset`: the store could not say what changed since the revision asked for (first call,
+    history compacted or trimmed, a different store), so `owners` is every tenant and a follower
+    forgets any tenant not in it. Otherwise `owners` holds the tenants created or moved (their
+    state now) and `removed` the tenants gone. `revision` is what to pass as `since` next."""
+
+    revision: int
+    reset: bool
+    owners: tuple[Ownership, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"revision": self.revision, "reset": self.reset, "owners": [o.to_dict() for o in self.owners],
+                "removed": list(self.removed)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OwnerChanges":
+        return cls(revision=int(d["revision"]), reset=bool(d["reset"]),
+                   owners=tuple(Ownership.from_dict(o) for o in d.get("owners", [])),
+                   removed=tuple(str(t) for t in d.get("removed", [])))
+
+
+@dataclass(frozen=True)
 class Cordon:
     """A node that receives no tenant (from `tenant create`, the rebalancer or a drain) until uncordoned."""
 
@@ -201,6 +226,13 @@ class DirectoryStore(ABC):
     def removed_members(self) -> set[str]:
         """Nodes `slacker node remove` took out (a cluster file's [[nodes]] seed of that name is ignored)."""
         return {k[len(REMOVED_PREFIX):] for k in self.state_list(REMOVED_PREFIX)}
+
+    @abstractmethod
+    def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
+        """Every tenant's ownership as one stream: `since=None` gives a snapshot (reset) at once;
+        otherwise block until some tenant is created, moved or removed after revision `since` and
+        return those changes, or an empty change at `since` after the timeout. A follower of all
+        tenants (a router) costs the store one request per change or timeout, whatever their number."""
 
     # ---- the exclusive, expiring lock ---------------------------------------------------
     @abstractmethod

@@ -15,6 +15,12 @@ revision + 1, reconnects when the stream breaks and re-reads when etcd says
 the revision was compacted. members/<name> holds a node's registration (read
 all at once with one range request). A lock is a key created only if absent, attached to
 a lease: a holder that stops refreshing the lease loses the key with it.
+
+With etcd's own authentication enabled (`slacker credential etcd-auth`) the
+gateway logs in as the user the host's credential maps to (`etcd_user`) and
+sends etcd's token with every request, per member (a simple token is known only
+to the member that issued it); it logs in again when a member says the token is
+missing or expired, so turning auth on needs no restart.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ import time
 from typing import Iterator
 from urllib.parse import urlparse
 
-from ..errors import Conflict, DirectoryUnavailable, InvalidInput, NotFound, SlackerError
-from .base import (DirectoryStore, LockInfo, Member, Ownership, check_member, check_state_value, validate_holder,
-                   validate_name, validate_ttl)
+from ..errors import Conflict, DirectoryUnavailable, Forbidden, InvalidInput, NotFound, SlackerError
+from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
+                   validate_holder, validate_name, validate_ttl)
 
 log = logging.getLogger("slacker.directory.etcd")
 
@@ -40,6 +46,10 @@ log = logging.getLogger("slacker.directory.etcd")
 _UNAVAILABLE = 14
 _DEADLINE_EXCEEDED = 4
 _NOT_FOUND = 5
+_PERMISSION_DENIED = 7
+# What a member answers when it wants a login: no token sent, or one it does not know (expired, or
+# issued by another member).
+_LOGIN_WANTED = ("user name is empty", "invalid auth token", "auth token is expired")
 
 
 def _b64(s: str | bytes) -> str:
@@ -68,6 +78,8 @@ class _Endpoint:
         self.host = p.hostname
         self.port = p.port
         self.api_prefix: str | None = None  # learnt from /version
+        self.token: str | None = None  # etcd's auth token from this member (simple tokens are per member)
+        self.auth_off = False  # this member said authentication is not enabled (checked again when it asks)
         self._ctx = ssl.create_default_context(cafile=ca_file) if self.tls else None
 
     def connect(self, timeout_s: float) -> http.client.HTTPConnection:
@@ -93,13 +105,46 @@ class EtcdGateway:
     """
 
     def __init__(self, endpoints: list[str] | tuple[str, ...], timeout_s: float = 5.0,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None, auth: tuple[str, str] | None = None) -> None:
+        """`auth`: (user, password) to log in with once etcd asks for it (etcd auth enabled)."""
         if not endpoints:
             raise InvalidInput("no etcd endpoints", "the etcd directory needs at least one", "")
         self.endpoints = [_Endpoint(u, ca_file) for u in endpoints]
         self.timeout_s = timeout_s
+        self.auth = auth
         self._first = 0  # index of the endpoint that answered last
 
+    def _headers(self, ep: _Endpoint) -> dict:
+        h = {"Content-Type": "application/json"}
+        if ep.token:
+            h["Authorization"] = ep.token
+        return h
+
+    def _login(self, ep: _Endpoint, prefix: str, timeout_s: float) -> bool:
+        """Log in to one member; False if Slacker has no etcd user to log in as."""
+        if self.auth is None:
+            return False
+        try:
+            conn = ep.connect(timeout_s)
+            try:
+                conn.request("POST", prefix + "/auth/authenticate",
+                             body=json.dumps({"name": self.auth[0], "password": self.auth[1]}).encode(),
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                doc = json.loads(resp.read() or b"{}")
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise _Retry(f"{ep.url}: login: {exc or type(exc).__name__}") from None
+        if resp.status != 200 or not doc.get("token"):
+            _, msg = self._error(ep, resp.status, doc)
+            if "authentication is not enabled" in msg:
+                ep.token, ep.auth_off = None, True
+                return False
+            raise Forbidden(f"etcd at {ep.url} refused the login of {self.auth[0]}", msg,
+                            "run `slacker credential etcd-auth` on an admin host (docs/deployment.md, \"Credentials\")")
+        ep.token, ep.auth_off = doc["token"], False
+        return True
     def _order(self, only: str | None) -> list[_Endpoint]:
         if only is not None:
             return [e for e in self.endpoints if e.url == only.rstrip("/")] or [_Endpoint(only)]
@@ -142,48 +187,60 @@ class EtcdGateway:
         data = json.dumps(body).encode()
         while True:
             for ep in self._order(only):
-                left = max(0.2, deadline - time.monotonic())
                 try:
-                    prefix = self._api_prefix(ep, left)
-                    conn = ep.connect(left)
-                except (OSError, http.client.HTTPException, ValueError, _Retry) as exc:
-                    errors.append(f"{ep.url}: {exc or type(exc).__name__}")
-                    continue  # nothing was sent: safe to try the next member
-                try:
-                    conn.request("POST", prefix + method, body=data, headers={"Content-Type": "application/json"})
-                    resp = conn.getresponse()
-                    raw = resp.read()
-                except (OSError, http.client.HTTPException) as exc:
-                    if idempotent:
-                        errors.append(f"{ep.url}: {exc or type(exc).__name__}")
-                        continue
-                    raise DirectoryUnavailable(f"etcd {ep.url} did not answer {method}", str(exc) or type(exc).__name__,
-                                               "the write may or may not have happened: read before retrying"
-                                               ) from None
-                finally:
-                    conn.close()
-                try:
-                    doc = json.loads(raw) if raw else {}
-                except ValueError:
-                    doc = None
-                if resp.status == 200 and isinstance(doc, dict) and "error" not in doc:
-                    self._first = self.endpoints.index(ep) if ep in self.endpoints else self._first
-                    return doc
-                code, msg = self._error(ep, resp.status, doc)
-                if code in (_UNAVAILABLE, _DEADLINE_EXCEEDED) or resp.status in (502, 503, 504):
-                    if idempotent:
-                        errors.append(f"{ep.url}: {msg}")
-                        continue
-                    raise DirectoryUnavailable(f"etcd {ep.url} could not complete {method}", msg,
-                                               "the write may or may not have happened: read before retrying")
-                if code == _NOT_FOUND:
-                    raise NotFound(f"etcd {method}: {msg}", "", "")
-                raise SlackerError(f"etcd refused {method}", msg, "see the etcd log")
+                    return self._call_one(ep, method, data, idempotent, deadline)
+                except _Retry as exc:
+                    errors.append(str(exc))
             if not idempotent or only is not None or time.monotonic() >= deadline:
                 break
             time.sleep(0.2)  # an election may be under way
         raise DirectoryUnavailable("etcd is unavailable", "; ".join(dict.fromkeys(errors[-3:])) or "no endpoint answered",
                                    "check `slacker status`: a majority of etcd members must be up")
+
+    def _call_one(self, ep: _Endpoint, method: str, data: bytes, idempotent: bool, deadline: float,
+                  logged_in: bool = False) -> dict:
+        """One member's answer; _Retry when another member may answer instead."""
+        left = max(0.2, deadline - time.monotonic())
+        try:
+            prefix = self._api_prefix(ep, left)
+            conn = ep.connect(left)
+        except (OSError, http.client.HTTPException, ValueError, _Retry) as exc:
+            raise _Retry(f"{ep.url}: {exc or type(exc).__name__}") from None  # nothing was sent
+        try:
+            conn.request("POST", prefix + method, body=data, headers=self._headers(ep))
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            if idempotent:
+                raise _Retry(f"{ep.url}: {exc or type(exc).__name__}") from None
+            raise DirectoryUnavailable(f"etcd {ep.url} did not answer {method}", str(exc) or type(exc).__name__,
+                                       "the write may or may not have happened: read before retrying"
+                                       ) from None
+        finally:
+            conn.close()
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = None
+        if resp.status == 200 and isinstance(doc, dict) and "error" not in doc:
+            self._first = self.endpoints.index(ep) if ep in self.endpoints else self._first
+            return doc
+        code, msg = self._error(ep, resp.status, doc)
+        # etcd refused the request before applying it for want of a login: log in and ask again.
+        if not logged_in and any(w in msg for w in _LOGIN_WANTED) and self._login(ep, prefix, left):
+            return self._call_one(ep, method, data, idempotent, deadline, logged_in=True)
+        if code in (_UNAVAILABLE, _DEADLINE_EXCEEDED) or resp.status in (502, 503, 504):
+            if idempotent:
+                raise _Retry(f"{ep.url}: {msg}")
+            raise DirectoryUnavailable(f"etcd {ep.url} could not complete {method}", msg,
+                                       "the write may or may not have happened: read before retrying")
+        if code == _NOT_FOUND:
+            raise NotFound(f"etcd {method}: {msg}", "", "")
+        if code == _PERMISSION_DENIED:
+            user = self.auth[0] if self.auth else "no user"
+            raise Forbidden(f"etcd refused {method} to {user}", msg,
+                            "its role does not cover the key (docs/deployment.md, \"Credentials\")")
+        raise SlackerError(f"etcd refused {method}", msg, "see the etcd log")
 
     def stream(self, method: str, body: dict, deadline: float) -> Iterator[dict]:
         """POST to a streaming method (watch) and yield each JSON message's `result` until the deadline.
@@ -192,9 +249,11 @@ class EtcdGateway:
         for ep in self._order(None):
             try:
                 prefix = self._api_prefix(ep, max(0.2, min(self.timeout_s, deadline - time.monotonic())))
+                if self.auth is not None and ep.token is None and not ep.auth_off:
+                    # A watch reports a missing login only inside its stream: log in before it starts.
+                    self._login(ep, prefix, max(0.2, min(self.timeout_s, deadline - time.monotonic())))
                 conn = ep.connect(max(0.2, min(self.timeout_s, deadline - time.monotonic())))
-                conn.request("POST", prefix + method, body=json.dumps(body).encode(),
-                             headers={"Content-Type": "application/json"})
+                conn.request("POST", prefix + method, body=json.dumps(body).encode(), headers=self._headers(ep))
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException, ValueError, _Retry) as exc:
                 last = f"{ep.url}: {exc or type(exc).__name__}"
@@ -223,7 +282,16 @@ class EtcdGateway:
                     continue
                 doc = json.loads(line)
                 if "error" in doc:
+                    if any(w in json.dumps(doc["error"]) for w in _LOGIN_WANTED):
+                        ep.token, ep.auth_off = None, False  # the next watch logs in first
                     raise DirectoryUnavailable(f"etcd {ep.url} ended the watch", str(doc["error"]), "")
+                cancel = (doc.get("result") or {}).get("cancel_reason", "")
+                if any(w in cancel for w in _LOGIN_WANTED):  # a compaction's cancel is the caller's
+                    ep.token, ep.auth_off = None, False
+                    raise DirectoryUnavailable(f"etcd {ep.url} cancelled the watch", cancel, "")
+                if "permission denied" in cancel:
+                    raise Forbidden(f"etcd refused a watch to {self.auth[0] if self.auth else 'no user'}", cancel,
+                                    "its role does not cover the key (docs/deployment.md, \"Credentials\")")
                 yield doc.get("result", {})
         finally:
             conn.close()
@@ -233,12 +301,13 @@ class EtcdStore(DirectoryStore):
     """The directory on an etcd cluster (see the module docstring for the key layout)."""
 
     def __init__(self, endpoints: list[str] | tuple[str, ...], prefix: str = "/slacker",
-                 timeout_s: float = 5.0, ca_file: str | None = None) -> None:
-        """`ca_file` verifies https:// endpoints (the cluster CA); without it the system's CAs do."""
+                 timeout_s: float = 5.0, ca_file: str | None = None, auth: tuple[str, str] | None = None) -> None:
+        """`ca_file` verifies https:// endpoints (the cluster CA); without it the system's CAs do. `auth`:
+        the etcd user and password to log in with when etcd's authentication is on (`etcd_login`)."""
         if not prefix.startswith("/") or prefix.endswith("/") or len(prefix) < 2:
             raise InvalidInput(f"bad etcd prefix {prefix!r}", "expected /NAME without a trailing slash",
                                "for example /slacker")
-        self.gw = EtcdGateway(endpoints, timeout_s, ca_file)
+        self.gw = EtcdGateway(endpoints, timeout_s, ca_file, auth)
         self.prefix = prefix
 
     # ---- keys and small helpers ---------------------------------------------------------
@@ -429,6 +498,58 @@ class EtcdStore(DirectoryStore):
         doc = self.gw.call("/kv/deleterange", {"key": _b64(self._key("members", name))}, idempotent=True)
         return int(doc.get("deleted") or 0) > 0
 
+    # ---- every tenant as one stream of changes: one watch on the tenants' prefix --------------
+    SNAPSHOT_PAGE = 1000  # keys per range request of a snapshot, all read at one revision
+
+    def _snapshot(self) -> OwnerChanges:
+        prefix = self._key("tenants", "")
+        owners: list[Ownership] = []
+        start, revision = _b64(prefix), None
+        while True:
+            req = {"key": start, "range_end": _prefix_end(prefix), "limit": self.SNAPSHOT_PAGE}
+            if revision is not None:
+                req["revision"] = str(revision)
+            doc = self.gw.call("/kv/range", req, idempotent=True)
+            if revision is None:
+                revision = int(doc["header"]["revision"])
+            kvs = doc.get("kvs") or []
+            owners += [self._ownership(kv) for kv in kvs]
+            if not doc.get("more") or not kvs:
+                return OwnerChanges(revision, True, tuple(sorted(owners, key=lambda o: o.tenant)))
+            start = _b64(_unb64(kvs[-1]["key"]) + b"\0")
+
+    def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
+        if since is None:
+            return self._snapshot()
+        prefix = self._key("tenants", "")
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        req = {"create_request": {"key": _b64(prefix), "range_end": _prefix_end(prefix),
+                                  "start_revision": str(since + 1)}}
+        try:
+            for result in self.gw.stream("/watch", req, deadline):
+                if int(result.get("compact_revision") or 0) > 0 or result.get("canceled"):
+                    log.info("watch on every tenant from revision %d: compacted at %s; reading a snapshot",
+                             since + 1, result.get("compact_revision"))
+                    return self._snapshot()
+                if result.get("created") and int(result.get("header", {}).get("revision") or 0) < since:
+                    return self._snapshot()  # a revision this store never reached: another cluster's
+                events = result.get("events") or []
+                if not events:
+                    continue
+                changed: dict[str, Ownership | None] = {}
+                for ev in events:
+                    tenant = _unb64(ev["kv"]["key"]).decode()[len(prefix):]
+                    changed[tenant] = None if ev.get("type") == "DELETE" else self._ownership(ev["kv"])
+                # The events' own revisions, not the header's: a later message may still carry events
+                # between the last one here and the store's revision when this one was sent.
+                revision = max(int(ev["kv"].get("mod_revision") or 0) for ev in events)
+                return OwnerChanges(revision, False,
+                                    tuple(o for o in changed.values() if o is not None),
+                                    tuple(t for t, o in changed.items() if o is None))
+        except TimeoutError:
+            return OwnerChanges(since, False)
+        raise DirectoryUnavailable("etcd ended a watch", "end of stream", "")  # pragma: no cover
+
     # ---- the lock: a key created only if absent, bound to a lease ------------------------
     def _lease_ttl_left(self, lease: str | None) -> int:
         """Whole seconds left (etcd truncates: 0 means under a second), or -1 once the lease is gone."""
@@ -571,3 +692,63 @@ class EtcdStore(DirectoryStore):
         leader = next((r["name"] for r in rows if r["leader"]), None)
         return out | {"healthy": bool(leader) and up > len(rows) // 2, "members": rows, "leader": leader,
                       "members_up": up}
+
+
+# ---- etcd's own authentication (`slacker credential etcd-auth`) ----------------------------------
+
+def etcd_users(prefix: str) -> dict[str, str]:
+    """The etcd user each credential scope logs in as: admin is etcd's root (database hosts are
+    trusted); router and monitor get users named after the prefix, so clusters sharing an etcd
+    (other prefixes) keep apart."""
+    base = prefix.strip("/").replace("/", "-")
+    return {"admin": "root", "router": f"{base}-router", "monitor": f"{base}-monitor"}
+
+
+def etcd_login(scope: str, token: str, prefix: str) -> tuple[str, str]:
+    """(user, password) for the credential a host holds: the credential itself is the password."""
+    return etcd_users(prefix)[scope], token
+
+
+def setup_auth(store: "EtcdStore", passwords: dict[str, str]) -> list[str]:
+    """Make (or bring up to date) etcd's users and roles for the prefix and turn authentication on.
+    `passwords`: scope -> the credential to set as that user's password (the admin secret for root).
+    Roles: the router reads the prefix and writes only its own `state/routers/` keys; the monitor
+    reads the prefix. Idempotent; returns what it did, one line each."""
+    gw, p = store.gw, store.prefix
+    users = etcd_users(p)
+    done = []
+
+    def call(method: str, body: dict, ok_if: str = "") -> None:
+        try:
+            gw.call(method, body, idempotent=True)
+        except SlackerError as exc:
+            if not ok_if or ok_if not in exc.one_line():
+                raise
+
+    def user(name: str, password: str) -> None:
+        try:
+            gw.call("/auth/user/add", {"name": name, "password": password}, idempotent=True)
+            done.append(f"added etcd user {name}")
+        except SlackerError as exc:
+            if "already exists" not in exc.one_line():
+                raise
+            gw.call("/auth/user/changepw", {"name": name, "password": password}, idempotent=True)
+            done.append(f"set the password of etcd user {name}")
+
+    whole = {"key": _b64(p + "/"), "range_end": _prefix_end(p + "/")}
+    routers = p + "/state/routers/"
+    user(users["admin"], passwords["admin"])
+    call("/auth/user/grant", {"user": users["admin"], "role": "root"})
+    for scope, perms in (("router", [{"permType": "READ", **whole},
+                                     {"permType": "READWRITE", "key": _b64(routers), "range_end": _prefix_end(routers)}]),
+                         ("monitor", [{"permType": "READ", **whole}])):
+        role = users[scope]
+        call("/auth/role/add", {"name": role}, ok_if="already exists")
+        for perm in perms:
+            call("/auth/role/grant", {"name": role, "perm": perm})
+        user(users[scope], passwords[scope])
+        call("/auth/user/grant", {"user": users[scope], "role": role})
+        done.append(f"role {role}: " + ("read " + p + "/, write " + routers if scope == "router" else "read " + p + "/"))
+    call("/auth/enable", {}, ok_if="already enabled")
+    done.append("authentication enabled")
+    return done

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import Conflict, NotFound
-from .base import (DirectoryStore, LockInfo, Member, Ownership, check_member, check_state_value, validate_holder,
-                   validate_name, validate_ttl)
+from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
+                   validate_holder, validate_name, validate_ttl)
 
 
 class SQLiteStore(DirectoryStore):
     """Directory on a SQLite file; one process serves it, so a condition variable drives watch."""
+
+    CHANGES_KEPT = 10_000  # a follower further behind than this gets a snapshot
 
     def __init__(self, path: Path | str, clock: Callable[[], float] = time.time) -> None:
         # Wall-clock time: lock expiries are persisted and must survive an agent restart.
@@ -59,6 +61,10 @@ class SQLiteStore(DirectoryStore):
                    registered_at REAL NOT NULL,
                    updated_at REAL NOT NULL)"""
         )
+        # One row per change of ownership (register, compare-and-set, remove), so a follower of every
+        # tenant asks "what changed since revision R"; only the newest CHANGES_KEPT rows are kept.
+        self._db.execute("CREATE TABLE IF NOT EXISTS changes (rev INTEGER PRIMARY KEY AUTOINCREMENT, "
+                         "tenant TEXT NOT NULL)")
 
     def _row(self, tenant: str) -> Ownership | None:
         r = self._db.execute("SELECT tenant,node,host,port,epoch,updated_at FROM ownership WHERE tenant=?",
@@ -76,7 +82,7 @@ class SQLiteStore(DirectoryStore):
                                "choose another port range or id")
             now = time.time()
             self._db.execute("INSERT INTO ownership VALUES (?,?,?,?,1,?)", (tenant, node, host, port, now))
-            self._changed.notify_all()
+            self._log_change(tenant)
             return Ownership(tenant, node, host, port, 1, now)
 
     def lookup(self, tenant: str) -> Ownership:
@@ -106,7 +112,7 @@ class SQLiteStore(DirectoryStore):
                 raise Conflict(f"ownership of {tenant} changed underneath",
                                f"expected epoch {expected_epoch}, directory has {row.epoch}",
                                "re-read the tenant and retry")
-            self._changed.notify_all()
+            self._log_change(tenant)
             return Ownership(tenant, node, host, port, expected_epoch + 1, now)
 
     def remove(self, tenant: str, expected_epoch: int | None = None) -> None:
@@ -119,7 +125,7 @@ class SQLiteStore(DirectoryStore):
                 if self._row(tenant) is None:
                     raise NotFound(f"tenant {tenant} not found", "the directory does not know it", "")
                 raise Conflict(f"tenant {tenant} changed underneath", "its epoch moved", "retry")
-            self._changed.notify_all()
+            self._log_change(tenant)
 
     def watch(self, tenant: str, after_epoch: int, timeout_s: float) -> Ownership | None:
         deadline = time.monotonic() + max(0.0, timeout_s)
@@ -157,6 +163,45 @@ class SQLiteStore(DirectoryStore):
         validate_name(name, "node name")
         with self._lock:
             return self._db.execute("DELETE FROM members WHERE name=?", (name,)).rowcount == 1
+
+    # ---- every tenant as one stream of changes ------------------------------------------------
+    def _log_change(self, tenant: str) -> None:
+        """Called with the lock held, after the ownership row changed."""
+        rev = self._db.execute("INSERT INTO changes (tenant) VALUES (?)", (tenant,)).lastrowid
+        if rev % 1000 == 0:
+            self._db.execute("DELETE FROM changes WHERE rev <= ?", (rev - self.CHANGES_KEPT,))
+        self._changed.notify_all()
+
+    def _revision(self) -> tuple[int, int]:
+        """The newest change's revision, and the oldest one still kept (0, 0 with none)."""
+        lo, hi = self._db.execute("SELECT MIN(rev), MAX(rev) FROM changes").fetchone()
+        if hi is None:  # nothing kept: AUTOINCREMENT still knows the last revision handed out
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='changes'").fetchone()
+            hi = row[0] if row else 0
+            lo = hi + 1
+        return int(hi), int(lo)
+
+    def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._lock:
+            while True:
+                newest, oldest = self._revision()
+                if since is None or since > newest or since < oldest - 1:
+                    rows = self._db.execute(
+                        "SELECT tenant,node,host,port,epoch,updated_at FROM ownership ORDER BY tenant").fetchall()
+                    return OwnerChanges(newest, True, tuple(Ownership(*r) for r in rows))
+                if newest > since:
+                    tenants = [t for (t,) in self._db.execute(
+                        "SELECT DISTINCT tenant FROM changes WHERE rev > ? ORDER BY tenant", (since,))]
+                    owners, removed = [], []
+                    for t in tenants:
+                        row = self._row(t)
+                        (owners.append(row) if row is not None else removed.append(t))
+                    return OwnerChanges(newest, False, tuple(owners), tuple(removed))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return OwnerChanges(since, False)
+                self._changed.wait(left)
 
     # ---- the lock: a row whose expiry is checked on every access --------------------------
     def _live_lock(self, name: str, now: float) -> tuple | None:

@@ -78,12 +78,6 @@ def set_read_only(conn, on: bool) -> None:
         cur.execute("SET GLOBAL read_only = %s", (1 if on else 0,))
 
 
-def is_read_only(conn) -> bool:
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.read_only")
-        return bool(cur.fetchone()[0])
-
-
 def commits_are_durable(conn) -> bool:
     """Every commit syncs the binlog and the redo log (sync_binlog = 1, innodb_flush_log_at_trx_commit = 1)."""
     with conn.cursor() as cur:

@@ -59,11 +59,6 @@ def open_plain_snapshot(conn) -> None:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
 
 
-def close_snapshot(conn) -> None:
-    with conn.cursor() as cur:
-        cur.execute("ROLLBACK")
-
-
 # ---- what to checksum ----------------------------------------------------------------------------
 def table_plans(conn) -> list[TablePlan]:
     """Every user base table, with its columns, primary key and size estimate."""

@@ -82,7 +82,3 @@ class Journal:
             if role is None or e.role == role:
                 out.append(e)
         return out
-
-    def for_tenant(self, tenant: str, role: str) -> Entry | None:
-        found = [e for e in self.entries(role) if e.tenant == tenant]
-        return found[-1] if found else None

@@ -250,6 +250,8 @@ class Migration:
             "max_freeze_ms": self.opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
             "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
+            # which latency the controller steered by, per tenant, and why (slacker.throttle.LatencyChoice)
+            "latency_source": getattr(self.rate_policy, "latency_source", None),
             # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
                           applier=self.opts.delta_applier, durable=self.durable_ms),

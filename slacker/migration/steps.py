@@ -1,4 +1,4 @@
-"""How long a migration's fixed steps took, and where its copy waited (issue 45).
+"""How long a migration's fixed steps took, and where its copy waited.
 
 `steps_ms` in the migration's document: each step the source ran, by name, in milliseconds
 (summed when a step runs more than once): the preflight's parts (lookup, inspect, accounts,

@@ -1,13 +1,17 @@
 """The router's control side: run the data path, follow the directory, feed it routes.
 
-For every tenant in the directory it fetches the application's credentials from the
-owner's agent once, keeps only their double-SHA1 hash, and hands the data path a route
-(owner address, epoch, user, hash). A watch per tenant on the directory pushes the new
-owner the moment a handover's compare-and-set lands; a listing every `list_interval_s`
-finds tenants created or deleted. The agents it asks for credentials are the directory's
-members, re-read every MEMBERS_REFRESH_S and on an owner it does not know. When the directory
-cannot be reached the routes stay as they were (the fence keeps a stale owner from taking
-writes) and the data path is told, so its status and metrics say so.
+For every tenant in the directory it fetches the application user's double-SHA1 password
+hash from the owner's agent once (`/login`, what the router credential may read; never the
+password), and hands the data path a route (owner address, epoch, user, hash). It follows every tenant on one stream of the directory's
+changes (`DirectoryStore.changes`: one etcd watch on the tenants' prefix, or one long poll of
+the agent serving SQLite), so a compare-and-set, a creation or a removal reaches it at once and
+its cost does not grow with the number of tenants: a snapshot at start and after a lost stream
+or a compaction, then one request per change or per `watch_timeout_s`. A tenant whose
+login hash could not be fetched yet (its agent down) is tried again every `list_interval_s`.
+The agents it asks are the directory's members, re-read every MEMBERS_REFRESH_S and on an
+owner it does not know.
+When the directory cannot be reached the routes stay as they were (the fence keeps a stale
+owner from taking writes) and the data path is told, so its status and metrics say so.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
+from ..credentials import hold_token
 from ..directory import Ownership
 from ..errors import InvalidInput, NotFound, SlackerError
 from .binary import RouterUnavailable, router_binary
@@ -44,10 +49,8 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def hold_token(cluster_token: str) -> str:
-    """The bearer a handover presents to a router's /hold and /release: derived from the cluster token,
-    so the data path and the admin address (plain HTTP) never carry the cluster token itself."""
-    return hashlib.sha256(b"slacker-router-hold\0" + cluster_token.encode()).hexdigest()
+__all__ = ["hold_token", "password_hash", "parse_address", "Router", "RouterOptions", "registered_routers",
+           "fetch_status"]
 
 
 def password_hash(password: str) -> str:
@@ -81,7 +84,7 @@ class Router:
     """One router: the data path process plus the threads that follow the directory."""
 
     def __init__(self, cluster, options: RouterOptions, agents: dict, directory) -> None:
-        """`agents`: name -> client of each node's agent (the tenants' credentials); `directory`: where
+        """`agents`: name -> client of each node's agent (the tenants' login hashes); `directory`: where
         ownership is read and watched. Both as slacker.agent.client.cluster_clients(cluster) gives them."""
         self.cluster, self.options = cluster, options
         self.agents, self.directory = agents, directory
@@ -90,8 +93,9 @@ class Router:
         self._send_lock = threading.Lock()
         self._route_lock = threading.Lock()  # the listing and a watch must not send epochs out of order
         self._stop = threading.Event()
-        self._watching: dict[str, threading.Thread] = {}
         self._routes: dict[str, dict] = {}  # tenant -> last route sent
+        self._pending: dict[str, Ownership] = {}  # tenants known but not routable yet (no login hash)
+        self._since: int | None = None  # the directory revision followed up to; None: take a snapshot
         self._dir_ok: bool | None = None
         self._threads: list[threading.Thread] = []
         self.restarts = 0  # times the data path died and was started again
@@ -115,18 +119,25 @@ class Router:
             raise RouterUnavailable("the router did not start", f"exit code {proc.returncode}",
                                     "is the listen address free? see the log above") from None
 
+    def _credential(self):
+        """The credential this router presents (its scope and generation are announced with it)."""
+        if self.cluster is None or not hasattr(self.cluster, "credential"):
+            return None
+        return self.cluster.credential()
+
     def _send_token(self) -> None:
-        """What a handover's hold and release (admin /hold, /release) must present: derived from the cluster token."""
-        token = self.cluster.token() if self.cluster is not None and hasattr(self.cluster, "token") else ""
-        if token:
-            self._send({"op": "token", "token": hold_token(token)})
+        """What a handover's hold and release (admin /hold, /release) must present: a hash of the credential
+        this router holds (the router credential on an application host), which agents derive too."""
+        cred = self._credential()
+        if cred is not None:
+            self._send({"op": "token", "token": hold_token(cred.token)})
 
     def start(self) -> "Router":
         self.proc, ready = self._spawn(self.options.listen, self.options.admin)
         self.listen, self.admin = ready["listen"], ready.get("admin", "")
         self._send_token()
-        self._sync_all()  # routes before anything else, so the first client finds its tenant
-        for fn in (self._list_loop, self._register_loop):
+        self._follow_once(0.0)  # routes before anything else, so the first client finds its tenant
+        for fn in (self._follow_loop, self._retry_loop, self._register_loop):
             t = threading.Thread(target=fn, daemon=True, name=f"router-{fn.__name__}")
             t.start()
             self._threads.append(t)
@@ -204,85 +215,120 @@ class Router:
         self._dir_ok = ok
         self._send({"op": "directory", "ok": ok, "error": error})
 
-    def _route(self, own: Ownership) -> None:
+    def _route(self, own: Ownership, only_if_new: bool = False) -> None:
         with self._route_lock:
+            if only_if_new and own.tenant in self._routes:
+                return
             self._route_locked(own)
 
     def _route_locked(self, own: Ownership) -> None:
         known = self._routes.get(own.tenant)
-        if known and known["epoch"] >= own.epoch:
+        if known and (known["epoch"], known["node"], known["updated_at"]) == (own.epoch, own.node, own.updated_at):
             return
-        if known and known.get("hash"):
+        if known and known.get("hash") and own.epoch > 1:  # moved: the same accounts on the new owner
             user, digest = known["user"], known["hash"]
-        else:
-            cred = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/credentials")
-            user, digest = cred["user"], password_hash(cred["password"])
-            del cred  # the password itself is not kept
+        else:  # created (again): its own accounts
+            if own.node not in self.agents:
+                raise NotFound(f"node {own.node} is unknown to this router", "it is not in the cluster file", "")
+            login = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/login")
+            user, digest = login["user"], login["hash"]
         msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
                "epoch": own.epoch, "user": user, "hash": digest, "updated_at": own.updated_at}
         self._send(msg)
         self._routes[own.tenant] = msg
 
-    def _sync_all(self) -> None:
+    def _unroute(self, tenant: str) -> None:
+        with self._route_lock:
+            self._pending.pop(tenant, None)
+            if self._routes.pop(tenant, None) is not None:
+                self._send({"op": "remove", "tenant": tenant})
+
+    def _follow_once(self, timeout_s: float) -> None:
+        """One request for every tenant's changes since the revision followed (a snapshot the first
+        time and after a failure); applies them in the order the directory made them."""
         try:
-            owners = self.directory.list()
+            ch = self.directory.changes(self._since, timeout_s)
         except SlackerError as exc:
             self._directory_state(False, exc.one_line())
-            return
+            self._since = None  # the stream is lost: a snapshot next, so no change is missed
+            raise
         self._directory_state(True)
-        present = {o.tenant for o in owners}
-        for own in owners:
-            if own.node not in self.agents:
-                continue
+        if ch.reset:
+            present = {o.tenant for o in ch.owners}
+            for tenant in [t for t in list(self._routes) + list(self._pending) if t not in present]:
+                self._unroute(tenant)
+        for tenant in ch.removed:
+            self._unroute(tenant)
+        for own in ch.owners:
             try:
                 self._route(own)
-            except SlackerError as exc:  # its agent is down: try again at the next listing
-                log.warning("tenant %s: no credentials yet: %s", own.tenant, exc.one_line())
-                continue
-            if own.tenant not in self._watching and not self._stop.is_set():
-                t = threading.Thread(target=self._watch_loop, args=(own.tenant,), daemon=True,
-                                     name=f"router-watch-{own.tenant}")
-                self._watching[own.tenant] = t
-                t.start()
-        for tenant in list(self._routes):
-            if tenant not in present:
-                self._send({"op": "remove", "tenant": tenant})
-                self._routes.pop(tenant, None)
+                self._pending.pop(own.tenant, None)
+            except SlackerError as exc:  # its agent is down or unknown: tried again by _retry_loop
+                if own.tenant not in self._pending:
+                    log.warning("tenant %s: not routable yet: %s", own.tenant, exc.one_line())
+                self._pending[own.tenant] = own
+        self._since = ch.revision
 
-    def _list_loop(self) -> None:
+    def _follow_loop(self) -> None:
+        backoff = 0.1
         last_members = time.monotonic()
-        while not self._stop.wait(self.options.list_interval_s):
-            # Members joined or removed: an owner on a node that joined since is also found at once (the
-            # agents' pool asks the directory on an unknown name).
+        while not self._stop.is_set():
+            # Members joined or removed (an owner on a node that joined since is also found at once:
+            # the agents' pool asks the directory on an unknown name).
             if time.monotonic() - last_members >= MEMBERS_REFRESH_S and hasattr(self.agents, "refresh"):
                 last_members = time.monotonic()
                 try:
                     self.agents.refresh()
                 except SlackerError as exc:
                     log.warning("cannot re-read the members: %s", exc.one_line())
-            self._sync_all()
+            try:
+                self._follow_once(self.options.watch_timeout_s)
+                backoff = 0.1
+            except SlackerError:
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
 
-    def _watch_loop(self, tenant: str) -> None:
-        backoff = 0.1
-        try:
-            while not self._stop.is_set():
-                after = self._routes.get(tenant, {}).get("epoch", 0)
+    RETRY_FIRST_S = 0.05
+    RETRY_ANSWERING_S = 0.25  # at most this apart while its agent answers "not yet" (a creation in progress)
+
+    def _retry_loop(self) -> None:
+        """Tenants the directory names but whose login hash could not be fetched: ask again, reading each
+        one's owner afresh (it may have moved meanwhile). A tenant's entry exists from the start of its
+        creation, which takes a second or more: while its agent answers that it has no such tenant yet,
+        ask every RETRY_ANSWERING_S at most, so it is routable soon after `tenant create` returns; an agent
+        that does not answer is asked every `list_interval_s`."""
+        due: dict[str, tuple[float, float]] = {}  # tenant -> (next try, delay before the one after)
+        while not self._stop.wait(self.RETRY_FIRST_S):
+            for tenant in [t for t in due if t not in self._pending]:
+                due.pop(tenant)
+            for tenant in list(self._pending):
+                now = time.monotonic()
+                at, delay = due.setdefault(tenant, (now, self.RETRY_FIRST_S))
+                if at > now:
+                    continue
                 try:
-                    own = self.directory.watch(tenant, after, self.options.watch_timeout_s)
+                    own = self.directory.lookup(tenant)
+                except NotFound:  # removed meanwhile
+                    self._pending.pop(tenant, None)
+                    continue
+                except SlackerError:
+                    own = None
+                try:
                     if own is not None:
-                        self._route(own)
-                    self._directory_state(True)
-                    backoff = 0.1
-                except NotFound:
-                    self._send({"op": "remove", "tenant": tenant})
-                    self._routes.pop(tenant, None)
-                    return
-                except SlackerError as exc:
-                    self._directory_state(False, exc.one_line())
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 2.0)
-        finally:
-            self._watching.pop(tenant, None)
+                        self._route(own, only_if_new=True)
+                        self._pending.pop(tenant, None)
+                        continue
+                    delay = self.options.list_interval_s
+                except NotFound:  # its agent answers, without the tenant yet
+                    delay = min(delay * 2, self.RETRY_ANSWERING_S)
+                except SlackerError:  # its agent does not answer
+                    delay = self.options.list_interval_s
+                due[tenant] = (time.monotonic() + delay, delay)
+
+    @property
+    def followed(self) -> dict:
+        """What the router follows, for its status: routes, tenants waiting, the revision."""
+        return {"routes": len(self._routes), "pending": sorted(self._pending), "revision": self._since}
 
     # ---- announcing itself ---------------------------------------------------------------
     @property
@@ -293,11 +339,14 @@ class Router:
     def _register_loop(self) -> None:
         if not self.options.register:
             return
+        cred = self._credential()
+        # Non-secret: which credential this router checks a hold against, so agents present its hash.
+        announced = {"scope": cred.scope, "generation": cred.generation} if cred is not None else {}
         while True:
             try:
                 self.directory.state_put(self.registry_key, {
                     "address": self.advertised, "admin": self.admin, "host": socket.gethostname(),
-                    "tls": bool(self.options.tls_cert),
+                    "tls": bool(self.options.tls_cert), "credential": announced,
                     "pid": os.getpid(), "updated_at": time.time()})
             except SlackerError as exc:
                 log.debug("cannot announce the router: %s", exc.one_line())

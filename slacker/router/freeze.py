@@ -2,7 +2,7 @@
 
 Before the freeze the handover asks every router announced in the directory (its admin
 address, `routers/...` state keys) to hold the tenant (POST /hold, a bearer derived from the
-cluster token): each router stops passing new commands of the tenant's connections at statement
+credential that router announced it holds, which the agent computes from the admin secret): each router stops passing new commands of the tenant's connections at statement
 boundaries and answers once the connections inside a transaction or a statement have
 finished them on the source (the drain), or when the drain bound is up. After the flip the
 handover releases the hold with the new owner, and the held commands run there; if the
@@ -25,8 +25,9 @@ import time
 import urllib.parse
 import urllib.request
 
+from ..credentials import ADMIN, Keyring
 from ..errors import SlackerError
-from .control import hold_token, parse_address, registered_routers
+from .control import parse_address, registered_routers
 
 log = logging.getLogger("slacker.router.freeze")
 
@@ -34,11 +35,35 @@ REQUEST_TIMEOUT_S = 1.0  # beyond the drain: a router slower than this takes no 
 RELEASE_MARGIN_S = 5.0  # the hold outlives drain + freeze by this much: the flip, activation and release fit
 
 
-class RouterHold:
-    """The hold of one tenant on every router, for one handover attempt."""
+def _keyring(keys: Keyring | str) -> Keyring:
+    return keys if isinstance(keys, Keyring) else Keyring(keys)
 
-    def __init__(self, directory, token: str, tenant: str) -> None:
-        self.directory, self.token, self.tenant = directory, hold_token(token), tenant
+
+def _announced(directory, keyring: Keyring) -> dict[str, str]:
+    """Admin address -> the bearer its router checks at /hold, for every router announced recently.
+    A router announces the scope and generation of its credential (one without: an older router,
+    which held the admin credential); one whose generation is revoked takes no part."""
+    out = {}
+    for r in registered_routers(directory):
+        if not r.get("admin"):
+            continue
+        cred = r.get("credential") or {}
+        bearer = keyring.hold_token_for(str(cred.get("scope", ADMIN)), int(cred.get("generation", 1)))
+        if bearer is None:
+            log.warning("router %s presents a revoked or unknown credential (%s): it takes no part in handovers",
+                        r["admin"], cred)
+            continue
+        out[r["admin"]] = bearer
+    return out
+
+
+class RouterHold:
+    """The hold of one tenant on every router, for one handover attempt. `keys`: the agent's Keyring
+    (or the admin secret itself)."""
+
+    def __init__(self, directory, keys: Keyring | str, tenant: str) -> None:
+        self.directory, self.keyring, self.tenant = directory, _keyring(keys), tenant
+        self.bearers: dict[str, str] = {}  # admin address -> what that router checks at /hold and /release
         self.held: list[str] = []  # admin addresses that hold the tenant
         self.busy = 0  # connections not drained when the hold answered, over all routers
         self.missing: list[str] = []  # routers that did not answer (not holding)
@@ -48,7 +73,7 @@ class RouterHold:
         host, port = parse_address(admin, "router admin address")
         url = f"http://{host}:{port}/{path}?{urllib.parse.urlencode(params)}"
         req = urllib.request.Request(url, data=b"", method="POST",
-                                     headers={"Authorization": f"Bearer {self.token}"})
+                                     headers={"Authorization": f"Bearer {self.bearers.get(admin, '')}"})
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return json.loads(r.read())
 
@@ -70,18 +95,20 @@ class RouterHold:
         return out
 
     @classmethod
-    def everywhere(cls, directory, token: str, tenant: str) -> "RouterHold":
+    def everywhere(cls, directory, keys: Keyring | str, tenant: str) -> "RouterHold":
         """Every announced router, as if it held the tenant: what an agent restarted mid-handover
         releases (it cannot know which routers heard its predecessor's hold; a release without a
         hold is a no-op on a router)."""
-        h = cls(directory, token, tenant)
-        h.held = [r["admin"] for r in registered_routers(directory) if r.get("admin")]
+        h = cls(directory, keys, tenant)
+        h.bearers = _announced(directory, h.keyring)
+        h.held = list(h.bearers)
         return h
 
     def hold(self, drain_s: float, freeze_s: float) -> "RouterHold":
         """Hold the tenant on every announced router; returns when all drained (or the bound is up)."""
         t0 = time.monotonic()
-        admins = [r["admin"] for r in registered_routers(self.directory) if r.get("admin")]
+        self.bearers = _announced(self.directory, self.keyring)
+        admins = list(self.bearers)
         if not admins:
             return self
         params = {"tenant": self.tenant, "drain_ms": round(drain_s * 1000, 1),
@@ -128,11 +155,11 @@ class Routers:
     """Every router announced in the directory, as a handover's participants
     (slacker.migration.participants): the agent wires one into its migration service."""
 
-    def __init__(self, directory, token: str) -> None:
-        self.directory, self.token = directory, token
+    def __init__(self, directory, keys: Keyring | str) -> None:
+        self.directory, self.keyring = directory, _keyring(keys)
 
     def hold(self, tenant: str, drain_s: float, freeze_s: float) -> RouterHold:
-        return RouterHold(self.directory, self.token, tenant).hold(drain_s=drain_s, freeze_s=freeze_s)
+        return RouterHold(self.directory, self.keyring, tenant).hold(drain_s=drain_s, freeze_s=freeze_s)
 
     def held_anywhere(self, tenant: str) -> RouterHold:
-        return RouterHold.everywhere(self.directory, self.token, tenant)
+        return RouterHold.everywhere(self.directory, self.keyring, tenant)

@@ -1,7 +1,8 @@
 """The router of a local cluster: `cluster up` starts it as a daemon, `cluster down` stops it.
 
 It runs `slacker router` in a session of its own, with its log and pid file under
-RUN_DIR/router/, and is ready when its admin endpoint answers.
+RUN_DIR/router/, presenting the router credential (RUN_DIR/credentials/router) and no other,
+and is ready when its admin endpoint answers.
 """
 
 from __future__ import annotations
@@ -70,8 +71,12 @@ def start(run_dir: Path, cluster_file: Path, listen: str, admin: str | None = No
         host = parse_address(listen)[0]
         files = ensure_cluster_pki(run_dir / "tls", {"router": [host, "localhost"]})["router"]
         tls = ["--tls-cert", str(files.cert), "--tls-key", str(files.key)]
+    # As on an application host: the router credential only (a cluster made before scoped
+    # credentials has none, and its router keeps the cluster file's).
+    cred = run_dir / "credentials" / "router"
+    credential = ["--credential", str(cred)] if cred.exists() else []
     with open(rdir / "router.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "slacker", "--cluster", str(cluster_file), "router",
+        proc = subprocess.Popen([sys.executable, "-m", "slacker", "--cluster", str(cluster_file), *credential, "router",
                                  "--listen", listen, "--admin", admin, *tls], stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     (rdir / "router.pid").write_text(f"{proc.pid}\n")

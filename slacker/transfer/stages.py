@@ -1,4 +1,4 @@
-"""Where a copy's time went, stage by stage (issue 45): what each side of the pipe waited on, and CPU.
+"""Where a copy's time went, stage by stage: what each side of the pipe waited on, and CPU.
 
 Each side keeps one `StageClock`. The sender's pump thread adds the seconds it waited for the
 producer's output (`producer_wait_s`), for the throttle's grant (`throttle_wait_s`) and for the

@@ -24,7 +24,7 @@ from .generators import (
     ZipfianGenerator,
     key_namer,
 )
-from .properties import OPERATIONS, Workload
+from .properties import Workload
 
 READ, UPDATE, INSERT, SCAN, RMW = range(5)
 KEY_COLUMN = "YCSB_KEY"
@@ -131,9 +131,6 @@ class TransactionPlanner:
             if k <= last:
                 return k
 
-    def _field_value(self) -> str:
-        return self._values.next()
-
     def plan(self) -> Plan:
         stmts: list[tuple[bool, str]] = []
         add = stmts.append
@@ -183,7 +180,3 @@ class TransactionPlanner:
         """`('key','v0',...,'vn')` for a multi-row INSERT."""
         nxt = self._values.next
         return "('" + key + "','" + "','".join([nxt() for _ in range(self._nfields)]) + "')"
-
-
-def operation_names() -> tuple[str, ...]:
-    return OPERATIONS

@@ -132,3 +132,34 @@ def test_port_range_exhausted(make_cluster):
 def test_debug_shows_traceback(cluster):
     rc, out, err = slacker("--debug", "tenant", "create", "e1", "--on", "node-7")
     assert rc != 0 and "Traceback" in err
+
+
+def test_cluster_down_refuses_a_cluster_file_it_did_not_write(cluster, tmp_path):
+    """A copy of a running cluster's file without its [up] table (as a hand-written fleet file would be),
+    in a directory of its own: `cluster down --purge` refuses it, stops nothing and deletes nothing."""
+    import tomllib
+
+    from slacker.config import write_toml
+
+    doc = tomllib.loads(cluster.path.read_text())
+    top = {k: v for k, v in doc.items() if not isinstance(v, (dict, list))}
+    top.pop("credential_file", None)  # a hand-written file from before scoped credentials: token_file
+    top["token_file"] = str(cluster.token_file)
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    write_toml(fleet / "cluster.toml", top, {"nodes": doc["nodes"]})
+    assert slacker("tenant", "create", "keep1", "--on", "node-2")[0] == 0
+    for args in (["--cluster", str(fleet / "cluster.toml"), "cluster", "down", "--purge"],
+                 ["cluster", "down", "--purge", "--dir", str(fleet)]):
+        rc, out, err = slacker(*args)
+        one_line_error(rc, err, "was not written by `slacker cluster up`", "no [up] table")
+        assert "stopped" not in out
+    # The same file with an [up] table copied in, but no agents of its own there: refused too.
+    write_toml(fleet / "cluster.toml", top, {"up": doc["up"], "nodes": doc["nodes"]})
+    rc, out, err = slacker("cluster", "down", "--dir", str(fleet))
+    one_line_error(rc, err, "was not written by `slacker cluster up`", "no agent config")
+    assert fleet.exists() and (fleet / "cluster.toml").exists()
+    rc, out, _ = slacker("status")
+    assert rc == 0 and "UNREACHABLE" not in out and "keep1" in out
+    assert out.splitlines()[0] == f"cluster file: {cluster.path} (from $SLACKER_CLUSTER)"
+

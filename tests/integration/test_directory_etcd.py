@@ -59,6 +59,24 @@ def test_health_names_members_and_leader(etcd, store):
     assert sum(1 for m in h["members"] if m["leader"]) == 1
 
 
+def test_changes_after_compaction_are_a_snapshot_with_the_latest_owner(store):
+    """A follower whose revision was compacted away gets a snapshot (reset) naming the latest owner,
+    and follows on from there."""
+    store.register("t1", "node-1", "127.0.0.2", 20001)
+    store.register("t2", "node-1", "127.0.0.2", 20002)
+    stale = store.changes(None, 0).revision
+    for i in range(3):
+        store.compare_and_set("t1", i + 1, f"node-{i + 2}", "127.0.0.3", 20001)
+    store.remove("t2")
+    head = int(store.gw.call("/kv/range", {"key": _b64("/")}, idempotent=True)["header"]["revision"])
+    store.gw.call("/kv/compaction", {"revision": str(head), "physical": True}, idempotent=True)
+    ch = store.changes(stale, 5)
+    assert ch.reset and [(o.tenant, o.epoch, o.node) for o in ch.owners] == [("t1", 4, "node-4")]
+    store.compare_and_set("t1", 4, "node-1", "127.0.0.2", 20001)
+    nxt = store.changes(ch.revision, 5)
+    assert not nxt.reset and [(o.tenant, o.epoch) for o in nxt.owners] == [("t1", 5)]
+
+
 def test_watch_resumes_after_compaction(store):
     """A watch whose start revision was compacted away re-reads and still reports the latest epoch."""
     store.register("t1", "node-1", "127.0.0.2", 20001)
@@ -157,3 +175,12 @@ def test_lock_holder_in_another_process_view(etcd):
     assert b.refresh_lock("rebalance", "cron-a").holder == "cron-a"
     assert a.release_lock("rebalance", "cron-a")
     assert b.acquire_lock("rebalance", "cron-b", 5).holder == "cron-b"
+
+
+def test_a_snapshot_reads_every_tenant_in_pages_at_one_revision(store):
+    for i in range(7):
+        store.register(f"p{i}", "node-1", "127.0.0.2", 21000 + i)
+    store.SNAPSHOT_PAGE = 3
+    snap = store.changes(None, 0)
+    assert snap.reset and [o.tenant for o in snap.owners] == [f"p{i}" for i in range(7)]
+    assert not store.changes(snap.revision, 0.3).owners

@@ -130,7 +130,9 @@ def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
     cluster = make_cluster(nodes=2, stats_interval_s=1.0)
     admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
     agents = [urllib.parse.urlparse(n.url).netloc for n in cluster.nodes.values()]
-    prom = Prometheus(short_tmp / "prom", agents, [admin], cluster.token())
+    # Prometheus scrapes with the monitor credential, as docs/deployment.md configures it.
+    monitor = (cluster.path.parent / "credentials" / "monitor").read_text().strip()
+    prom = Prometheus(short_tmp / "prom", agents, [admin], monitor)
     try:
         create_loaded_tenant(cluster, "pm", rows=6000)
         prom.wait_targets_up(len(agents) + 1)

@@ -228,13 +228,24 @@ def test_tls_cluster_both_legs(make_cluster, tmp_path):
         local_router.stop(cluster.path.parent)
 
 def test_follows_an_etcd_directory(make_cluster):
-    """With the directory on etcd the router watches etcd (through the agents' directory routes'
-    store, etcd's JSON gateway) and applies a flip within milliseconds."""
+    """With the directory on etcd the router follows every tenant on one watch of etcd's tenant prefix:
+    a tenant created is routable within milliseconds of its directory entry, a flip is applied within
+    milliseconds, and after the etcd leader is SIGKILLed and the history compacted (its stream lost,
+    a snapshot taken again) a move still reaches the router and routes to the new owner."""
+    from slacker import local_etcd
+    from slacker.directory import EtcdStore
+    from slacker.directory.etcd import _b64
+
     cluster = make_cluster(nodes=2, directory="etcd")
     admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")
     listen = local_router.listening(cluster.path.parent)
     try:
-        ep = _tenant(cluster, admin, "r4", "node-1")
+        rc, _, err = slacker("tenant", "create", "r4", "--on", "node-1")
+        created_at = time.time()
+        assert rc == 0, err
+        st = _wait_route(admin, "r4", timeout_s=0.5)  # routable within half a second of `tenant create`
+        print(f"router routed the new tenant {(st['learned_at'] - created_at) * 1000:.1f} ms after `tenant create` returned")
+        ep = resolve("r4", cluster)
         rc, out, err = slacker("migrate", "r4", "--to", "node-2", "--json")
         assert rc == 0 and json.loads(out)["result"] == "succeeded", err
         _connection_on(listen, "app@r4", ep.password, "node-2").close()
@@ -242,9 +253,23 @@ def test_follows_an_etcd_directory(make_cluster):
         lag_s = st["learned_at"] - st["changed_at"]
         print(f"router learned of the flip {lag_s * 1000:.1f} ms after etcd's change")
         assert st["epoch"] == 2 and 0 <= lag_s < 0.5
+        # The leader killed (streams through it break) and the history compacted to the head.
+        etcd_dir = cluster.path.parent / "etcd"
+        store = EtcdStore(list(cluster.etcd_endpoints), prefix=cluster.etcd_prefix)
+        leader = store.health()["leader"]
+        os.kill(local_etcd.member_pid(etcd_dir, leader), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not store.health().get("healthy") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        head = int(store.gw.call("/kv/range", {"key": _b64("/")}, idempotent=True)["header"]["revision"])
+        store.gw.call("/kv/compaction", {"revision": str(head), "physical": True}, idempotent=True)
+        rc, out, err = slacker("migrate", "r4", "--to", "node-1", "--json")
+        assert rc == 0 and json.loads(out)["result"] == "succeeded", err
+        _connection_on(listen, "app@r4", ep.password, "node-1", within_s=5).close()
+        st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r4")
+        assert st["epoch"] == 3 and st["node"] == "node-1"
     finally:
         local_router.stop(cluster.path.parent)
-
 
 
 def test_router_killed_and_restarted(routed):

@@ -1,4 +1,4 @@
-"""Every relative link and image in README.md and docs/*.md points at a file that exists, and every
+"""Every relative link and image in README.md, docs/*.md and docs/results/*.md points at a file that exists, and every
 #anchor at a heading of the page it names (GitHub's anchor rules)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "results").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 

@@ -214,9 +214,11 @@ def test_no_knee_in_sight_reaches_full_speed_in_seconds():
 
 
 def test_the_load_alone_over_the_setpoint_stops_the_copy():
+    # 30 steps (was 15): a queue halves the rate whose effect the latency shows, once per loop delay (the 2 s lag
+    # assumed before it is measured, and the second), not every second on evidence older than the cut (issue 56).
     c = ModelController(0.01, MAX)
     done = 0
-    for k in range(15):
+    for k in range(30):
         done += c.rate_bytes_per_s
         out = c.step(sample(0.05, float(k)), float(k), done)
     assert out.rate_bytes_per_s == 0 and "stopped" in out.note
@@ -336,7 +338,10 @@ def test_a_copy_far_under_its_knee_reaches_the_pipes_speed_in_three_seconds():
             rate, _ = policy.step(p.t, int(p.bytes_done), mark=mark, bytes_total=p.total_bytes)
         flows = p.flows[start:]
         reached = next(k + 1 for k, f in enumerate(flows) if f >= 0.9 * 100e6)
-        assert reached <= 3, (max_rate, l0, seed, [round(f / 1e6) for f in flows])
+        # Issue 56: a rise waits for the cost of the rate set to show in the latency (the plant's lag, 2 s, and
+        # the window's second) instead of compounding on evidence the rate has not answered yet -- the limit
+        # cycle on sysbench. Was 3 s; the backup's start (1-3x the latency, not the copy's) falls in that wait.
+        assert reached <= 3 + sc.lag + 1, (max_rate, l0, seed, [round(f / 1e6) for f in flows])
 
 
 def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():

@@ -1,0 +1,157 @@
+"""The router's latency source (slacker.latency.RouterLatencySource), the default's choice between it and the
+server's performance_schema (slacker.throttle.LatencyChoice), and the load's latency seeded from the agents'
+per-tenant windows (slacker.throttle.history_baseline, measure(seed=...))."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from slacker.errors import InvalidInput
+from slacker.latency import LatencySample, RouterLatencySource, parse_latency_source_spec, router_traffic
+from slacker.throttle import LatencyChoice, _weighted_latency, measure
+
+M = "slacker_router_transaction_latency_seconds"
+
+
+def page(tenants: dict[str, tuple[float, int]], conns: dict[str, int] | None = None) -> str:
+    out = [f"# HELP {M} x", f"# TYPE {M} histogram"]
+    for t, (s, c) in tenants.items():
+        out += [f'{M}_bucket{{tenant="{t}",le="+Inf"}} {c}', f'{M}_sum{{tenant="{t}"}} {s}', f'{M}_count{{tenant="{t}"}} {c}']
+    out += ["# HELP slacker_router_connections x", "# TYPE slacker_router_connections gauge"]
+    out += [f'slacker_router_connections{{tenant="{t}"}} {n}' for t, n in (conns or {}).items()]
+    return "\n".join(out) + "\n"
+
+
+class Routers:
+    """Two routers whose counters the test moves; a clock a second a read."""
+
+    def __init__(self) -> None:
+        self.totals = {"r1:1": {"t1": (0.0, 0)}, "r2:1": {"t1": (0.0, 0)}}
+        self.down: set[str] = set()
+        self.now = 0.0
+
+    def fetch(self, admin: str) -> str:
+        if admin in self.down:
+            raise OSError("connection refused")
+        return page(self.totals[admin])
+
+    def clock(self) -> float:
+        return self.now
+
+    def add(self, admin: str, n: int, latency_s: float) -> None:
+        s, c = self.totals[admin]["t1"]
+        self.totals[admin]["t1"] = (s + n * latency_s, c + n)
+
+
+def test_routers_are_one_population_weighted_by_count():
+    r = Routers()
+    src = RouterLatencySource("t1", lambda: sorted(r.totals), window_s=3, step_s=1, fetch=r.fetch, clock=r.clock)
+    assert src.read().count == 0
+    for _ in range(3):
+        r.now += 1
+        r.add("r1:1", 90, 0.010)  # the busy router's clients: 10 ms
+        r.add("r2:1", 10, 0.050)  # a few through the other: 50 ms
+        sample = src.read()
+    assert sample.ok and sample.count == 300
+    assert sample.latency_s == pytest.approx((0.9 * 0.010 + 0.1 * 0.050))  # 14 ms, not the routers' mean 30 ms
+
+
+def test_a_router_that_does_not_answer_fails_the_sample_and_a_new_one_restarts_the_window():
+    r = Routers()
+    admins = ["r1:1"]
+    src = RouterLatencySource("t1", lambda: admins, window_s=3, step_s=1, fetch=r.fetch, clock=r.clock)
+    src.read()
+    r.now += 1
+    r.add("r1:1", 10, 0.01)
+    assert src.read().count == 10
+    r.totals["r2:1"]["t1"] = (500.0, 10_000)  # a router with a long history joins: its totals are not this window's
+    admins.append("r2:1")
+    r.now += 1
+    assert src.read().count == 0
+    r.down.add("r2:1")
+    r.now += 1
+    s = src.read()
+    assert not s.ok and "r2:1" in s.error
+    assert not RouterLatencySource("t1", lambda: [], fetch=r.fetch, clock=r.clock).read().ok  # none announced
+
+
+def test_router_traffic_says_which_routers_carry_a_tenant():
+    pages = {"a:1": page({"t1": (1.0, 50)}, {"t1": 2}), "b:1": page({"t1": (0.5, 20)}, {"t1": 0}),
+             "c:1": page({"t2": (1.0, 5)}, {"t2": 1})}
+
+    def fetch(admin):
+        if admin == "d:1":
+            raise OSError("refused")
+        return pages[admin]
+
+    seen, failed = router_traffic("t1", ["a:1", "b:1", "c:1", "d:1"], fetch=fetch)
+    assert seen == {"a:1": (50, 2), "b:1": (20, 0), "c:1": (0, 0)}
+    assert list(failed) == ["d:1"]
+
+
+def test_the_router_spec():
+    assert parse_latency_source_spec("router").kind == "router"
+    assert parse_latency_source_spec("router,table=statements").pfs_kind == "statements"
+    for bad in ("router,table=rows", "router,node=target", "router,url=x"):
+        with pytest.raises(InvalidInput):
+            parse_latency_source_spec(bad)
+
+
+def _choice(pages: dict[str, str]) -> LatencyChoice:
+    choice = LatencyChoice(SimpleNamespace())
+    choice.admins = lambda: sorted(pages)
+    return choice
+
+
+def test_the_default_takes_the_routers_for_a_routed_tenant_and_the_server_for_the_others(monkeypatch):
+    import slacker.throttle as throttle
+
+    pages = {"a:1": page({"t1": (1.0, 50)}, {"t1": 3})}
+    monkeypatch.setattr(throttle, "router_traffic", lambda t, admins, kind: router_traffic(t, admins, kind, fetch=pages.get))
+    monkeypatch.setattr(throttle, "_pfs_maker", lambda t, spec, w, s: lambda: SimpleNamespace(name=f"pfs:{t.id}"))
+    spec = parse_latency_source_spec("performance-schema")
+    choice = _choice(pages)
+    routed = choice.maker(SimpleNamespace(id="t1"), spec, 3.0, 1.0)()
+    direct = choice.maker(SimpleNamespace(id="t2"), spec, 3.0, 1.0)()
+    assert isinstance(routed, RouterLatencySource) and direct.name == "pfs:t2"
+    doc = choice.to_dict()
+    assert doc["kind"] == "mixed"
+    assert doc["tenants"]["t1"]["source"] == "router" and doc["tenants"]["t1"]["routers"] == ["a:1"]
+    assert doc["tenants"]["t2"] == {"source": "performance_schema", "why": "none of the 1 router(s) announced carries "
+                                    "its clients (no open connection with transactions measured)"}
+    none = _choice({})
+    none.maker(SimpleNamespace(id="t3"), spec, 3.0, 1.0)()
+    assert none.to_dict() == {"kind": "performance_schema", "tenants": {"t3": {
+        "source": "performance_schema", "why": "no router is announced in the directory"}}}
+
+
+class Source:
+    def __init__(self, latency_s: float) -> None:
+        self.reads = 0
+        self.latency_s = latency_s
+
+    def read(self) -> LatencySample:
+        self.reads += 1
+        return LatencySample("s", float(self.reads), sum_s=self.latency_s * 10, count=10, window_s=1.0,
+                             last_sum_s=self.latency_s * 10, last_count=10)
+
+
+def test_a_seed_under_the_setpoint_starts_the_copy_at_once_and_one_over_it_is_measured():
+    src = Source(0.02)
+    b = measure(src, 3.0, 0.01, setpoint_s=0.1, seed=0.012)
+    assert b.from_history and b.latency_s == 0.012 and src.reads == 1  # one read: the source answers
+    src = Source(0.02)
+    b = measure(src, 0.03, 0.01, setpoint_s=0.015, seed=0.02)  # over the setpoint: refused (or not) on a measure
+    assert not b.from_history and b.latency_s == pytest.approx(0.02) and src.reads > 1
+
+
+def test_the_agents_windows_weight_tenants_by_their_transactions():
+    rows = [{"tenant": "a", "latency_s": 0.010, "transactions_per_s": 90, "window_s": 10, "ok": True},
+            {"tenant": "b", "latency_s": 0.050, "transactions_per_s": 10, "window_s": 10, "ok": True},
+            {"tenant": "c", "latency_s": None, "transactions_per_s": 0, "window_s": 10, "ok": True}]
+    assert _weighted_latency(rows, set()) == pytest.approx(0.014)
+    assert _weighted_latency(rows, {"a"}) == pytest.approx(0.050)
+    assert _weighted_latency(rows[2:], set()) is None  # idle: nothing to seed from
+    assert _weighted_latency(rows[:1] + [dict(rows[1], ok=False)], set()) is None  # a tenant's figures failed

@@ -54,8 +54,8 @@ def resolve(tenant_id: str, cluster=None, directory: DirectoryStore | None = Non
         agents, directory = cluster_clients(cluster if cluster is not None else load_cluster(None))
     own = directory.lookup(tenant_id)
     if own.node not in agents:
-        raise TenantError(f"tenant {tenant_id} is owned by {own.node}", "that node is not in the cluster file",
-                          "update the cluster file")
+        raise TenantError(f"tenant {tenant_id} is owned by {own.node}", "that node is not a member of the cluster",
+                          "see `slacker node list`; its agent registers it when it starts")
     cred = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}/credentials")
     ca = getattr(agents[own.node], "ca_file", None)
     return Endpoint(tenant=tenant_id, host=own.host, port=own.port, user=cred["user"], password=cred["password"],

@@ -1,17 +1,23 @@
 """Cluster file and agent config (TOML): loading, validation at the edge, and writing.
 
-The cluster file names the nodes (name, agent URL, tenant address), the
-credential file this host presents (`credential_file`, or `token_file` as older
-clusters call it; slacker/credentials.py) and the directory: the node that serves the embedded SQLite one, or the
-endpoints of an etcd cluster. The CLI finds it via --cluster,
-$SLACKER_CLUSTER, /etc/slacker/cluster.toml, or ./run/cluster.toml (a local
-cluster's, only where no system file exists), and says which it used.
+The cluster file says how to reach the directory (etcd endpoints and prefix, or
+the agent that serves the embedded SQLite one), the credential file this host
+presents (`credential_file`, or `token_file` as older clusters call it;
+slacker/credentials.py) and the CA. The fleet's nodes are members registered in
+the directory; a [[nodes]] table in the file is a seed (see
+`Cluster.refresh_members`). The CLI finds it via --cluster, $SLACKER_CLUSTER,
+/etc/slacker/cluster.toml, or ./run/cluster.toml (a local cluster's, only where
+no system file exists), and says which it used.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import socket
+import threading
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +32,9 @@ LOCAL_CLUSTER_FILE = Path("run/cluster.toml")
 # The system file wins over the working directory's: a `run/` left in whatever directory an operator
 # stands in must not redirect commands meant for the fleet.
 DEFAULT_CLUSTER_PATHS = ((SYSTEM_CLUSTER_FILE, "the system file"), (LOCAL_CLUSTER_FILE, "the working directory"))
+log = logging.getLogger("slacker.config")
+# An unknown node name makes a reader ask the directory again, at most this often.
+MEMBER_MISS_REFRESH_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class NodeSpec:
     name: str
     url: str
     tenant_host: str
+    protocol: int = 0  # the agent protocol it registered with; 0: unknown (a seed not registered yet)
 
 
 DIRECTORY_BACKENDS = ("sqlite", "etcd")
@@ -43,7 +53,10 @@ class Cluster:
     path: Path
     token_file: Path  # the credential file this host presents (`credential_file` or `token_file`)
     directory_node: str
-    nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    # [[nodes]] of the file: a bootstrap seed, not the membership.
+    seeds: dict[str, NodeSpec] = field(default_factory=dict)
+    # The agent that serves the embedded SQLite directory, when the file gives it as a URL.
+    directory_url: str = ""
     # How the CLI found the file: "--cluster", "$SLACKER_CLUSTER", "the system file", "the working directory".
     found_by: str = "--cluster"
     directory_backend: str = "sqlite"  # "sqlite": served by directory_node; "etcd": etcd_endpoints
@@ -62,12 +75,85 @@ class Cluster:
     # raised to revoke the older ones (docs/deployment.md, "Credentials").
     min_generation: dict = field(default_factory=dict)
 
+    # Where members are learnt from (set by follow_members); None: the file's seeds only.
+    member_source: object = field(default=None, repr=False, compare=False)
+    # The members as this process knows them (see refresh_members); None: not read yet.
+    _members: dict | None = field(default=None, repr=False, compare=False)
+    members_read_at: float = field(default=0.0, repr=False, compare=False)  # monotonic; 0 = never
+    members_error: str = field(default="", repr=False, compare=False)  # why the last read failed, if it did
+    _refresh_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def nodes(self) -> dict[str, NodeSpec]:
+        """The members as this process knows them. A file with [[nodes]] answers from them until
+        follow_members() (the CLI, agents and routers call it); a file without reads the directory."""
+        if self._members is None and self.member_source is None and not self.seeds:
+            self._follow_from_file()
+        return self._members if self._members is not None else self._fallback()
+
+    def _fallback(self) -> dict[str, NodeSpec]:
+        """Before any read of the members succeeded: the seeds, else the SQLite directory's own node."""
+        if self.seeds or self.directory_backend != "sqlite" or not self.directory_url:
+            return self.seeds
+        return {self.directory_node: self.directory}
+
+    def _follow_from_file(self) -> bool:
+        from .errors import SlackerError
+        try:
+            from .agent.client import directory_for
+            self.follow_members(directory_for(self, self.token()))
+            return True
+        except SlackerError as exc:
+            log.debug("cannot reach the directory for the members: %s", exc.one_line())
+            return False
+
     def node(self, name: str) -> NodeSpec:
-        if name not in self.nodes:
-            raise NotFound(f"node {name!r} is not in the cluster file",
-                           f"{self.path} names {', '.join(self.nodes) or 'no nodes'}",
-                           "use one of those names, or add the node to the cluster file")
-        return self.nodes[name]
+        """A member by name. An unknown name makes a follower ask the directory again first: a node
+        that joined after this process started is found without a restart."""
+        spec = self.nodes.get(name)
+        if spec is None and self.member_source is None:
+            self._follow_from_file()
+            spec = self.nodes.get(name)
+        elif spec is None and time.monotonic() - self.members_read_at >= MEMBER_MISS_REFRESH_S:
+            self.refresh_members()
+            spec = self.nodes.get(name)
+        if spec is None:
+            where = "the directory" if self.member_source is not None else f"{self.path}"
+            raise NotFound(f"node {name!r} is not a member of the cluster",
+                           f"{where} lists {', '.join(sorted(self.nodes)) or 'no nodes'}",
+                           "start its agent (it registers itself) or `slacker node add`; see `slacker node list`")
+        return spec
+
+    def follow_members(self, directory) -> "Cluster":
+        """Learn members from `directory` from now on (and read them once)."""
+        self.member_source = directory
+        self.refresh_members()
+        return self
+
+    def refresh_members(self) -> dict[str, NodeSpec]:
+        """Read the members again. The rule: every member the directory lists, as registered, plus
+        each seed ([[nodes]]) of a name the directory neither lists nor records as removed by
+        `slacker node remove` (so a cluster whose agents predate membership keeps its nodes). When the
+        directory cannot be read, the last view stays (the seeds at first) and a warning is logged."""
+        source = self.member_source
+        if source is None:
+            return self.seeds
+        from .errors import SlackerError
+
+        with self._refresh_lock:
+            try:
+                members = source.members()
+                removed = source.removed_members() if self.seeds else set()
+            except SlackerError as exc:
+                # Debug only: the CLI goes on to report the directory in one line; agents log members_error.
+                log.debug("cannot read the members from the directory, using the last known: %s", exc.one_line())
+                self.members_error = exc.one_line()
+                self.members_read_at = time.monotonic()
+                return self._members if self._members is not None else self._fallback()
+            self._members = merge_members(self.seeds, members, removed)
+            self.members_error = ""
+            self.members_read_at = time.monotonic()
+            return self._members
 
     def token(self) -> str:
         """The bearer this host presents (whatever its scope)."""
@@ -100,7 +186,23 @@ class Cluster:
 
     @property
     def directory(self) -> NodeSpec:
+        """The agent that serves the embedded SQLite directory (its URL from the file, never the directory)."""
+        if self.directory_url:
+            seed = self.seeds.get(self.directory_node)
+            return NodeSpec(self.directory_node, self.directory_url,
+                            seed.tenant_host if seed else urlparse(self.directory_url).hostname or "")
+        if self.directory_node in self.seeds:
+            return self.seeds[self.directory_node]
         return self.node(self.directory_node)
+
+
+def merge_members(seeds: dict[str, NodeSpec], members, removed: set[str]) -> dict[str, NodeSpec]:
+    """The membership a reader uses: the directory's members, then the seeds it lacks (unless removed)."""
+    out = {m.name: NodeSpec(m.name, m.url.rstrip("/"), m.tenant_host, int(m.protocol)) for m in members}
+    for name, spec in seeds.items():
+        if name not in out and name not in removed:
+            out[name] = spec
+    return dict(sorted(out.items()))
 
 
 @dataclass
@@ -124,6 +226,25 @@ class AgentConfig:
     tls: TlsFiles | None = None
     # With TLS: tenants refuse TCP clients without TLS (require_secure_transport; the unix socket stays open).
     tenant_require_tls: bool = True
+    # The URL other hosts reach this agent at, as it registers itself in the directory. Empty: the
+    # cluster file's [[nodes]] entry of this node if any, else derived (advertised_url()).
+    advertise_url: str = ""
+    # How often the agent re-reads the members from the directory (it also does on an unknown name).
+    members_refresh_s: float = 10.0
+
+    def advertised_url(self, seed_url: str = "") -> str:
+        """advertise_url, else the seed's, else scheme from TLS, host from listen (or tenant_host, or this
+        host's name when listen is a wildcard) and the listen port."""
+        if self.advertise_url:
+            return self.advertise_url
+        if seed_url:
+            return seed_url
+        host = self.listen_host
+        if host in ("", "0.0.0.0", "::", "[::]"):
+            host = self.tenant_host if self.tenant_host not in ("", "0.0.0.0", "::") else socket.getfqdn()
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{'https' if self.tls is not None else 'http'}://{host}:{self.listen_port}"
 
 
 def read_token(path: Path) -> str:
@@ -182,6 +303,7 @@ def load_cluster(explicit: str | None = None) -> Cluster:
                 raise InvalidInput(f"cluster file {path} names node {spec.name} twice", "", "remove one")
             nodes[spec.name] = spec
         directory = str(doc.get("directory") or next(iter(nodes), ""))
+        directory_url = str(doc.get("directory_url", "")).rstrip("/")
         backend = str(doc.get("directory_backend", "sqlite"))
         endpoints = doc.get("etcd_endpoints", [])
         prefix = str(doc.get("etcd_prefix", "/slacker"))
@@ -192,8 +314,6 @@ def load_cluster(explicit: str | None = None) -> Cluster:
     except KeyError as exc:
         raise InvalidInput(f"cluster file {path} lacks {exc.args[0]!r}", "required key missing",
                            "see docs/configuration.md") from None
-    if not nodes:
-        raise InvalidInput(f"cluster file {path} names no nodes", "[[nodes]] is empty", "add nodes")
     if backend not in DIRECTORY_BACKENDS:
         raise InvalidInput(f"cluster file {path}: unknown directory_backend {backend!r}",
                            f"expected one of {', '.join(DIRECTORY_BACKENDS)}", "see docs/configuration.md")
@@ -205,6 +325,19 @@ def load_cluster(explicit: str | None = None) -> Cluster:
         if u.scheme not in ("http", "https") or not u.hostname or not u.port:
             raise InvalidInput(f"cluster file {path}: bad etcd endpoint {e!r}", "expected http(s)://HOST:PORT",
                                "see docs/configuration.md")
+    if backend == "sqlite" and not (directory_url or nodes):
+        raise InvalidInput(f"cluster file {path} does not say where the directory is",
+                           "the SQLite directory needs directory_url (or a [[nodes]] entry for its node)",
+                           'add directory = "node-1" and directory_url = "http://HOST:PORT" (docs/configuration.md)')
+    if backend == "sqlite" and not directory:
+        raise InvalidInput(f"cluster file {path} does not name the directory's node", "directory is missing",
+                           'add directory = "node-1", the node whose agent serves the SQLite directory')
+    if directory_url and urlparse(directory_url).scheme not in ("http", "https"):
+        raise InvalidInput(f"cluster file {path}: bad directory_url {directory_url!r}", "expected http(s)://HOST:PORT",
+                           "see docs/configuration.md")
+    if directory_url.startswith("https:") and tls_ca is None:
+        raise InvalidInput(f"cluster file {path}: directory_url is https but no tls_ca is given",
+                           "agents' certificates are checked against the cluster CA", 'add tls_ca = "PATH/ca.crt"')
     if backend == "etcd" and not endpoints:
         raise InvalidInput(f"cluster file {path} uses the etcd directory without endpoints",
                            "etcd_endpoints is empty", "list the etcd members' client URLs")
@@ -229,11 +362,14 @@ def load_cluster(explicit: str | None = None) -> Cluster:
             raise InvalidInput(f"cluster file {path}: node {n.name} is https but no tls_ca is given",
                                "agents' certificates are checked against the cluster CA",
                                "add tls_ca = \"PATH/ca.crt\" (docs/deployment.md)")
-    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, nodes=nodes, found_by=found_by,
-                      directory_backend=backend, etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
+    cluster = Cluster(path=path, token_file=token_file, directory_node=directory, seeds=nodes, found_by=found_by,
+                      directory_url=directory_url, directory_backend=backend,
+                      etcd_endpoints=tuple(e.rstrip("/") for e in endpoints),
                       etcd_prefix=prefix, tls_ca=tls_ca, local_subnet=local_subnet, node_budget=budget,
                       min_generation=min_generation)
-    cluster.node(directory)  # the directory node must be one of the nodes
+    if backend == "sqlite" and not directory_url and directory not in nodes:
+        raise InvalidInput(f"cluster file {path}: the directory node {directory!r} has no url",
+                           "it is not among [[nodes]] and directory_url is not set", "add directory_url")
     return cluster
 
 
@@ -283,6 +419,19 @@ def _stats_interval(value, path: Path) -> float:
     return seconds
 
 
+def _members_refresh(value, path: Path) -> float:
+    from .units import parse_duration
+
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError, InvalidInput):
+        seconds = -1.0
+    if isinstance(value, bool) or not 0.5 <= seconds <= 3600.0:
+        raise InvalidInput(f"agent config {path}: members_refresh {value!r} is out of range",
+                           "it is 0.5s to 1h", 'for example members_refresh = "10s"')
+    return seconds
+
+
 def _stats_history(value, path: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 10_000:
         raise InvalidInput(f"agent config {path}: stats_history {value!r} is out of range",
@@ -318,7 +467,12 @@ def load_agent_config(path: str | Path) -> AgentConfig:
         data_root = Path(doc["data_root"])
         if not data_root.is_absolute():
             data_root = path.parent / data_root
+        advertise = str(doc.get("advertise_url", "")).rstrip("/")
+        if advertise and (urlparse(advertise).scheme not in ("http", "https") or not urlparse(advertise).port):
+            raise InvalidInput(f"agent config {path}: bad advertise_url {advertise!r}", "expected http(s)://HOST:PORT",
+                               "the URL other hosts reach this agent at, e.g. https://db4.example.net:7000")
         return AgentConfig(
+            advertise_url=advertise,
             node=str(doc["node"]), cluster_file=cluster_file, data_root=data_root,
             listen_host=host or "127.0.0.1", listen_port=int(port),
             tenant_host=str(doc.get("tenant_host") or host or "127.0.0.1"),
@@ -326,6 +480,7 @@ def load_agent_config(path: str | Path) -> AgentConfig:
             fault_injection=_bool(doc.get("fault_injection", False), "fault_injection", path),
             stats_interval_s=_stats_interval(doc.get("stats_interval", 60.0), path),
             stats_history=_stats_history(doc.get("stats_history", 30), path),
+            members_refresh_s=_members_refresh(doc.get("members_refresh", 10.0), path),
             tls=_agent_tls(doc, path),
             tenant_require_tls=_bool(doc.get("tenant_require_tls", True), "tenant_require_tls", path),
         )

@@ -103,6 +103,12 @@ class InsecureChannel(SlackerError):
     exit_code = 7
 
 
+class VersionSkew(SlackerError):
+    """Two parties (agents, an agent and the CLI) speak protocol versions too far apart (slacker.protocol_version)."""
+
+    exit_code = 9
+
+
 class MigrationFailed(SlackerError):
     """A migration failed; `phase` names where. The source keeps serving."""
 
@@ -146,6 +152,7 @@ ERROR_CLASSES = {
         Unauthorized,
         Forbidden,
         InsecureChannel,
+        VersionSkew,
         MigrationFailed,
         LockNotGranted,
         CatchUpTimeout,

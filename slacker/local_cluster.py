@@ -1,8 +1,9 @@
 """A local cluster on one machine: N agents on their own loopback addresses.
 
 `up` writes the admin credential (RUN_DIR/token), the router's and the monitor's
-(RUN_DIR/credentials/), a cluster file and one agent config per node under a run
-directory, starts the agents as daemons and waits until each answers. Each
+(RUN_DIR/credentials/), a cluster file (how to reach the directory, the credential,
+the CA: no node list) and one agent config per node under a run directory, starts
+the agents as daemons, waits until each answers and registers each as a member. Each
 node gets its own 127.0.0.x address, so a tenant keeps its port when it moves
 between local nodes, and its own data root. With `directory="etcd"` a
 three-member etcd cluster (local_etcd.py) starts first, on the first three
@@ -26,8 +27,8 @@ from urllib.parse import urlsplit
 
 from .agent.client import AgentClient
 from . import cgroups, local_etcd, netns as netns_mod
-from .config import DIRECTORY_BACKENDS, load_agent_config, load_cluster, write_toml
-from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError
+from .config import DIRECTORY_BACKENDS, NodeSpec, load_agent_config, load_cluster, write_toml
+from .errors import AgentUnavailable, Conflict, InvalidInput, SlackerError, VersionSkew
 from .mariadb import write_secret
 from .procs import alive as _alive, read_pid as _read_pid
 from .tenants import TenantManager
@@ -107,6 +108,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         raise InvalidInput(f"directory node {directory_node!r} is not one of the {nodes} nodes",
                            "it must be node-1 ... node-N", "for example --directory-node node-1")
     top = {"credential_file": str(token_file), "directory": directory_node}
+    if directory != "etcd":  # the agent serving the SQLite directory: the one address the file needs
+        top["directory_url"] = next(s["url"] for s in specs if s["name"] == directory_node)
     if cpu_per_node:
         top |= {"cpu_per_node": cpu_per_node, "cpu_period": cpu_period_s, "cpu_weight": cpu_weight}
     if disk_read_per_node:
@@ -131,7 +134,8 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
              "netns": netns, "netns_subnet": netns_subnet, "stats_interval_s": stats_interval_s, "tls": tls,
              "fault_injection": fault_injection, "router": router or "", "cpu_period_s": cpu_period_s,
              "cpu_weight": cpu_weight}
-    write_toml(cluster_file, top, {"up": {k: v for k, v in asked.items() if v is not None}, "nodes": specs},
+    # No [[nodes]]: the agents register themselves in the directory (and `up` registers them below).
+    write_toml(cluster_file, top, {"up": {k: v for k, v in asked.items() if v is not None}},
                header="Slacker cluster file, written by `slacker cluster up` ([up]: the options it was run with).")
     for spec in specs:
         node_dir = run_dir / spec["name"]
@@ -139,6 +143,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
         write_toml(node_dir / "agent.toml", {
             "node": spec["name"], "cluster": str(cluster_file), "data_root": str(node_dir),
             "listen": f"{spec['tenant_host']}:{api_port}", "tenant_host": spec["tenant_host"],
+            "advertise_url": spec["url"],
             "port_range": port_range, "fault_injection": fault_injection,
             **({"stats_interval": float(stats_interval_s)} if stats_interval_s is not None else {}),
             **({f"tls_{k}": v for k, v in pki[spec["name"]].to_dict().items()} if tls else {})},
@@ -161,6 +166,7 @@ def up(run_dir: Path, nodes: int = 2, first_address: str = "127.0.0.2", api_port
     for spec in specs:
         _wait_answering(AgentClient(spec["url"], token, spec["name"], timeout_s=5, ca_file=cluster.tls_ca),
                         run_dir / spec["name"])
+    _register(cluster, token, specs)
     if router:
         from .router import local as local_router
         local_router.start(run_dir, cluster_file, router)
@@ -184,9 +190,10 @@ def recorded_options(run_dir: Path) -> dict:
     if isinstance(doc.get("up"), dict):
         return {k: v for k, v in doc["up"].items() if k in UP_OPTIONS}
     c = load_cluster(str(cluster_file))
-    first = c.node("node-1") if "node-1" in c.nodes else next(iter(c.nodes.values()))
+    known = _local_or_seeds(cluster_file.parent, c)
+    first = next((n for n in known if n.name == "node-1"), known[0])
     url = urlsplit(first.url)
-    out = {"nodes": len(c.nodes), "directory": c.directory_backend, "directory_node": c.directory_node,
+    out = {"nodes": len(known), "directory": c.directory_backend, "directory_node": c.directory_node,
            "netns": bool(c.local_subnet), "tls": c.tls_ca is not None, "api_port": url.port}
     if c.local_subnet:
         out["netns_subnet"] = c.local_subnet
@@ -235,9 +242,10 @@ def _check_same_cluster(run_dir: Path, existing, nodes: int, directory: str, net
     was_subnet = existing.local_subnet or (saved.subnet if saved else "")
     same_subnet = not (netns and was_subnet) or \
         ipaddress.IPv4Network(was_subnet) == netns_mod.parse_subnet(netns_subnet)
-    first = existing.node("node-1") if "node-1" in existing.nodes else next(iter(existing.nodes.values()))
+    known = _local_or_seeds(run_dir, existing)
+    first = next((n for n in known if n.name == "node-1"), known[0])
     url = urlsplit(first.url)
-    had = (len(existing.nodes), existing.directory_backend, was_netns, existing.tls_ca is not None)
+    had = (len(known), existing.directory_backend, was_netns, existing.tls_ca is not None)
     where = ("" if was_netns else url.hostname, url.port)
     asked = ("" if netns else first_address, api_port)
     if had != (nodes, directory, netns, tls) or not same_subnet or where != asked:
@@ -248,9 +256,42 @@ def _check_same_cluster(run_dir: Path, existing, nodes: int, directory: str, net
                        f"`slacker cluster down --purge --dir {run_dir}` first (deletes every tenant)")
 
 
+def _register(cluster, token: str, specs: list[dict]) -> None:
+    """Each node as a member, with the protocol its agent answers with. The agents register themselves
+    too; doing it here means `up` returns with every node known, whichever agent's retry is pending."""
+    from .agent.client import directory_for
+    from .directory import Member
+    from .membership import join
+
+    directory = directory_for(cluster, token, caller="slacker cluster up")
+    for spec in specs:
+        client = AgentClient(spec["url"], token, spec["name"], timeout_s=10, ca_file=cluster.tls_ca)
+        doc = client.request("GET", "/v1/status", timeout_s=10)
+        join(directory, Member(spec["name"], spec["url"], spec["tenant_host"], int(doc.get("protocol") or 0)))
+
+
+def local_nodes(run_dir: Path) -> list[NodeSpec]:
+    """The nodes `cluster up` made in `run_dir`, from their agent configs (node-1, node-2, ...)."""
+    out = []
+    for cfg_file in run_dir.glob("node-*/agent.toml"):
+        try:
+            cfg = load_agent_config(cfg_file)
+        except SlackerError:  # not one `up` wrote whole: the caller falls back to the cluster file
+            return []
+        out.append(NodeSpec(cfg.node, cfg.advertised_url(), cfg.tenant_host))
+    return sorted(out, key=lambda n: int(n.name.rpartition("-")[2]) if n.name.rpartition("-")[2].isdigit() else 0)
+
+
+def _local_or_seeds(run_dir: Path, cluster) -> list[NodeSpec]:
+    """A local cluster's nodes: its agent configs, else (a file from before membership) its [[nodes]]."""
+    return local_nodes(run_dir) or list(cluster.seeds.values())
+
+
 def _answers(client: AgentClient) -> bool:
     try:
         client.request("GET", "/v1/status")
+        return True
+    except VersionSkew:  # it answers, in a protocol too far from ours (an upgrade rehearsal)
         return True
     except AgentUnavailable:
         return False
@@ -338,7 +379,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
     from .router import local as local_router
     if local_router.stop(run_dir):  # first: it follows the directory
         stopped.append("router")
-    for spec in reversed(list(cluster.nodes.values())):  # the directory node last
+    for spec in reversed(_local_or_seeds(run_dir, cluster)):  # the directory node last
         node_dir = run_dir / spec.name
         client = AgentClient(spec.url, token, spec.name, timeout_s=10, ca_file=cluster.tls_ca)
         pid = _read_pid(node_dir / "agent.pid")
@@ -347,7 +388,7 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
             # namespace (a connect there waits out the timeout): ask it briefly, or not at all.
             if pid is None or _alive(pid):
                 client.request("POST", "/v1/shutdown", {"stop_tenants": True}, timeout_s=10 if pid else 2)
-        except AgentUnavailable:
+        except (AgentUnavailable, VersionSkew):  # down or speaking another protocol: the signal stops it
             if pid is not None and _alive(pid):
                 os.kill(pid, signal.SIGTERM)
         if pid is not None:

@@ -295,3 +295,49 @@ def test_cordon_uncordon_and_list(store):
     assert set(store.cordons()) == {"node-3"}
     with pytest.raises(InvalidInput):
         store.cordon("Bad Node")
+
+
+# ---- members ------------------------------------------------------------------------------
+def test_members_register_list_update_remove(store):
+    from slacker.directory import Member
+
+    assert store.members() == []
+    a = store.put_member(Member("node-2", "http://10.0.0.2:7000/", "10.0.0.2", protocol=2))
+    assert (a.name, a.url, a.tenant_host, a.protocol) == ("node-2", "http://10.0.0.2:7000", "10.0.0.2", 2)
+    assert a.registered_at > 0 and a.updated_at >= a.registered_at
+    store.put_member(Member("node-1", "http://10.0.0.1:7000", "10.0.0.1", protocol=2))
+    assert [m.name for m in store.members()] == ["node-1", "node-2"]  # by name
+    time.sleep(0.01)
+    # A re-registration (an agent restarted, upgraded, or moved its API) updates in place and keeps
+    # when the node first joined.
+    b = store.put_member(Member("node-2", "https://10.0.0.2:7443", "10.0.0.2", protocol=3))
+    assert (b.url, b.protocol, b.registered_at) == ("https://10.0.0.2:7443", 3, a.registered_at)
+    assert b.updated_at > a.updated_at
+    assert store.member("node-2") == b
+    assert store.member("node-9") is None
+    assert store.remove_member("node-2") is True
+    assert store.remove_member("node-2") is False  # idempotent
+    assert [m.name for m in store.members()] == ["node-1"]
+    # Members are not tenants, cordons or state: none of those sees them.
+    assert store.list() == [] and store.cordons() == {}
+
+
+def test_members_refuse_bad_records(store):
+    from slacker.directory import Member
+
+    for bad in (Member("Node 1", "http://h:1", "h"), Member("n/1", "http://h:1", "h"),
+                Member("n1", "ftp://h:1", "h"), Member("n1", "http://h", "h"), Member("n1", "http://h:1", ""),
+                Member("n1", "http://h:1", "a b"), Member("n1", "http://h:1", "h", protocol=-1)):
+        with pytest.raises(InvalidInput):
+            store.put_member(bad)
+    assert store.members() == []
+
+
+def test_many_members_in_one_read(store):
+    from slacker.directory import Member
+
+    for i in range(40):
+        store.put_member(Member(f"node-{i:02d}", f"http://10.0.1.{i}:7000", f"10.0.1.{i}", protocol=2))
+    got = store.members()
+    assert [m.name for m in got] == [f"node-{i:02d}" for i in range(40)]
+    assert got[7].tenant_host == "10.0.1.7"

@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlencode, urlparse
 
-from ..directory import DirectoryStore, EtcdStore, LockInfo, OwnerChanges, Ownership, SQLiteStore
-from ..errors import AgentUnavailable, SlackerError, Unauthorized, error_from_dict
+from .. import protocol_version
+from ..directory import DirectoryStore, EtcdStore, LockInfo, Member, OwnerChanges, Ownership, SQLiteStore
+from ..errors import AgentUnavailable, NotFound, SlackerError, Unauthorized, error_from_dict
 
 
 class AgentClient:
@@ -30,8 +31,12 @@ class AgentClient:
     WARM_KEEP_S = 1.0  # warm() replaces connections idle for longer than this
 
     def __init__(self, url: str, token: str, name: str | None = None, timeout_s: float = 30.0,
-                 ca_file: str | Path | None = None) -> None:
+                 ca_file: str | Path | None = None, caller: str = "this slacker CLI") -> None:
         self.url = url.rstrip("/")
+        # Who calls (named in a version refusal) and the protocol it speaks, sent on every request.
+        self.caller = caller
+        self.protocol = protocol_version.current()
+        self.peer_protocol: int | None = None  # the version the agent answered with last
         self.token = token
         self.name = name or self.url
         self.timeout_s = timeout_s
@@ -118,7 +123,8 @@ class AgentClient:
             conn.close()
 
     def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        return {"Authorization": f"Bearer {self.token}", "Accept": "application/json",
+                protocol_version.HEADER: str(self.protocol), protocol_version.NODE_HEADER: self.caller}
 
     def request(self, method: str, path: str, body: dict | None = None, query: dict | None = None,
                 timeout_s: float | None = None):
@@ -148,6 +154,11 @@ class AgentClient:
             conn.close()
         else:
             self._give_back(conn)
+        # An agent too far from this side's version is refused here too: one at version 1 sends no
+        # version and refuses nothing itself.
+        self.peer_protocol = protocol_version.parse(resp.getheader(protocol_version.HEADER))
+        if resp.status != 426:
+            protocol_version.check(self.protocol, self.peer_protocol, self.caller, f"agent {self.name}")
         if resp.status == 401:
             raise Unauthorized(f"agent {self.name} refused the request", "the bearer token is wrong or missing",
                                "check the cluster file's token_file")
@@ -210,6 +221,15 @@ class DirectoryClient(DirectoryStore):
                                  query={"after": after_epoch, "timeout": timeout_s}, timeout_s=timeout_s + 10)
         return Ownership.from_dict(doc["ownership"]) if doc.get("ownership") else None
 
+    def put_member(self, member: Member) -> Member:
+        return Member.from_dict(self.agent.request("POST", "/v1/directory/members", member.to_dict()))
+
+    def members(self) -> list[Member]:
+        return [Member.from_dict(d) for d in self.agent.request("GET", "/v1/directory/members")["members"]]
+
+    def remove_member(self, name: str) -> bool:
+        return bool(self.agent.request("DELETE", f"/v1/directory/members/{quote(name)}")["removed"])
+
     def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:
         q = {"timeout": timeout_s} | ({"since": since} if since is not None else {})
         return OwnerChanges.from_dict(self.agent.request("GET", "/v1/directory/changes", query=q,
@@ -250,6 +270,57 @@ class DirectoryClient(DirectoryStore):
             return {"backend": "agent", "healthy": False, "error": exc.one_line(), "agent": self.agent.url}
 
 
+class AgentPool(dict):
+    """name -> AgentClient of every member the cluster knows, kept in step with `cluster.nodes`.
+
+    Looking up (or testing `in`) a name it lacks asks the directory again (at most once a second,
+    Cluster.node), so a node that joined after this process started is reached without a restart;
+    refresh() re-reads the members and drops clients of removed nodes.
+    """
+
+    def __init__(self, cluster, token: str, ca_file=None, caller: str = "this slacker CLI",
+                 timeout_s: float = 30.0) -> None:
+        super().__init__()
+        self.cluster, self.token, self.ca_file, self.caller, self.timeout_s = cluster, token, ca_file, caller, timeout_s
+        self._lock = threading.Lock()
+        self.sync()
+
+    def sync(self) -> None:
+        """Match the clients to cluster.nodes as it is now (a client per member, replaced if its URL moved)."""
+        nodes = dict(self.cluster.nodes)
+        with self._lock:
+            for name in [n for n in self.keys() if n not in nodes]:
+                dict.pop(self, name).close()
+            for name, spec in nodes.items():
+                old = dict.get(self, name)
+                if old is None or old.url != spec.url.rstrip("/"):
+                    dict.__setitem__(self, name, AgentClient(spec.url, self.token, name, timeout_s=self.timeout_s,
+                                                             ca_file=self.ca_file, caller=self.caller))
+                    if old is not None:
+                        old.close()
+
+    def refresh(self, max_age_s: float = 0.0) -> None:
+        """Re-read the members (only if the last read is older than `max_age_s`) and match the clients."""
+        if time.monotonic() - self.cluster.members_read_at < max_age_s:
+            return
+        self.cluster.refresh_members()
+        self.sync()
+
+    def __missing__(self, name: str) -> AgentClient:
+        self.cluster.node(name)  # NotFound unless a re-read finds it
+        self.sync()
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, name) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        try:
+            self[name]
+            return True
+        except NotFound:
+            return False
+
+
 def _etcd(cluster) -> EtcdStore:
     """The etcd directory, logging in (once etcd's authentication is on) as the user this host's
     credential maps to (slacker.directory.etcd.etcd_users)."""
@@ -259,13 +330,20 @@ def _etcd(cluster) -> EtcdStore:
                      auth=etcd_login(cred.scope, cred.token, cluster.etcd_prefix))
 
 
-def cluster_clients(cluster) -> tuple[dict[str, AgentClient], DirectoryStore]:
-    """One client per node of a cluster file, and the directory: etcd itself, or the agent serving SQLite."""
-    token = cluster.token()
-    agents = {n.name: AgentClient(n.url, token, n.name, ca_file=cluster.tls_ca) for n in cluster.nodes.values()}
+def directory_for(cluster, token: str, caller: str = "this slacker CLI") -> DirectoryStore:
+    """The directory as the cluster file says to reach it: etcd itself, or the agent serving SQLite."""
     if cluster.directory_backend == "etcd":
-        return agents, _etcd(cluster)
-    return agents, DirectoryClient(agents[cluster.directory_node])
+        return _etcd(cluster)
+    d = cluster.directory
+    return DirectoryClient(AgentClient(d.url, token, d.name, ca_file=cluster.tls_ca, caller=caller))
+
+
+def cluster_clients(cluster) -> tuple[AgentPool, DirectoryStore]:
+    """The directory, and a client per member read from it (the cluster follows the members from now on)."""
+    token = cluster.token()
+    directory = directory_for(cluster, token)
+    cluster.follow_members(directory)
+    return AgentPool(cluster, token, ca_file=cluster.tls_ca), directory
 
 
 def node_directory(cluster, node: str, data_root, token: str) -> tuple[DirectoryStore | None, DirectoryStore]:
@@ -282,4 +360,5 @@ def node_directory(cluster, node: str, data_root, token: str) -> tuple[Directory
         return store, store
     d = cluster.directory
     # Short timeouts: an unreachable directory must be noticed (and reported) in seconds.
-    return None, DirectoryClient(AgentClient(d.url, token, d.name, timeout_s=5, ca_file=cluster.tls_ca))
+    return None, DirectoryClient(AgentClient(d.url, token, d.name, timeout_s=5, ca_file=cluster.tls_ca,
+                                             caller=f"agent {node}"))

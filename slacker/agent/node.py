@@ -10,10 +10,11 @@ import os
 import threading
 import time
 
+from .. import protocol_version
 from ..config import AgentConfig, Cluster, load_cluster
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, NotFound, SlackerError
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES, TenantManager, choose_port, validate_tenant_id
-from .client import AgentClient, node_directory
+from .client import AgentClient, AgentPool, node_directory
 from .metrics import DirectoryHealth, make_registry
 from .supervisor import Supervisor
 
@@ -24,11 +25,15 @@ class Node:
     def __init__(self, config: AgentConfig, cluster: Cluster | None = None) -> None:
         self.config = config
         self.cluster = cluster or load_cluster(str(config.cluster_file))
-        self.cluster.node(config.node)  # this node must be in the cluster file
         # An agent verifies every scope (and presents admin to its peers): it needs the admin credential.
         self.keyring = self.cluster.keyring(f"agent {config.node}")
         self.token = self.keyring.admin_secret
         self.name = config.node
+        self.protocol = protocol_version.current()
+        # What this agent registers in the directory (a node need not be in the cluster file).
+        seed = self.cluster.seeds.get(config.node)
+        self.url = config.advertised_url(seed.url if seed else "").rstrip("/")
+        self.registered = False
         self.started_at = time.time()
         self.tenants = TenantManager(config.data_root, host=config.tenant_host, node=config.node,
                                      port_range=config.port_range, tls=config.tls,
@@ -43,17 +48,59 @@ class Node:
         self.directory_health = DirectoryHealth(self.name, self.directory)
         self.registry.register(self.directory_health)
         self._lock = threading.Lock()
-        self._peers: dict[str, AgentClient] = {}
+        # Members from the directory (read again every members_refresh_s and on an unknown name), and one
+        # client per peer, so its kept-open TLS connections are shared by every caller.
+        self.cluster.follow_members(self.directory)
+        self._peers = AgentPool(self.cluster, self.token, ca_file=self.tls_ca, caller=f"agent {self.name}")
+        self._members_stop = threading.Event()
+        self._members_thread: threading.Thread | None = None
         self.migrations = None  # set by the migration service when it is loaded
 
     def peer(self, name: str) -> AgentClient:
-        spec = self.cluster.node(name)
-        # One client per peer, so its kept-open TLS connections are shared by every caller.
-        with self._lock:
-            client = self._peers.get(name)
-            if client is None or client.url != spec.url.rstrip("/"):
-                client = self._peers[name] = AgentClient(spec.url, self.token, spec.name, ca_file=self.tls_ca)
-            return client
+        return self._peers[name]
+
+    # ---- membership ---------------------------------------------------------------
+    def member_record(self):
+        from ..directory import Member
+        return Member(self.name, self.url, self.config.tenant_host, self.protocol)
+
+    def register(self) -> bool:
+        """Register this node in the directory (again). Conflict (the agent must not start) when that would
+        clobber: its tenants recorded at another host, or another live agent serving this name."""
+        from ..membership import join
+
+        old = self.directory.member(self.name)
+        if old is not None and old.url != self.url:
+            try:
+                doc = AgentClient(old.url, self.token, self.name, timeout_s=2, ca_file=self.tls_ca,
+                                  caller=f"agent {self.name}").request("GET", "/v1/status", timeout_s=2)
+            except SlackerError:
+                doc = {}
+            if doc.get("node") == self.name:
+                raise Conflict(f"node {self.name} is already served by the agent at {old.url}",
+                               f"this agent would register it at {self.url}",
+                               "give this agent another node name, or stop the other agent first")
+        join(self.directory, self.member_record())
+        self.registered = True
+        log.info("node %s registered in the directory at %s (protocol %d)", self.name, self.url, self.protocol)
+        return True
+
+    def _members_loop(self) -> None:
+        # Until registered, try every 2 s (the SQLite directory's agent may start after this one).
+        while not self._members_stop.wait(self.config.members_refresh_s if self.registered
+                                          else min(2.0, self.config.members_refresh_s)):
+            try:
+                if not self.registered:
+                    self.register()
+                self.cluster.refresh_members()
+                if self.cluster.members_error:
+                    log.warning("membership: cannot read the members, using the last known: %s",
+                                self.cluster.members_error)
+                self._peers.sync()
+            except SlackerError as exc:
+                log.warning("membership: %s", exc.one_line())
+            except Exception:  # the loop must survive anything; the next round tries again
+                log.exception("membership refresh failed")
 
     @property
     def tls_ca(self):
@@ -79,8 +126,23 @@ class Node:
         self.supervisor.tick()
         self.supervisor.start()
         self.directory_health.start()
+        # Join (or re-join) the fleet. A directory that does not answer yet (the SQLite one's agent starts
+        # later) is retried by the members loop; a registration that would clobber stops the start.
+        try:
+            self.register()
+        except Conflict:
+            self.stop()
+            raise
+        except SlackerError as exc:
+            log.warning("cannot register node %s yet (retrying every %gs): %s", self.name,
+                        min(2.0, self.config.members_refresh_s), exc.one_line())
+        self.cluster.refresh_members()
+        self._peers.sync()
+        self._members_thread = threading.Thread(target=self._members_loop, name="members", daemon=True)
+        self._members_thread.start()
 
     def stop(self, stop_tenants: bool = False) -> None:
+        self._members_stop.set()
         self.supervisor.stop()
         self.directory_health.stop()
         if self.migrations is not None:
@@ -193,7 +255,8 @@ class Node:
         return {"tenant": tenant.id, "node": self.name, "user": "app", "hash": password_hash(tenant.app_password())}
 
     def status(self) -> dict:
-        doc = {"node": self.name, "url": self.cluster.node(self.name).url, "tenant_host": self.config.tenant_host,
+        doc = {"node": self.name, "url": self.url, "tenant_host": self.config.tenant_host,
+               "protocol": self.protocol, "registered": self.registered,
                "serves_directory": self.local_directory is not None, "uptime_s": round(time.time() - self.started_at, 1),
                "tenants": self.list_tenants()}
         if self.migrations is not None:

@@ -23,17 +23,17 @@ from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .. import credentials
+from .. import credentials, protocol_version
 from ..channels import host_is_machine_local
 from ..errors import (AgentUnavailable, Conflict, Forbidden, InsecureChannel, InvalidInput, MigrationFailed,
-                      NotFound, SlackerError, Unauthorized)
+                      NotFound, SlackerError, Unauthorized, VersionSkew)
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES
 from .node import Node
 
 log = logging.getLogger("slacker.agent.http")
 
 _STATUS = {InvalidInput: 400, Unauthorized: 401, Forbidden: 403, InsecureChannel: 403, NotFound: 404, Conflict: 409,
-           AgentUnavailable: 502, MigrationFailed: 500}
+           VersionSkew: 426, AgentUnavailable: 502, MigrationFailed: 500}
 # The connection the current handler thread serves: (peer address, TLS?), for routes that send secrets.
 _request = threading.local()
 
@@ -182,6 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         self.send_response(status)
+        self.send_header(protocol_version.HEADER, str(self.server.node.protocol))  # on every answer
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -213,6 +214,17 @@ class _Handler(BaseHTTPRequestHandler):
         if cred is None:
             self._refuse(401, Unauthorized("unauthorized", "missing or wrong bearer token",
                                            "send Authorization: Bearer <the credential file's contents>"))
+            return
+        theirs = protocol_version.parse(self.headers.get(protocol_version.HEADER))
+        # /metrics is exempt: a scraper speaks no Slacker protocol.
+        if not protocol_version.compatible(self.server.node.protocol, theirs) and not self.path.startswith("/metrics"):
+            caller = (self.headers.get(protocol_version.NODE_HEADER) or "").strip()[:80] or f"the caller at {_request.peer}"
+            self.rfile.read(min(int(self.headers.get("Content-Length") or 0), _MAX_BODY))
+            try:
+                protocol_version.check(self.server.node.protocol, theirs, f"agent {self.server.node.name}", caller)
+            except VersionSkew as exc:
+                log.warning("refused a request: %s", exc.one_line())
+                self._json(426, exc.to_dict())
             return
         url = urlparse(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -363,6 +375,25 @@ def _add_core_routes(server: ApiServer) -> None:
     @server.route("GET", "/v1/directory/health")
     def dir_health(srv, body, q):
         return store().health()
+
+    # Members: the fleet's nodes (GET all, POST one {"name", "url", "tenant_host", "protocol"}, DELETE one).
+    @server.route("GET", "/v1/directory/members")
+    def dir_members(srv, body, q):
+        return {"members": [m.to_dict() for m in store().members()]}
+
+    @server.route("POST", "/v1/directory/members")
+    def dir_put_member(srv, body, q):
+        from ..directory import Member
+        try:
+            m = Member.from_dict(body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput("malformed member", f"{type(exc).__name__}: {exc}",
+                               "send name, url, tenant_host, protocol") from None
+        return store().put_member(m).to_dict()
+
+    @server.route("DELETE", r"/v1/directory/members/([a-z0-9][a-z0-9._-]{0,63})")
+    def dir_remove_member(srv, body, q, name):
+        return {"removed": store().remove_member(name)}
 
     # The exclusive lock: POST takes it ({"holder", "ttl_s"}) or, with "refresh": true, extends it.
     NAME = r"([a-z0-9][a-z0-9._/-]{0,600})"

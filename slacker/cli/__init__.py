@@ -103,6 +103,7 @@ EXIT_CODES = (
     (6, "an agent or the directory cannot be reached"),
     (7, "refused: a wrong credential, or a secret would cross an unencrypted link"),
     (8, "a migration failed (the source keeps serving), or a drain could not move a tenant"),
+    (9, "protocol version skew: an agent (or this CLI) too far from the other side's version; upgrade the older"),
     (130, "interrupted (Ctrl-C); long commands can be run again to resume"),
 )
 

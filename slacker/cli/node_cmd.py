@@ -1,4 +1,4 @@
-"""`slacker node list|cordon|uncordon|drain`: take a node out of service and back (docs/fleet.md)."""
+"""`slacker node list|add|remove|cordon|uncordon|drain`: the fleet's members, in and out of service (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -19,42 +19,96 @@ INTERRUPTED_EXIT = 130
 
 @main.group("node")
 def node() -> None:
-    """Cordon a node (no new tenants), drain it (move every tenant off, live), uncordon it."""
+    """The fleet's members: list, add and remove nodes; cordon, drain (move every tenant off, live), uncordon."""
 
 
 @node.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def node_list(cli: CliContext, as_json: bool) -> None:
-    """Each node: reachable or not, cordoned (since when, by whom, why), its tenants, its last drain."""
+    """Each member of the directory (and each [[nodes]] seed not registered yet): its URL, protocol version,
+    reachable or not, cordoned (since when, by whom, why), its tenants, its last drain."""
     from ..rebalance.drain import STATE_PREFIX
 
     cluster, agents, directory = _clients(cli)
     cordons = directory.cordons()
+    registered = {m.name: m for m in directory.members()}
     owners: dict[str, list[str]] = {}
     for o in directory.list():
         owners.setdefault(o.node, []).append(o.tenant)
     drains = {v.get("node"): v for v in directory.state_list(STATE_PREFIX).values()}
     rows = []
-    for name, agent in agents.items():
+    for name, agent in sorted(agents.items()):
         try:
-            agent.request("GET", "/v1/status", timeout_s=10)
+            doc = agent.request("GET", "/v1/status", timeout_s=10)
             reachable, error = True, ""
         except SlackerError as exc:
-            reachable, error = False, exc.one_line()
+            doc, reachable, error = {}, False, exc.one_line()
         c = cordons.get(name)
         d = drains.get(name)
-        rows.append({"node": name, "reachable": reachable, "error": error,
+        m = registered.get(name)
+        rows.append({"node": name, "url": agent.url, "tenant_host": cluster.nodes[name].tenant_host,
+                     "registered": m is not None, "registered_at": m.registered_at if m else None,
+                     # what the agent answers with when it answers, else what it registered with
+                     "protocol": doc.get("protocol") or (m.protocol if m else None) or agent.peer_protocol,
+                     "reachable": reachable, "error": error,
                      "cordoned": None if c is None else c.to_dict(), "tenants": sorted(owners.get(name, [])),
                      "last_drain": None if d is None else {k: d.get(k) for k in ("outcome", "reason", "started_at",
                                                                                  "finished_at", "holder")}})
     if as_json:
         print_json({"nodes": rows})
         return
-    print_table(["NODE", "STATE", "SCHEDULING", "TENANTS", "LAST DRAIN"],
-                [[r["node"], "up" if r["reachable"] else "UNREACHABLE", _scheduling(r["cordoned"]),
+    print_table(["NODE", "URL", "PROTOCOL", "STATE", "SCHEDULING", "TENANTS", "LAST DRAIN"],
+                [[r["node"], r["url"], r["protocol"] or "-",
+                  ("up" if r["reachable"] else "UNREACHABLE") + ("" if r["registered"] else " (seed, not registered)"),
+                  _scheduling(r["cordoned"]),
                   len(r["tenants"]), "-" if not r["last_drain"] else
                   f"{r['last_drain']['outcome']}: {r['last_drain']['reason']}"] for r in rows])
+
+
+@node.command("add")
+@click.argument("node_name", metavar="NODE")
+@click.option("--url", required=True, help="The node's agent API, as other hosts reach it: http(s)://HOST:PORT.")
+@click.option("--tenant-host", required=True, help="The address clients reach the node's tenants at.")
+@pass_cli
+def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str) -> None:
+    """Register NODE in the directory by hand (its agent also registers itself when it starts).
+
+    \b
+    Every agent, router and CLI learns of it from the directory: no file to edit, nothing to restart.
+    Adding a node that is registered updates its record; its tenants' host cannot change (drain first).
+    """
+    from ..agent.client import AgentClient
+    from ..directory import Member
+    from ..membership import join
+
+    cluster, _, directory = _clients(cli)
+    try:  # the protocol its agent speaks, if it runs already
+        protocol = int(AgentClient(url, cluster.token(), node_name, timeout_s=5, ca_file=cluster.tls_ca)
+                       .request("GET", "/v1/status", timeout_s=5).get("protocol") or 0)
+        note = f"its agent answers (protocol {protocol})"
+    except SlackerError as exc:
+        protocol, note = 0, f"its agent does not answer yet ({exc.why or exc.what})"
+    m = join(directory, Member(node_name, url.rstrip("/"), tenant_host, protocol))
+    click.echo(f"{m.name} registered at {m.url}, tenants on {m.tenant_host}; {note}")
+
+
+@node.command("remove")
+@click.argument("node_name", metavar="NODE")
+@pass_cli
+def node_remove(cli: CliContext, node_name: str) -> None:
+    """Take NODE out of the fleet. Refused while it owns tenants or a migration from or to it runs
+    (`slacker node drain NODE` first). Removing a node that is not a member changes nothing.
+    Stop its agent afterwards: a running agent registers itself again at its next start."""
+    from ..directory.base import validate_name
+    from ..membership import leave
+
+    cluster, agents, directory = _clients(cli)
+    validate_name(node_name, "node name")
+    if leave(directory, agents, node_name, seeded=node_name in cluster.seeds):
+        click.echo(f"{node_name} removed from the fleet: no agent, router or CLI uses it from now on")
+    else:
+        click.echo(f"{node_name} is not a member: nothing to remove")
 
 
 def _scheduling(c: dict | None) -> str:

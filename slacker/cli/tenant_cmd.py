@@ -125,7 +125,7 @@ def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def status(cli: CliContext, as_json: bool) -> None:
-    """Show each node (reachable or not), its tenants and running migrations."""
+    """Show each node (reachable or not, its protocol version), its tenants and running migrations."""
     cluster, agents, directory = _clients(cli)
     health = directory.health()
     try:
@@ -149,8 +149,8 @@ def status(cli: CliContext, as_json: bool) -> None:
         return
     sqlite = cluster.directory_backend == "sqlite"
     click.echo(f"cluster file: {cluster.path} (from {cluster.found_by})")
-    print_table(["NODE", "URL", "STATE", "TENANTS", "MIGRATIONS"],
-                [[n["node"], cluster.node(n["node"]).url,
+    print_table(["NODE", "URL", "PROTOCOL", "STATE", "TENANTS", "MIGRATIONS"],
+                [[n["node"], cluster.node(n["node"]).url, n.get("protocol") or cluster.node(n["node"]).protocol or "-",
                   (("up" + (" (directory)" if sqlite and n.get("serves_directory") else "")) if n["reachable"]
                    else "UNREACHABLE") + (", cordoned" if n["cordoned"] else ""),
                   ", ".join(t["id"] for t in n.get("tenants", [])) or "-",

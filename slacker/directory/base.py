@@ -21,6 +21,7 @@ MAX_VALUE_BYTES = 64 * 1024
 MIN_LOCK_TTL_S = 1.0
 MAX_LOCK_TTL_S = 24 * 3600.0
 CORDON_PREFIX = "nodes/cordon/"  # state key of a cordoned node: nodes/cordon/<node>
+REMOVED_PREFIX = "nodes/removed/"  # state key of a node `slacker node remove` took out: nodes/removed/<node>
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,47 @@ class Ownership:
     def from_dict(cls, d: dict) -> "Ownership":
         return cls(tenant=d["tenant"], node=d["node"], host=d["host"], port=int(d["port"]),
                    epoch=int(d["epoch"]), updated_at=float(d.get("updated_at", 0.0)))
+
+
+@dataclass(frozen=True)
+class Member:
+    """A node of the fleet as registered in the directory: its agent's URL, where its tenants listen,
+    the agent protocol it speaks, and when it first registered (UTC seconds; kept across re-registrations)."""
+
+    name: str
+    url: str
+    tenant_host: str
+    protocol: int = 0
+    registered_at: float = 0.0
+    updated_at: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Member":
+        return cls(name=str(d["name"]), url=str(d["url"]).rstrip("/"), tenant_host=str(d["tenant_host"]),
+                   protocol=int(d.get("protocol") or 0), registered_at=float(d.get("registered_at") or 0.0),
+                   updated_at=float(d.get("updated_at") or 0.0))
+
+
+def check_member(m: Member) -> Member:
+    """Validate a member record at the edge (names like node names, an http(s) URL, a host)."""
+    from urllib.parse import urlparse
+
+    validate_name(m.name, "node name")
+    if "/" in m.name:
+        raise InvalidInput(f"invalid node name {m.name!r}", "a node name has no '/'", "for example node-4")
+    u = urlparse(m.url)
+    if u.scheme not in ("http", "https") or not u.hostname or not u.port:
+        raise InvalidInput(f"node {m.name}: bad agent url {m.url!r}", "expected http(s)://HOST:PORT",
+                           "for example https://db4.example.net:7000")
+    if not m.tenant_host or len(m.tenant_host) > 253 or any(c.isspace() or c in "/@[]" for c in m.tenant_host):
+        raise InvalidInput(f"node {m.name}: bad tenant host {m.tenant_host!r}", "expected a host name or address",
+                           "the address clients reach its tenants at, e.g. 10.0.0.4")
+    if isinstance(m.protocol, bool) or not isinstance(m.protocol, int) or m.protocol < 0:
+        raise InvalidInput(f"node {m.name}: bad protocol version {m.protocol!r}", "expected a whole number", "")
+    return m
 
 
 @dataclass(frozen=True)
@@ -162,6 +204,28 @@ class DirectoryStore(ABC):
     def watch(self, tenant: str, after_epoch: int, timeout_s: float) -> Ownership | None:
         """Block until the tenant's epoch exceeds `after_epoch` (returns it), or the timeout (None).
         NotFound if the tenant is removed."""
+
+    # ---- members (the fleet's nodes) --------------------------------------------------------
+    @abstractmethod
+    def put_member(self, member: Member) -> Member:
+        """Register `member`, or update the record of that name. A re-registration keeps the first
+        `registered_at`; `updated_at` is now. Returns the record as stored."""
+
+    @abstractmethod
+    def members(self) -> list[Member]:
+        """Every registered node, by name (one read)."""
+
+    @abstractmethod
+    def remove_member(self, name: str) -> bool:
+        """Forget node `name`; False if it was not registered."""
+
+    def member(self, name: str) -> Member | None:
+        """One node's record, or None."""
+        return next((m for m in self.members() if m.name == name), None)
+
+    def removed_members(self) -> set[str]:
+        """Nodes `slacker node remove` took out (a cluster file's [[nodes]] seed of that name is ignored)."""
+        return {k[len(REMOVED_PREFIX):] for k in self.state_list(REMOVED_PREFIX)}
 
     @abstractmethod
     def changes(self, since: int | None, timeout_s: float) -> OwnerChanges:

@@ -12,7 +12,8 @@ as JSON, ports/<port> the tenant that uses the port, locks/<name> a lock bound
 to a lease, state/<key> a JSON object. An epoch change is a txn that compares
 the tenant key's mod_revision with the one read; a watch starts at the read's
 revision + 1, reconnects when the stream breaks and re-reads when etcd says
-the revision was compacted. A lock is a key created only if absent, attached to
+the revision was compacted. members/<name> holds a node's registration (read
+all at once with one range request). A lock is a key created only if absent, attached to
 a lease: a holder that stops refreshing the lease loses the key with it.
 
 With etcd's own authentication enabled (`slacker credential etcd-auth`) the
@@ -36,8 +37,8 @@ from typing import Iterator
 from urllib.parse import urlparse
 
 from ..errors import Conflict, DirectoryUnavailable, Forbidden, InvalidInput, NotFound, SlackerError
-from .base import (DirectoryStore, LockInfo, OwnerChanges, Ownership, check_state_value, validate_holder, validate_name,
-                   validate_ttl)
+from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
+                   validate_holder, validate_name, validate_ttl)
 
 log = logging.getLogger("slacker.directory.etcd")
 
@@ -471,6 +472,31 @@ class EtcdStore(DirectoryStore):
                 if own.epoch > after_epoch:
                     return own
         return None  # pragma: no cover (stream raises at its end)
+
+    # ---- members: members/<name>, read with one range request ------------------------------
+    def put_member(self, member: Member) -> Member:
+        check_member(member)
+        mkey = self._key("members", member.name)
+        for _ in range(5):
+            kv, _rev = self._read(mkey)
+            now = time.time()
+            first = float(self._value(kv).get("registered_at") or now) if kv is not None else now
+            m = Member(member.name, member.url.rstrip("/"), member.tenant_host, member.protocol, first, now)
+            # Compare-and-put, so two registrations at once cannot lose the first registered_at.
+            cmp = [self._unchanged(mkey, kv["mod_revision"])] if kv is not None else [self._absent(mkey)]
+            if self._txn(cmp, [self._put(mkey, m.to_dict())]).get("succeeded"):
+                return m
+        raise Conflict(f"node {member.name} is being registered by someone else", "its record kept changing", "retry")
+
+    def members(self) -> list[Member]:
+        prefix = self._key("members", "")
+        doc = self.gw.call("/kv/range", {"key": _b64(prefix), "range_end": _prefix_end(prefix)}, idempotent=True)
+        return sorted((Member.from_dict(self._value(kv)) for kv in doc.get("kvs") or []), key=lambda m: m.name)
+
+    def remove_member(self, name: str) -> bool:
+        validate_name(name, "node name")
+        doc = self.gw.call("/kv/deleterange", {"key": _b64(self._key("members", name))}, idempotent=True)
+        return int(doc.get("deleted") or 0) > 0
 
     # ---- every tenant as one stream of changes: one watch on the tenants' prefix --------------
     SNAPSHOT_PAGE = 1000  # keys per range request of a snapshot, all read at one revision

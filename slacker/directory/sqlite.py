@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import Conflict, NotFound
-from .base import (DirectoryStore, LockInfo, OwnerChanges, Ownership, check_state_value, validate_holder, validate_name,
-                   validate_ttl)
+from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
+                   validate_holder, validate_name, validate_ttl)
 
 
 class SQLiteStore(DirectoryStore):
@@ -52,6 +52,15 @@ class SQLiteStore(DirectoryStore):
                    expires_at REAL NOT NULL)"""
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._db.execute(
+            """CREATE TABLE IF NOT EXISTS members (
+                   name TEXT PRIMARY KEY,
+                   url TEXT NOT NULL,
+                   tenant_host TEXT NOT NULL,
+                   protocol INTEGER NOT NULL,
+                   registered_at REAL NOT NULL,
+                   updated_at REAL NOT NULL)"""
+        )
         # One row per change of ownership (register, compare-and-set, remove), so a follower of every
         # tenant asks "what changed since revision R"; only the newest CHANGES_KEPT rows are kept.
         self._db.execute("CREATE TABLE IF NOT EXISTS changes (rev INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -131,6 +140,29 @@ class SQLiteStore(DirectoryStore):
                 if left <= 0:
                     return None
                 self._changed.wait(left)
+
+    # ---- members ------------------------------------------------------------------------
+    def put_member(self, member: Member) -> Member:
+        check_member(member)
+        with self._lock:
+            now = time.time()
+            r = self._db.execute("SELECT registered_at FROM members WHERE name=?", (member.name,)).fetchone()
+            m = Member(member.name, member.url.rstrip("/"), member.tenant_host, member.protocol,
+                       r[0] if r else now, now)
+            self._db.execute("INSERT OR REPLACE INTO members VALUES (?,?,?,?,?,?)",
+                             (m.name, m.url, m.tenant_host, m.protocol, m.registered_at, m.updated_at))
+            return m
+
+    def members(self) -> list[Member]:
+        with self._lock:
+            rows = self._db.execute("SELECT name,url,tenant_host,protocol,registered_at,updated_at FROM members "
+                                    "ORDER BY name").fetchall()
+        return [Member(*r) for r in rows]
+
+    def remove_member(self, name: str) -> bool:
+        validate_name(name, "node name")
+        with self._lock:
+            return self._db.execute("DELETE FROM members WHERE name=?", (name,)).rowcount == 1
 
     # ---- every tenant as one stream of changes ------------------------------------------------
     def _log_change(self, tenant: str) -> None:

@@ -117,6 +117,7 @@ class Migration:
         self.tool = None  # the backup tool for the source's server version (slacker.backup)
         self.transfer_token = ""  # the copy's one-time token, given to the target's receiver
         self.receiver: tuple[str, int] | None = None  # the target's receiver (host, port)
+        self.protocols: tuple[int, int] = (getattr(node, "protocol", 2), 0)  # (source, target) agent protocol
         self.backup_position: BackupPosition | None = None  # where the prepared copy stands in the binlog
         self._source_checksums: dict | None = None  # stop-and-copy --verify: the frozen source's checksums
         self._abort = threading.Event()
@@ -228,6 +229,7 @@ class Migration:
         return {
             "id": self.id, "tenant": self.tenant_id, "source": self.source, "target": self.opts.target,
             "mode": self.opts.mode, "phase": self.phase, "active": self.active, "result": self.result,
+            "protocol": {"source": self.protocols[0], "target": self.protocols[1] or None},
             "error": err, "phases": [asdict(p) for p in self.phases],
             "bytes_done": self.bytes_done(), "bytes_total": self.bytes_total,
             # the backup tool's program read into memory before it started (slacker.pagecache)
@@ -609,6 +611,10 @@ class Migration:
                                   "give the agents TLS (https:// URLs in the cluster file)", phase=Phase.PREFLIGHT)
         with self.steps.timed("target_status"):
             self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
+        # Both agents' protocol versions (the API refuses a pair too far apart, in one line); the stream
+        # speaks the older one's dialect.
+        self.protocols = (getattr(self.node, "protocol", 2),
+                          getattr(self.node.peer(self.opts.target), "peer_protocol", None) or 1)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True
@@ -633,7 +639,9 @@ class Migration:
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
                               commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context(),
-                              preread_program=True, **self._data_path())
+                              preread_program=True, protocol_version=self.protocols[0],
+                              protocol_dialect=min(self.protocols) if self.protocols[1] else None,
+                              **self._data_path())
         try:
             with self.steps.timed("pipe_start"):
                 self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there

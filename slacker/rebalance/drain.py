@@ -341,6 +341,8 @@ def _show(t: TenantMove, r: Running) -> None:
 
 
 def _start_some(agents, directory, node, settings, opts, res, runner, waiting: set[str], say, record) -> None:
+    if hasattr(agents, "refresh"):  # a long drain sees nodes that joined (or left) since it started
+        agents.refresh(max_age_s=10.0)
     p = plan_drain(agents, directory, node, settings, runner.running, only=waiting)
     res.plan = p
     src = next((n for n in p.nodes if n.name == node), None)

@@ -8,6 +8,8 @@ the agent serving SQLite), so a compare-and-set, a creation or a removal reaches
 its cost does not grow with the number of tenants: a snapshot at start and after a lost stream
 or a compaction, then one request per change or per `watch_timeout_s`. A tenant whose
 login hash could not be fetched yet (its agent down) is tried again every `list_interval_s`.
+The agents it asks are the directory's members, re-read every MEMBERS_REFRESH_S and on an
+owner it does not know.
 When the directory cannot be reached the routes stay as they were (the fence keeps a stale
 owner from taking writes) and the data path is told, so its status and metrics say so.
 """
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 REGISTRY_PREFIX = "routers/"  # directory state keys under which routers announce themselves
 REGISTRY_REFRESH_S = 10.0
 REGISTRY_STALE_S = 3 * REGISTRY_REFRESH_S
+MEMBERS_REFRESH_S = 10.0  # how often the router re-reads the fleet's members from the directory
 
 
 def parse_address(text: str, what: str = "address") -> tuple[str, int]:
@@ -268,7 +271,16 @@ class Router:
 
     def _follow_loop(self) -> None:
         backoff = 0.1
+        last_members = time.monotonic()
         while not self._stop.is_set():
+            # Members joined or removed (an owner on a node that joined since is also found at once:
+            # the agents' pool asks the directory on an unknown name).
+            if time.monotonic() - last_members >= MEMBERS_REFRESH_S and hasattr(self.agents, "refresh"):
+                last_members = time.monotonic()
+                try:
+                    self.agents.refresh()
+                except SlackerError as exc:
+                    log.warning("cannot re-read the members: %s", exc.one_line())
             try:
                 self._follow_once(self.options.watch_timeout_s)
                 backoff = 0.1

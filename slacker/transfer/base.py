@@ -101,6 +101,8 @@ class ThrottledPipe(ABC):
         finish_timeout_s: float = 600.0,
         commit_lock_events: Callable[[str], bool | None] | None = None,
         preread_program: bool = False,
+        protocol_version: int | None = None,
+        protocol_dialect: int | None = None,
     ) -> None:
         self.producer_argv = check_argv(producer_argv, "producer")
         # Read the producer's program into the page cache at the pipe's rate before starting it
@@ -112,7 +114,8 @@ class ThrottledPipe(ABC):
         self.port = int(port)
         self.migration_id = migration_id
         try:
-            self._header = protocol.encode_header(migration_id, token)
+            # The agent protocol goes in the header unless the receiver speaks version 1 (its dialect).
+            self._header = protocol.encode_header(migration_id, token, protocol_version, protocol_dialect)
         except ValueError as exc:
             raise InvalidInput("invalid transfer credentials", str(exc),
                                "use protocol.new_token() for the token") from None

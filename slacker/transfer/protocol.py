@@ -1,6 +1,7 @@
 """Wire format of a snapshot transfer: header, raw stream, trailer, verdict.
 
-    sender -> receiver:  HEADER  (magic, migration id, per-migration token)
+    sender -> receiver:  HEADER  (magic, migration id, per-migration token; from protocol 2 on, with
+                                  magic SLKXFER2, the sender's agent protocol version too)
                          PAYLOAD (the producer's bytes, unframed, so pv|nc can carry it)
                          TRAILER (end magic + payload byte count), then half-close
     receiver -> sender:  VERDICT ("OK <bytes>\\n" or "ERR <reason>\\n"), then close
@@ -21,7 +22,9 @@ import struct
 import time
 from dataclasses import dataclass
 
-HEADER_MAGIC = b"SLKXFER1"
+HEADER_MAGIC = b"SLKXFER1"  # protocol 1: no version field (a sender talking to a version-1 agent still uses it)
+HEADER_MAGIC_V2 = b"SLKXFER2"  # protocol 2 on: the lengths are followed by the sender's version
+_VERSION = struct.Struct("!H")
 TRAILER_MAGIC = b"SLKEND01"
 _LENGTHS = struct.Struct("!HH")
 _COUNT = struct.Struct("!Q")
@@ -56,10 +59,15 @@ def token_bytes(token: str | bytes) -> bytes:
     return _as_bytes(token, "token", MIN_TOKEN_BYTES, MAX_TOKEN_BYTES)
 
 
-def encode_header(migration_id: str | bytes, token: str | bytes) -> bytes:
+def encode_header(migration_id: str | bytes, token: str | bytes, version: int | None = None,
+                  dialect: int | None = None) -> bytes:
+    """`version`: the sender's agent protocol; `dialect`: the one spoken with this receiver (the older
+    side's). A version-1 dialect (or no version) writes the header a version-1 receiver reads."""
     mid = migration_id_bytes(migration_id)
     tok = token_bytes(token)
-    return HEADER_MAGIC + _LENGTHS.pack(len(mid), len(tok)) + mid + tok
+    if version is None or (dialect if dialect is not None else version) < 2:
+        return HEADER_MAGIC + _LENGTHS.pack(len(mid), len(tok)) + mid + tok
+    return HEADER_MAGIC_V2 + _LENGTHS.pack(len(mid), len(tok)) + _VERSION.pack(version) + mid + tok
 
 
 def encode_trailer(payload_bytes: int) -> bytes:
@@ -94,6 +102,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
 class Header:
     migration_id: bytes
     token: bytes
+    version: int = 1  # the sender's agent protocol (1: a header without the field)
 
     def matches(self, migration_id: bytes, token: bytes) -> bool:
         """Constant-time check of both fields (both are always compared)."""
@@ -106,13 +115,16 @@ def read_header(sock: socket.socket, timeout_s: float) -> Header:
     """Read one header within `timeout_s`; ProtocolError on anything malformed."""
     deadline = time.monotonic() + timeout_s
     fixed = _recv_exact(sock, len(HEADER_MAGIC) + _LENGTHS.size, deadline)
-    if not hmac.compare_digest(fixed[: len(HEADER_MAGIC)], HEADER_MAGIC):
+    magic = fixed[: len(HEADER_MAGIC)]
+    v2 = hmac.compare_digest(magic, HEADER_MAGIC_V2)
+    if not v2 and not hmac.compare_digest(magic, HEADER_MAGIC):
         raise ProtocolError("bad magic")
     id_len, token_len = _LENGTHS.unpack(fixed[len(HEADER_MAGIC):])
     if not (1 <= id_len <= MAX_ID_BYTES and MIN_TOKEN_BYTES <= token_len <= MAX_TOKEN_BYTES):
         raise ProtocolError("bad field lengths")
+    version = _VERSION.unpack(_recv_exact(sock, _VERSION.size, deadline))[0] if v2 else 1
     rest = _recv_exact(sock, id_len + token_len, deadline)
-    return Header(rest[:id_len], rest[id_len:])
+    return Header(rest[:id_len], rest[id_len:], version)
 
 
 def half_close(sock: socket.socket) -> None:

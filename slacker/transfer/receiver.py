@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidInput, MigrationFailed, SlackerError
 from . import protocol
+from .. import protocol_version
 from ._proc import StreamTail, check_argv, env_or_none, kill_group, spawn
 from .stages import StageClock, exited_child_cpu_s
 
@@ -294,6 +295,10 @@ class Receiver:
                                                         max(0.1, deadline - time.monotonic())))
                 ok = header.matches(self._mid, self._token)
                 why = "" if ok else "wrong migration id or token"
+                mine = protocol_version.current()
+                if ok and not protocol_version.compatible(mine, header.version):
+                    ok, why = False, (f"protocol version skew: the sender speaks {header.version}, this receiver "
+                                      f"{mine} (upgrade the side with {min(mine, header.version)})")
             except (protocol.ProtocolError, OSError) as exc:
                 ok, why = False, str(exc)
             if ok:

@@ -40,7 +40,7 @@ def test_verify_only_rehearses_the_move_and_leaves_the_source_alone(cluster):
 def test_migrate_bad_input(cluster):
     create_loaded_tenant(cluster, "cli2", rows=200)
     one_line_error(*slacker("migrate", "nope", "--to", "node-2")[::2], "tenant nope not found")
-    one_line_error(*slacker("migrate", "cli2", "--to", "node-9")[::2], "node-9", "not in the cluster file")
+    one_line_error(*slacker("migrate", "cli2", "--to", "node-9")[::2], "node-9", "not a member of the cluster")
     one_line_error(*slacker("migrate", "cli2", "--to", "node-1")[::2], "already on node-1")
     one_line_error(*slacker("migrate", "cli2")[::2], "missing --to")
     one_line_error(*slacker("migrate", "cli2", "--to", "node-2", "--rate", "20MBps")[::2], "invalid rate")

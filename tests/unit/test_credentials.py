@@ -108,7 +108,7 @@ def test_router_may_only_what_following_needs():
     allowed = {(r.method, r.route, r.under) for r in cr.ACCESS if "router" in r.scopes}
     assert allowed == {
         ("GET", "/v1/tenants/{tenant}/login", ""), ("GET", "/v1/directory/tenants", ""),
-        ("GET", "/v1/directory/changes", ""),
+        ("GET", "/v1/directory/changes", ""), ("GET", "/v1/directory/members", ""),  # which agents to ask
         ("GET", "/v1/directory/tenants/{tenant}", ""), ("GET", "/v1/directory/tenants/{tenant}/watch", ""),
         ("GET", "/v1/directory/health", ""), ("GET", "/v1/directory/state", ""),
         ("GET", "/v1/directory/state/{key}", ""), ("POST", "/v1/directory/state/{key}", "routers/"),

@@ -356,3 +356,25 @@ def test_data_paths_per_side_and_tls_always_copies():
             wants_splice(path, True, "send")
     with pytest.raises(InvalidInput, match="unknown data path"):
         wants_splice("zero-copy", False, "send")
+
+
+def test_stream_header_carries_the_protocol_version_and_speaks_version_1_to_a_version_1_receiver():
+    """From protocol 2 the header names the sender's version; a sender talking to a version-1 agent
+    writes the old header (the newer side speaks the older's dialect)."""
+    import socket as _socket
+
+    from slacker.transfer import protocol as p
+
+    tok = p.new_token()
+    for version, dialect, magic, read in ((3, 2, p.HEADER_MAGIC_V2, 3), (2, 1, p.HEADER_MAGIC, 1),
+                                          (None, None, p.HEADER_MAGIC, 1)):
+        raw = p.encode_header("m1", tok, version, dialect)
+        assert raw.startswith(magic)
+        a, b = _socket.socketpair()
+        try:
+            a.sendall(raw)
+            h = p.read_header(b, 2.0)
+        finally:
+            a.close()
+            b.close()
+        assert h.matches(b"m1", tok.encode()) and h.version == read

@@ -68,7 +68,7 @@ def config_check(ctx: click.Context, agent_path: str | None, cluster_path: str |
 def run_checks(agent_path: str | None, cluster_path: str | None) -> list[Check]:
     """Every check, in order; a failed load skips the checks that need what it would have loaded."""
     from ..config import load_agent_config, load_cluster
-    from ..errors import SlackerError
+    from ..errors import NotFound, SlackerError
 
     checks: list[Check] = []
     user = _user()
@@ -100,9 +100,12 @@ def run_checks(agent_path: str | None, cluster_path: str | None) -> list[Check]:
         if cluster is not None:
             try:
                 spec = cluster.node(agent.node)
-                checks.append(Check("node", True, f"{agent.node} is {spec.url} in the cluster file"))
-            except SlackerError as exc:
-                checks.append(Check("node", False, exc.one_line()))
+                checks.append(Check("node", True, f"{agent.node} is a member at {spec.url}"))
+            except NotFound:  # a new host: its agent registers it in the directory at its first start
+                checks.append(Check("node", True, f"{agent.node} is not a member yet: its agent registers it "
+                                                  "in the directory when it starts"))
+            except SlackerError as exc:  # the directory cannot be read: the agent starts and registers later
+                checks.append(Check("node", True, f"{agent.node}: membership not checked ({exc.one_line()})"))
         if agent.tls is not None:
             checks += [_readable("TLS certificate", agent.tls.cert), _private("TLS key", agent.tls.key)]
         checks.append(_data_root(agent.data_root))
@@ -119,7 +122,7 @@ def _user() -> str:
 
 
 def _token(cluster) -> Check:
-    from ..errors import SlackerError
+    from ..errors import NotFound, SlackerError
 
     try:
         cluster.token()  # readable by this user, 0600, long enough (the loader's own rules)
@@ -189,7 +192,7 @@ def _secrets(root: Path) -> list[Check]:
 
 
 def _program(name: str) -> Check:
-    from ..errors import SlackerError
+    from ..errors import NotFound, SlackerError
     from ..mariadb.server import find_program
 
     try:

@@ -12,6 +12,7 @@ printed (run with -s to see them)."""
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import pwd
 import re
@@ -43,6 +44,7 @@ SERVICE_USER = "slacker-test"  # a user of the tests' own: never collides with a
 FORBIDDEN_PACKAGES = re.compile(r"^(sysbench|golang(-[\w.-]+)?|gcc(-\d+)?|cpp(-\d+)?|g\+\+(-\d+)?|prometheus(-[\w.-]+)?"
                                 r"|etcd(-server|-client)?|python3(\.\d+)?-dev|libmariadb-dev|make|pkg-config)$")
 HOSTS = ("node-1", "node-2", "node-3")
+JOINER = "node-4"  # a database host racked while the fleet runs: it joins by its agent's first start
 APP = "app"  # the application host: the router only
 OPS = "ops"  # the operator's admin machine: the CLI with the admin credential (no process of its own)
 # A service's environment, as systemd gives it: no PATH entries of the build machine (pyenv, .venv).
@@ -198,7 +200,7 @@ class Fleet:
         for k in range(20):
             subnet = f"10.{86 + k % 4}.{(os.getpid() + k * 41) % 250}.0/24"
             try:
-                self.plan = netns.setup(self.run_dir, [*HOSTS, APP], subnet)
+                self.plan = netns.setup(self.run_dir, [*HOSTS, JOINER, APP], subnet)
                 break
             except Conflict as exc:
                 last = exc
@@ -208,13 +210,13 @@ class Fleet:
         # The cluster CA and a certificate per database host, made on a "secure host" and copied out
         # (docs/deployment.md, section 6): every agent link is TLS, as on real hosts.
         from slacker.tls import ensure_cluster_pki
-        self.pki = ensure_cluster_pki(self.inst.root / "pki", {h: [self.address(h), h] for h in (*HOSTS, APP)})
+        self.pki = ensure_cluster_pki(self.inst.root / "pki", {h: [self.address(h), h] for h in (*HOSTS, JOINER, APP)})
         members = local_etcd.plan(list(self.plan.etcd_addresses))
         self.endpoints = local_etcd.start(self.run_dir / "etcd", members)
         # The admin secret for the database hosts and the operator's admin machine; the application host
         # gets the router credential derived from it, and nothing else (docs/deployment.md, section 2).
         self.admin = os.urandom(32).hex()
-        for host in (*HOSTS, APP, OPS):
+        for host in (*HOSTS, JOINER, APP, OPS):
             self._write_config(host, derive(self.admin, "router") if host == APP else self.admin)
 
     def address(self, host: str) -> str:
@@ -249,14 +251,12 @@ class Fleet:
         shutil.copy(files.key, tls / "node.key")
         os.chown(tls / "node.key", self.uid, self.gid)
         (tls / "node.key").chmod(0o600)
-        # MEMBERSHIP PART (issue 52, nodes in the directory): the cluster file shrinks to the directory
-        # and the credential; today it lists every node ([[nodes]]).
-        nodes = "".join(f'\n[[nodes]]\nname = "{h}"\nurl = "https://{self.address(h)}:7701"\n'
-                        f'tenant_host = "{self.address(h)}"\n' for h in HOSTS)
+        # The cluster file names no node: how to reach the directory, the credential, the CA. Members are
+        # what the directory holds; each agent registers itself when it starts.
         endpoints = ", ".join(f'"{e}"' for e in self.endpoints)
-        self._private_file(etc / "cluster.toml", f'token_file = "{etc}/token"\ndirectory = "node-1"\n'
+        self._private_file(etc / "cluster.toml", f'token_file = "{etc}/token"\n'
                            f'directory_backend = "etcd"\netcd_endpoints = [{endpoints}]\n'
-                           f'local_subnet = "{self.plan.subnet}"\ntls_ca = "{tls}/ca.crt"\n{nodes}')
+                           f'local_subnet = "{self.plan.subnet}"\ntls_ca = "{tls}/ca.crt"\n')
         if host in (APP, OPS):
             return
         state.mkdir(parents=True)
@@ -435,8 +435,36 @@ def test_operator_path(installed):
         # A live migration under the routed writes, run by an agent that is not root.
         p = fleet.cli("migrate", "t1", "--to", "node-2", check=False)
         assert p.returncode == 0, p.stderr[-2000:]
-        # MEMBERSHIP PART (issue 52): add a 4th host to the running fleet here (`slacker node add` or
-        # its agent's first start) and `slacker node drain node-3` onto it, restarting nothing else.
+        # A fourth host joins the running fleet by its agent's first start, and node-3 is drained onto it,
+        # restarting no other process and editing no file on another host.
+        pids = {h: p.pid for h, p in fleet.agents.items()} | {"router": fleet.router.pid}
+        p = _run("setpriv", "--reuid", SERVICE_USER, "--regid", SERVICE_USER, "--init-groups", "--",
+                 inst.slacker, "config", "check", "--agent", fleet.etc(JOINER) / "agent.toml", env=SERVICE_ENV,
+                 check=False)
+        assert p.returncode == 0 and "FAIL" not in p.stdout, p.stdout + p.stderr
+        fleet.start_agent(JOINER)
+        members = {n["node"]: n for n in json.loads(fleet.cli("node", "list", "--json").stdout)["nodes"]}
+        assert set(members) == {*HOSTS, JOINER}, members
+        # Only node-4 may receive: the operator cordons the others for the drain, and uncordons them after.
+        for h in ("node-1", "node-2"):
+            fleet.cli("node", "cordon", h)
+        p = fleet.cli("node", "drain", "node-3", "--sla", "2s", check=False)
+        assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
+        for h in ("node-1", "node-2"):
+            fleet.cli("node", "uncordon", h)
+        assert json.loads(fleet.cli("locate", "t2", "--json").stdout)["node"] == JOINER
+        deadline = time.monotonic() + 10
+        admin = f"{fleet.address(APP)}:6034"
+        while next(t for t in fetch_status(admin)["tenants"] if t["tenant"] == "t2")["node"] != JOINER:
+            assert time.monotonic() < deadline, "the router did not follow t2 to node-4"
+            time.sleep(0.1)
+        assert {h: p.pid for h, p in fleet.agents.items() if h != JOINER} | {"router": fleet.router.pid} == pids
+        assert all(p.poll() is None for p in fleet.agents.values()) and fleet.router.poll() is None
+        # node-3, empty now, leaves the fleet: its agent is stopped (the unit disabled) and it is removed.
+        fleet.stop_agent("node-3")
+        p = fleet.cli("node", "remove", "node-3")
+        assert "removed" in p.stdout
+        assert "node-3" not in {n["node"] for n in json.loads(fleet.cli("node", "list", "--json").stdout)["nodes"]}
 
         # The upgrade step: install the artefact again (a new release, swapped in), then restart
         # node-2's agent, t1's owner, while the client writes. Its tenants keep serving.
@@ -463,7 +491,7 @@ def test_operator_path(installed):
 
         # Deleting a tenant needs no root either.
         assert fleet.cli("tenant", "delete", "t2", "--yes").returncode == 0
-        assert not (fleet.state("node-3") / "tenants" / "t2").exists()
+        assert not (fleet.state(JOINER) / "tenants" / "t2").exists()
 
         # Nothing of Slacker runs as root: agents, every tenant's mariadbd, the router.
         procs = _processes(inst.root)

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from slacker import protocol_version
 from slacker.agent.client import AgentClient
 from slacker.agent.server import ApiServer
 from slacker.credentials import Keyring
@@ -24,7 +25,8 @@ def make_server():
     servers = []
 
     def make(**kwargs) -> tuple[ApiServer, AgentClient]:
-        node = SimpleNamespace(token=TOKEN, keyring=Keyring(TOKEN), name="stub", status=lambda: {"node": "stub"})
+        node = SimpleNamespace(token=TOKEN, keyring=Keyring(TOKEN), protocol=protocol_version.current(), name="stub",
+                               status=lambda: {"node": "stub"})
         srv = ApiServer(node, "127.0.0.1", 0, **kwargs)
         gate = threading.Event()
 

@@ -211,10 +211,11 @@ def test_directory_stopped_while_fenced_then_abort(scenario3):
     """No directory needed to roll back: the abort unfences the source."""
     s = scenario3
     mid = migrate(s, hold_s={"fenced": 5}, max_freeze_s=30)
+    # The operator's clients know the nodes from before the outage (the members are in the directory).
+    agents, _ = cluster_clients(s.cluster)
     s.wait_fenced()
     resume = directory_stopped(s, "node-3")
     try:
-        agents, _ = cluster_clients(s.cluster)
         agents["node-1"].request("POST", f"/v1/migrations/{mid}/abort", {})
         doc = wait_migration(s.cluster, "node-1", mid, timeout_s=60)
         assert doc["result"] == "aborted"
@@ -229,10 +230,10 @@ def test_directory_stopped_at_the_flip_fails_closed(scenario3):
     s = scenario3
     # The directory stops inside the hold, so the compare-and-set is sent to a stopped directory.
     mid = migrate(s, hold_s={"fenced": 4}, max_freeze_s=30)
+    agents, _ = cluster_clients(s.cluster)  # before the outage: the members are in the directory
     s.wait_fenced()
     resume = directory_stopped(s, "node-3")
     try:
-        agents, _ = cluster_clients(s.cluster)
         deadline = time.monotonic() + 60
         while True:
             assert s.writable() == []

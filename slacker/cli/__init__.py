@@ -117,9 +117,14 @@ def _wants_json(args: list[str]) -> bool:
 
 
 def _fail(what: str, why: str, hint: str, code: int, as_json: bool, kind: str, line: str | None = None):
-    """Print an error as one line on stderr, or, when the command was asked for --json, as one JSON
-    document on stdout ({"error": {...}}) so a script reads it where it reads the answer; then exit."""
-    if as_json:
+    """Print an error as one line on stderr, or, when the command was asked for --json and has printed
+    nothing yet, as one JSON document on stdout ({"error": {...}}) so a script reads it where it reads
+    the answer; then exit."""
+    from .common import printed_json
+
+    # A command that printed its document (a failed migration's result) keeps stdout to that one
+    # document: its error line goes to stderr.
+    if as_json and not printed_json():
         import json
 
         click.echo(json.dumps({"error": {"kind": kind, "what": what, "why": why, "hint": hint,

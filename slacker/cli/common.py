@@ -59,8 +59,17 @@ SERVER_SIZE = _UnitType("size", units.parse_server_size)
 RATE = _UnitType("rate", units.parse_rate)
 
 
+_printed_json = False  # this run already printed its one JSON document (a failed migration's result)
+
+
 def print_json(doc: Any) -> None:
+    global _printed_json
     click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    _printed_json = True
+
+
+def printed_json() -> bool:
+    return _printed_json
 
 
 def print_table(headers: list[str], rows: list[list[Any]]) -> None:

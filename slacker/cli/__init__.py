@@ -35,6 +35,8 @@ class SlackerGroup(click.Group):
         args = list(sys.argv[1:] if args is None else args)
         args = self._hoist_globals(args)
         want_json = type(self).json_errors = _wants_json(args)
+        from .common import forget_printed_json
+        forget_printed_json()
         try:
             rv = super().main(args, *rest, **kwargs)
         except click.exceptions.Abort:  # a prompt declined (or closed): nothing was done

@@ -72,6 +72,12 @@ def printed_json() -> bool:
     return _printed_json
 
 
+def forget_printed_json() -> None:
+    """A new command line starts with nothing printed (the CLI runs many in one process under tests)."""
+    global _printed_json
+    _printed_json = False
+
+
 def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     """A plain aligned table; empty tables say so."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]

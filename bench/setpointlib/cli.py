@@ -70,14 +70,14 @@ import time
 from pathlib import Path
 
 
-from setpointlib import analysis, compare, fig5, fig11, fig13a, fig13b, gains, log, stable, threshold  # noqa: E402
+from setpointlib import analysis, compare, fig5, fig11, fig13a, fig13b, gains, log, oltp, stable, threshold  # noqa: E402
 from setpointlib.analysis import mbs, ms, parse_list, report, step_analysis  # noqa: E402
 from setpointlib.plots import make_plots  # noqa: E402
 from setpointlib.runner import Bench, guarded, machine_info  # noqa: E402
 from slacker.units import parse_duration, parse_rate  # noqa: E402
 from benchkit import REPO
 
-EXPERIMENTS = ("fig5", "fig11", "fig13a", "threshold", "fig13b", "gains", "compare", "stable")
+EXPERIMENTS = ("fig5", "fig11", "fig13a", "threshold", "fig13b", "gains", "compare", "stable", "oltp")
 DEFAULT_EXPERIMENTS = ("fig5", "fig11", "fig13a", "threshold", "fig13b")
 
 
@@ -191,6 +191,23 @@ def parse_args(argv=None):
     g.add_argument("--bracket", default="0.5,1,2",
                    help="each block's fixed rates, as multiples of the calibration's oracle rate")
     g.add_argument("--blocks", type=int, default=5)
+    g = ap.add_argument_group("oltp (--only oltp: the loads through a router, paired within blocks)")
+    g.add_argument("--binding-mult", type=float, default=1.6,
+                   help="the binding setpoint: this times the load's own latency measured at the block's start")
+    g.add_argument("--nonbinding-mult", type=float, default=4.0, help="the non-binding setpoint's multiple (default 4)")
+    g.add_argument("--oracle-factors", default="0.35,0.6,0.85",
+                   help="the block's fixed rates, as multiples of its warm-up move's unthrottled rate")
+    g.add_argument("--warmup-moves", type=int, default=1, help="unthrottled moves at a block's start, not judged")
+    g.add_argument("--capacity-s", type=parse_duration, default=8.0,
+                   help="how long the capacity probe before each block runs (default 8s)")
+    g.add_argument("--move-gap", type=parse_duration, default=3.0, help="seconds between moves (default 3s)")
+    g.add_argument("--step-factor", type=float, default=2.0,
+                   help="the load step: the load times this, by a second load at (factor-1) x the rate (default 2)")
+    g.add_argument("--step-s", type=parse_duration, default=20.0, help="how long the load step lasts (default 20s)")
+    g.add_argument("--step-after", type=parse_duration, default=5.0,
+                   help="the step starts this long after the move is asked for (default 5s: a few seconds into the copy)")
+    g.add_argument("--block-estimate", type=parse_duration, default=300.0,
+                   help="a block's length for the ETA and --until before the first block ends (default 5min)")
     g.add_argument("--until", default=None, help="HH:MM UTC: start no block that would end after it")
     g.add_argument("--data-copy", default=None, help="also write results.json here after every run (e.g. docs/data/...)")
     g = ap.add_argument_group("controller")
@@ -250,6 +267,16 @@ def parse_args(argv=None):
         a.step_tps = round(a.tps / (1 + a.step_pct / 100))
     a.sweep_factors = [float(x) for x in a.sweep_factors.split(",")]
     a.bracket = [float(x) for x in a.bracket.split(",")]
+    a.oracle_factors = [float(x) for x in a.oracle_factors.split(",")]
+    if "oltp" in a.only:
+        if len(a.only) > 1:
+            ap.error("--only oltp runs alone (its blocks share one load and one router)")
+        if len(a.oracle_factors) < 3:
+            ap.error("--oracle-factors needs at least 3 rates")
+        a.router, a.own_clock = True, True  # the loads through the router; sysbench's own clock per second
+        a.sb_paced, a.arrival = True, "constant"
+        if a.capacity_probe_tps is None:
+            a.capacity_probe_tps = 3000
     if "stable" in a.only:
         if a.cpu_per_node is None:
             a.cpu_per_node = 0.5
@@ -284,8 +311,13 @@ def main(argv=None) -> int:
         for blk in (res.get("stable") or {}).get("blocks", []):  # recomputed: a change to them applies to old runs
             if blk.get("ended"):
                 blk["figures"] = stable.block_figures(res, blk, res["stable"]["calibration"]["multiples"])
+        if (res.get("oltp") or {}).get("blocks"):
+            res["oltp"]["summary"] = oltp.summary(res["oltp"])
         print(report(res, args.head_exclude))
         print(stable.report(res))
+        print(oltp.report(res))
+        if args.data_copy and res.get("oltp"):
+            Path(args.data_copy).write_text(json.dumps(res, indent=1, default=str))
         if args.data_copy and res.get("stable"):
             # the per-second series of every run, beside the raw results (docs/data)
             series_path = Path(args.data_copy).with_name(Path(args.data_copy).stem + "-series.json")
@@ -293,8 +325,11 @@ def main(argv=None) -> int:
             print(f"series: {series_path}")
         out_dir = Path(args.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for p in make_plots(res, out_dir):
+        for p in make_plots(res, out_dir) + oltp.plot(res, out_dir):
             print(f"plot: {p}")
+            if args.img_dir:
+                Path(args.img_dir).mkdir(parents=True, exist_ok=True)
+                shutil.copy(p, Path(args.img_dir) / p.name)
         return 0
 
     def on_term(signum, frame):
@@ -352,6 +387,8 @@ def main(argv=None) -> int:
             compare.run(bench, setpoints)
         if "stable" in args.only:
             stable.run(bench)
+        if "oltp" in args.only:
+            oltp.run(bench)
 
     rc = guarded(bench, experiments)
     res["elapsed_s"] = round(time.monotonic() - started, 1)
@@ -359,7 +396,8 @@ def main(argv=None) -> int:
     print()
     print(report(res, args.head_exclude))
     print(stable.report(res))
-    made = make_plots(res, bench.out_dir)
+    print(oltp.report(res))
+    made = make_plots(res, bench.out_dir) + oltp.plot(res, bench.out_dir)
     for p in made:
         print(f"plot: {p}")
         if args.img_dir:

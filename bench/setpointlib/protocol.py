@@ -200,3 +200,107 @@ def met(values: list[float | None], lo: float, hi: float) -> str:
     """How many of the blocks' values fall in [lo, hi], as 'k of n'."""
     v = [x for x in values if x is not None]
     return f"{sum(1 for x in v if lo <= x <= hi)} of {len(v)}"
+
+
+# --- the OLTP protocol (`--only oltp`, bench/setpointlib/oltp.py): its pure parts ----------------------------
+
+def interval(values: list[float | None], level: float = 0.9) -> dict:
+    """Median and the central `level` interval over blocks (percentiles by linear interpolation between
+    the sorted values; with 5 blocks the 90 % interval runs from between the two lowest to between the
+    two highest). None values (a run that did not happen) are counted, not used."""
+    v = sorted(x for x in values if x is not None)
+    out = {"n": len(v), "missing": len(values) - len(v), "median": None, "lo": None, "hi": None, "level": level}
+    if not v:
+        return out
+
+    def pct(q: float) -> float:
+        pos = q * (len(v) - 1)
+        i = int(math.floor(pos))
+        j = min(i + 1, len(v) - 1)
+        return v[i] + (v[j] - v[i]) * (pos - i)
+
+    out.update(median=statistics.median(v), lo=pct((1 - level) / 2), hi=pct(1 - (1 - level) / 2))
+    return out
+
+
+def best_oracle(fixed: list[tuple[float, float]], setpoint_s: float) -> float | None:
+    """The fastest fixed rate of the block whose mean latency during the copy met the setpoint
+    ((achieved rate, mean latency s) each); None when none met it."""
+    met_rates = [rate for rate, lat in fixed if lat is not None and lat <= setpoint_s]
+    return max(met_rates) if met_rates else None
+
+
+def oracle_rates(unthrottled_rate: float, factors: list[float]) -> list[float]:
+    """The block's fixed rates: multiples of the previous unthrottled move's achieved rate (below 1:
+    the knee lies between them and the unthrottled rate on a plant where the setpoint binds)."""
+    return sorted({unthrottled_rate * f for f in factors if f > 0})
+
+
+def block_ratios(runs: dict[str, dict], setpoint_s: float, arms: list[str]) -> dict:
+    """One block's paired ratios from its moves' summaries ({member: {"mean_s", "rate", "time_s"}}):
+    per controller arm at the binding setpoint, mean / setpoint and speed / the best oracle rate that
+    met it (the fixed rates and the unthrottled move are the oracle's candidates); per non-binding arm,
+    time / the unthrottled move's time. A move that did not happen gives None."""
+    fixed = [(r["rate"], r["mean_s"]) for m, r in runs.items() if (m.startswith("fixed") or m == "unthrottled") and r]
+    best = best_oracle(fixed, setpoint_s)
+    out: dict = {"oracle_rate": best, "setpoint_s": setpoint_s}
+    for arm in arms:
+        r = runs.get(arm)
+        out[f"{arm}:mean/sp"] = r["mean_s"] / setpoint_s if r and r.get("mean_s") is not None else None
+        out[f"{arm}:speed/oracle"] = r["rate"] / best if r and best and r.get("rate") else None
+    u = runs.get("unthrottled")
+    for m, r in runs.items():
+        if m.endswith(":nb"):
+            out[f"{m}:time/unthr"] = r["time_s"] / u["time_s"] if r and u and u.get("time_s") else None
+    return out
+
+
+def recovery_s(seconds: list[tuple[float, float | None]], setpoint_s: float, step_at: float,
+               hold: int = 3) -> float | None:
+    """Seconds from the load step (`step_at`) until the latency is back under the setpoint and stays
+    there `hold` seconds in a row ((second's end, mean latency s) each, in order): the end of the first
+    second of that run, minus step_at. 0 when it never left; None when it was not back by the last
+    second (the copy ended first, or it never came back)."""
+    after = [(t, v) for t, v in seconds if t > step_at and v is not None]
+    if not after:
+        return None
+    first_above = next((i for i, (_, v) in enumerate(after) if v > setpoint_s), None)
+    if first_above is None:
+        return 0.0
+    for i in range(first_above, len(after) - hold + 1):
+        if all(v <= setpoint_s for _, v in after[i:i + hold]):
+            return after[i][0] - step_at
+    return None
+
+
+def agreement(a: dict[int, float], b: dict[int, float]) -> dict:
+    """Two per-second latency series ({second: mean s}) over their common seconds: Pearson's
+    correlation, the ratio of their means (a / b) and the median of the per-second ratios."""
+    common = sorted(k for k in a if k in b and a[k] is not None and b[k] is not None and b[k] > 0)
+    out = {"n": len(common), "correlation": None, "ratio_of_means": None, "median_ratio": None}
+    if not common:
+        return out
+    xs, ys = [a[k] for k in common], [b[k] for k in common]
+    out["ratio_of_means"] = statistics.fmean(xs) / statistics.fmean(ys)
+    out["median_ratio"] = statistics.median(x / y for x, y in zip(xs, ys))
+    if len(common) >= 3:
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+        sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+        if sx > 0 and sy > 0:
+            out["correlation"] = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
+    return out
+
+
+def per_second(buckets: dict[int, tuple[float, float]], t0: float | None = None,
+               t1: float | None = None) -> dict[int, float]:
+    """{second: (transactions, summed latency s)} -> {second: mean latency s} within [t0, t1]."""
+    return {k: s / n for k, (n, s) in sorted(buckets.items())
+            if n > 0 and (t0 is None or k >= t0) and (t1 is None or k <= t1)}
+
+
+def window_mean(buckets: dict[int, tuple[float, float]], t0: float, t1: float) -> float | None:
+    """The transaction-weighted mean latency of the seconds in [t0, t1]."""
+    sel = [(n, s) for k, (n, s) in buckets.items() if t0 <= k <= t1]
+    n = sum(x for x, _ in sel)
+    return sum(s for _, s in sel) / n if n else None

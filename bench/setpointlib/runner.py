@@ -192,6 +192,14 @@ class Harness:
                 "--metrics-port", str(self.port), "--out", str(self.out_path), "--quiet", "--drain-timeout", "5s"]
         for s in steps:
             args += ["--rate-step", s]
+        if getattr(bench, "router_listen", None) and len(tenants) == 1:
+            # through the bench's router: its address and the application user named for the tenant
+            ep = resolve(tenants[0], directory=bench.directory, agents=bench.agents)
+            pw = bench.run_dir / f"{tenants[0]}.app-password"
+            pw.touch(mode=0o600)
+            pw.write_text(ep.password)
+            host, _, port = bench.router_listen.rpartition(":")
+            args += ["--host", host, "--port", port, "--user", f"{ep.user}@{tenants[0]}", "--password-file", str(pw)]
         if bench.args.seed is not None:
             args += ["--seed", str(bench.args.seed)]
         if getattr(bench.args, "arrival", None):
@@ -288,6 +296,7 @@ class Bench:
         # With the target in RAM every measured migration goes node-1 -> node-2 and the tenant comes back
         # unthrottled between runs; on one shared disk they alternate.
         self.home = "node-1" if args.target_tmpfs != "none" and not args.cluster else None
+        self.router_listen: str | None = None  # the router the loads go through (--router), HOST:PORT
 
     # --- setup / teardown ----------------------------------------------------------------------
     def setup(self) -> None:
@@ -314,7 +323,9 @@ class Bench:
             budget = {"cpu_per_node": cpu, "cpu_period_s": a.cpu_period, "cpu_weight": a.cpu_weight} if cpu else {}
             self.cluster_file = local_cluster.up(self.run_dir, nodes=2, first_address=a.address,
                                                  api_port=a.api_port, port_range=a.port_range,
-                                                 disk_read_per_node=a.disk_read_bps, router=None, **budget)
+                                                 disk_read_per_node=a.disk_read_bps,
+                                                 router="127.0.0.1:0" if getattr(a, "router", False) else None,
+                                                 **budget)
             if a.disk_read_bps:
                 log(f"each node reads at most {mbs(a.disk_read_bps, 0)} MB/s from the disk")
             if cpu:
@@ -329,6 +340,13 @@ class Bench:
         self.cpu = CpuMonitor(str(self.run_dir), str(self.shm or "")).start()
         self.cluster = load_cluster(str(self.cluster_file))
         self.agents, self.directory = cluster_clients(self.cluster)
+        if getattr(a, "router", False):
+            from slacker.router import local as local_router
+            self.router_listen = local_router.listening(self.run_dir)
+            if not self.router_listen:
+                raise SlackerError("the bench's router does not answer", f"no router in {self.run_dir}/router",
+                                   "see router.log there")
+            log(f"the loads go through the router on {self.router_listen}")
 
     def teardown(self) -> None:
         for h in list(self.harnesses):
@@ -466,7 +484,8 @@ class Bench:
             copied = max([s["bytes_done"] for s in snaps] or [0])
         return {"id": mid, "from": src, "to": target, "result": doc["result"], "posted": posted,
                 "snapshot_start": s0, "snapshot_end": s1, "snapshot_s": s1 - s0, "bytes": copied,
-                "avg_rate": copied / max(1e-9, s1 - s0), "duration_s": doc.get("duration_s"), "phases": {k: v["duration_s"] for k, v in phases.items()},
+                "avg_rate": copied / max(1e-9, s1 - s0), "duration_s": doc.get("duration_s"),
+                "latency_source": doc.get("latency_source"), "phases": {k: v["duration_s"] for k, v in phases.items()},
                 "series_path": str(series_path), "series": [json.loads(x) for x in series]}
 
     def _follow(self, src: str, doc: dict, abort_after_s: float | None) -> tuple[dict, float | None]:

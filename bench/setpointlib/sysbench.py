@@ -59,19 +59,20 @@ class SysbenchLoad:
     the tenant's per-second mean transaction latency (performance_schema) as harness records."""
 
     def __init__(self, bench, name: str, tenants: list[str], rates: list[float], records: int,
-                 steps: list[str] = ()) -> None:
+                 steps: list[str] = (), time_s: float = 7200, sample: bool = True) -> None:
         if len(tenants) != 1 or steps:
             raise SlackerError("the sysbench load runs on one tenant at a fixed rate", "", "use the harness (--load ycsb)")
         self.bench, self.name, self.tenant = bench, name, tenants[0]
         self.out_path = bench.out_dir / f"{name}.harness.jsonl"
         self.log_path = bench.out_dir / f"{name}.sysbench.log"
         a = bench.args
-        ep = resolve(self.tenant, directory=bench.directory, agents=bench.agents)
+        ep = routed(bench, resolve(self.tenant, directory=bench.directory, agents=bench.agents))
         # --sb-paced (the stable protocol): constant arrivals; else sysbench's own Poisson --rate
         paced = getattr(a, "sb_paced", False)
+        own = ["--own-clock=on"] if paced and getattr(a, "own_clock", False) else []
         cmd = sysbench_cmd(ep, a, f"--threads={a.sb_threads}",
-                           f"--paced-rate={rates[0]:g}" if paced else f"--rate={rates[0]:g}", "--time=7200",
-                           "--report-interval=1", "--mysql-ignore-errors=all", "run", paced=paced)
+                           f"--paced-rate={rates[0]:g}" if paced else f"--rate={rates[0]:g}", f"--time={time_s:.0f}",
+                           "--report-interval=1", "--mysql-ignore-errors=all", *own, "run", paced=paced)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         bench.cpu.extra_pids.add(self.proc.pid)
@@ -80,7 +81,10 @@ class SysbenchLoad:
         self.result = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(rates[0],), daemon=True)
-        self._thread.start()
+        if sample:
+            self._thread.start()
+        else:  # the caller measures the server itself (oltp.Probe): no second sampler
+            self.out_path.write_text("")
 
     def url(self) -> str:  # no metrics endpoint: the controller reads performance_schema (its default)
         return ""
@@ -125,6 +129,8 @@ class SysbenchLoad:
                 raise SlackerError("sysbench exited", Path(self.log_path).read_text()[-300:], "")
             if self.out_path.exists() and self.out_path.stat().st_size > 0:
                 return
+            if not self._thread.is_alive() and "@lat " in Path(self.log_path).read_text(errors="replace"):
+                return
             time.sleep(0.2)
         raise SlackerError("sysbench did not start", f"no latency in {timeout_s:.0f}s", "")
 
@@ -137,7 +143,8 @@ class SysbenchLoad:
                     self.proc.wait(20)
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
-            self._thread.join(10)
+            if self._thread.is_alive():
+                self._thread.join(10)
             self._log.close()
             self.result = self.proc.returncode
         if self in self.bench.harnesses:
@@ -149,3 +156,37 @@ class SysbenchLoad:
     def records(self) -> list[dict]:
         from .analysis import harness_records
         return harness_records(self.out_path) if self.out_path.exists() else []
+
+    def own_clock(self, service: bool = False) -> dict[int, tuple[float, float]]:
+        """sysbench's own clock (--own-clock): {second's end (unix s): (transactions, summed latency s)},
+        the latency from each transaction's scheduled arrival (or, `service`, from its start)."""
+        return own_clock(Path(self.log_path), service)
+
+
+def own_clock(path: Path, service: bool = False) -> dict[int, tuple[float, float]]:
+    """The @lat lines of oltp_paced.lua's --own-clock in a sysbench log, summed over threads per second."""
+    out: dict[int, tuple[float, float]] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.startswith("@lat "):
+            continue
+        try:
+            _, sec, _tid, n, resp, serv = line.split()
+            k, n_, v = int(sec) + 1, float(n), float(serv if service else resp)
+        except ValueError:
+            continue
+        c, s = out.get(k, (0.0, 0.0))
+        out[k] = (c + n_, s + v)
+    return out
+
+
+def routed(bench, ep):
+    """The tenant's endpoint through the bench's router (`bench.router_listen`), if it has one: the router's
+    address and the application user named for the tenant (user@tenant)."""
+    listen = getattr(bench, "router_listen", None)
+    if not listen:
+        return ep
+    import dataclasses
+    host, _, port = listen.rpartition(":")
+    return dataclasses.replace(ep, host=host, port=int(port), user=f"{ep.user}@{ep.tenant}")

@@ -1,0 +1,444 @@
+"""The controllers on an OLTP load, judged by paired differences within blocks: `--only oltp`.
+
+Each block measures the tenant's capacity through the router, starts the load at --load-fraction of
+it (sysbench oltp_read_write at constant arrivals, or the harness), takes the load's own latency on
+its own clock (sysbench's per-thread seconds, the harness's records), and sets the binding setpoint
+at --binding-mult times it and the non-binding one at --nonbinding-mult. Then, under that one load:
+warm-up moves (unthrottled, not judged; the last one's rate places the fixed rates), and in an order
+rotated each block: fixed rates (the oracle), the model with the router's latency source (the
+default where a router carries the clients), the model with the server's, PID with the router's, at
+the binding setpoint; an unthrottled move and the model at the non-binding one; and the load-step
+arm (a second load at the same rate for --step-s seconds mid-copy), model with each source.
+
+Every second a probe reads the router's and the server's latency for the tenant, so each move
+records what each source saw beside the load's own clock. The pure parts (paired ratios, the
+best oracle, the interval over blocks, recovery time, agreement) are in protocol.py.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from slacker.client import resolve
+from slacker.latency import PerformanceSchemaSource, RouterLatencySource
+from slacker.router.control import registered_routers
+
+from . import log, protocol
+from .analysis import MB, mbs, ms, table
+from .runner import Bench, Harness, load_class
+
+SERVER_SOURCE = "performance-schema,table=transactions,exclude-user=slacker"
+BINDING = ["model-router:b", "model-server:b", "pid-router:b"]
+NONBINDING = ["model-router:nb"]
+STEPS = ["step:model-router", "step:model-server"]
+
+
+def members(n_fixed: int) -> list[str]:
+    return [f"fixed:{i}" for i in range(n_fixed)] + BINDING + ["unthrottled"] + NONBINDING + STEPS
+
+
+class Probe:
+    """Once a second: the tenant's cumulative latency sum and count at the routers and at the server
+    (performance_schema, following the tenant to its owner), kept as per-second buckets
+    {second's end: (transactions, summed latency s)} for each source."""
+
+    def __init__(self, bench: Bench, tenant: str) -> None:
+        self.bench, self.tenant = bench, tenant
+        self.router: dict[int, tuple[float, float]] = {}
+        self.server: dict[int, tuple[float, float]] = {}
+        self.errors = {"router": 0, "server": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="oltp-probe", daemon=True)
+        self._thread.start()
+
+    def _admins(self) -> list[str]:
+        return [r["admin"] for r in registered_routers(self.bench.directory) if r.get("admin")]
+
+    def _loop(self) -> None:
+        rsrc = RouterLatencySource(self.tenant, self._admins, step_s=1.0)
+        psrc, node = None, None
+        prev: dict[str, tuple | None] = {"router": None, "server": None}
+        t_start = time.time()
+        while not self._stop.wait(1.0 - (time.time() - t_start) % 1.0):
+            now = time.time()
+            try:
+                own = self.bench.directory.lookup(self.tenant)
+                if psrc is None or own.node != node:
+                    if psrc is not None:
+                        psrc.close()
+                    ep = resolve(self.tenant, directory=self.bench.directory, agents=self.bench.agents)
+                    psrc = PerformanceSchemaSource(lambda ep=ep: ep.connect(timeout_s=2), kind="transactions",
+                                                   exclude_users=("slacker",), name="oltp-probe")
+                    node, prev["server"] = own.node, None
+            except Exception:  # noqa: BLE001 - the tenant moving: try again next second
+                prev["server"] = None
+            for key, read in (("router", lambda: rsrc._snapshot()[:2]),
+                              ("server", lambda: psrc._snapshot() if psrc else None)):
+                try:
+                    snap = read()
+                except Exception:  # noqa: BLE001 - a second unseen; the next delta starts anew
+                    self.errors[key] += 1
+                    prev[key] = None
+                    continue
+                if snap is None:
+                    continue
+                s, c = snap
+                p = prev[key]
+                if p is not None and c >= p[2]:
+                    getattr(self, key)[round(now)] = (c - p[2], s - p[1])
+                prev[key] = (now, s, c)
+        if psrc is not None:
+            psrc.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+class Oltp:
+    def __init__(self, bench: Bench) -> None:
+        self.bench, self.a = bench, bench.args
+        self.tenant = self.a.tenant
+        self.st: dict = bench.results.setdefault("oltp", {"blocks": [], "load": self.a.load})
+
+    # --- the load -----------------------------------------------------------------------------------------
+    def start_load(self, name: str, tps: float, time_s: float | None = None):
+        a, b = self.a, self.bench
+        if a.load == "sysbench":
+            from .sysbench import SysbenchLoad
+            return SysbenchLoad(b, name, [self.tenant], [tps], a.records, time_s=time_s or 7200, sample=False)
+        return Harness(b, name, [self.tenant], [tps], a.records)
+
+    def clock(self, loads) -> dict[int, tuple[float, float]]:
+        """The loads' own clock, merged: {second's end: (transactions, summed latency s)}."""
+        out: dict[int, tuple[float, float]] = {}
+        for h in loads:
+            if hasattr(h, "own_clock"):
+                buckets = h.own_clock()
+            else:
+                buckets = {round(r["_end"]): (r["completed"], r["completed"] * (r["latency_mean_s"] or 0))
+                           for r in h.records() if r.get("phase") == "run"}
+            for k, (n, s) in buckets.items():
+                c0, s0 = out.get(k, (0.0, 0.0))
+                out[k] = (c0 + n, s0 + s)
+        return out
+
+    def capacity(self, k: int) -> float:
+        """The tenant's capacity now, through the router: the load with no rate limit (sysbench closed
+        loop; the harness at --capacity-probe-tps), transactions in the median second after a warm-up."""
+        a = self.a
+        name = f"o{k}-capacity"
+        if a.load == "sysbench":
+            h = self.start_load(name, 0)
+        else:
+            h = Harness(self.bench, name, [self.tenant], [a.capacity_probe_tps], a.records)
+        try:
+            h.wait_ready()
+            time.sleep(a.capacity_s)
+        finally:
+            h.stop()
+        secs = sorted(self.clock([h]).items())[2:-1]  # the first seconds ramp up, the last is cut short
+        return statistics.median(n for _, (n, _) in secs) if secs else 0.0
+
+    # --- one move -----------------------------------------------------------------------------------------
+    def controller(self, kind: str, sp: float, source: str) -> dict:
+        c = {"kind": kind, "setpoint_s": sp, "max_rate_bytes_per_s": self.a.max_rate, "force": True}
+        if kind == "pid" and self.a.gains:
+            c["gains"] = self.a.gains
+        if source == "server":  # the router source is the default where a router carries the clients
+            c["latency_sources"] = [SERVER_SOURCE]
+        return c
+
+    def move(self, blk: dict, member: str, name: str, *, rate: float | None = None, sp: float | None = None,
+             kind: str = "unthrottled", source: str | None = None, step_tps: float | None = None,
+             abort_after_s: float | None = None) -> dict:
+        a, b = self.a, self.bench
+        b.ensure_home(self.tenant)
+        time.sleep(a.move_gap)
+        ctl = self.controller(kind, sp, source) if kind in ("model", "pid") else None
+        stepper = None
+        step: dict = {}
+        if step_tps:
+            def second_load() -> None:
+                time.sleep(a.step_after)
+                step["at"] = time.time()
+                h2 = self.start_load(f"{name}-step", step_tps, time_s=a.step_s)
+                step["load"] = h2
+                time.sleep(a.step_s)
+                h2.stop()
+                step["until"] = time.time()
+            stepper = threading.Thread(target=second_load, daemon=True)
+            stepper.start()
+        mig = b.migrate(self.tenant, rate=rate, controller=ctl, name=name, abort_after_s=abort_after_s)
+        if stepper is not None:
+            stepper.join(a.step_s + a.step_after + 30)
+        c0 = mig["snapshot_start"]
+        c1 = mig["snapshot_end"] - (a.tail_exclude if mig["result"] == "succeeded" else 0.0)
+        if c1 - c0 < 2:
+            c1 = mig["snapshot_end"]
+        src = mig.get("latency_source") or {}
+        m = {"name": name, "member": member, "kind": kind, "source": source, "setpoint_s": sp, "fixed_rate": rate,
+             "result": mig["result"], "rate": mig["avg_rate"], "bytes": mig["bytes"], "time_s": mig["duration_s"],
+             "snapshot_s": mig["snapshot_s"], "copy": [c0, c1], "posted": mig["posted"],
+             "end": mig["snapshot_end"], "latency_source": src.get("kind"),
+             "latency_source_why": {t: v.get("why") for t, v in (src.get("tenants") or {}).items()},
+             "series_path": mig["series_path"], "step": {k: v for k, v in step.items() if k != "load"} or None,
+             "cpu_during_copy": b.cpu.summary(c0, mig["snapshot_end"])}
+        blk["moves"][member] = m
+        if "load" in step:
+            blk.setdefault("_step_loads", {})[member] = step["load"]
+        return m
+
+    # --- a block ------------------------------------------------------------------------------------------
+    def block(self, k: int, t_block: float) -> dict:
+        a, b = self.a, self.bench
+        blk: dict = {"block": k, "started": time.time(), "moves": {}}
+        self.st["blocks"].append(blk)
+        b.ensure_home(self.tenant)
+        cap = self.capacity(k)
+        tps = round(a.load_fraction * cap, 1)
+        blk.update(capacity_tps=cap, offered_tps=tps)
+        log(f"block {k}: capacity {cap:.0f} tps through the router; the load at {tps:g} tps")
+        load = self.start_load(f"o{k}-load", tps)
+        probe = Probe(b, self.tenant)
+        try:
+            load.wait_ready()
+            time.sleep(a.warmup)
+            t1 = time.time()
+            own = protocol.window_mean(self.clock([load]), t1 - a.pre_window, t1)
+            if not own:
+                raise SystemExit(f"block {k}: the load measured no latency on its own clock")
+            sp_b, sp_nb = a.binding_mult * own, a.nonbinding_mult * own
+            blk.update(own_s=own, setpoint_s=sp_b, nonbinding_s=sp_nb)
+            log(f"block {k}: the load's own latency {ms(own)} ms; setpoints {ms(sp_b)} ms (binding, "
+                f"{a.binding_mult:g}x), {ms(sp_nb)} ms (non-binding, {a.nonbinding_mult:g}x)")
+            u_rate = None
+            for i in range(a.warmup_moves):
+                w = self.move(blk, f"warmup:{i}", f"o{k}-warmup{i}")
+                u_rate = w["rate"]
+                self._line(k, w, t_block)
+            rates = protocol.oracle_rates(u_rate, a.oracle_factors)
+            blk["fixed_rates"] = rates
+            order = protocol.rotated(members(len(rates)), k)
+            blk["order"] = order
+            log(f"block {k}: fixed rates {', '.join(mbs(r) for r in rates)} MB/s; order {' '.join(order)}")
+            for mem in order:
+                kind, _, arg = mem.partition(":")
+                name = f"o{k}-{mem.replace(':', '-')}"
+                if kind == "fixed":
+                    m = self.move(blk, mem, name, rate=rates[int(arg)], abort_after_s=a.level)
+                elif kind == "unthrottled":
+                    m = self.move(blk, mem, name)
+                elif kind == "step":
+                    ctl, src = arg.split("-")
+                    m = self.move(blk, mem, name, kind=ctl, source=src, sp=sp_b, step_tps=tps * (a.step_factor - 1))
+                else:
+                    ctl, _, rest = kind.partition("-")
+                    m = self.move(blk, mem, name, kind=ctl, source=rest, sp=sp_b if arg == "b" else sp_nb)
+                self._line(k, m, t_block, order.index(mem) + 1, len(order))
+                b.save()
+        finally:
+            load.stop()
+            probe.stop()
+        step_loads = blk.pop("_step_loads", {})
+        self.analyse(blk, load, probe, step_loads)
+        blk["ended"] = time.time()
+        b.save()
+        return blk
+
+    def _line(self, k: int, m: dict, t_block: float, i: int = 0, n: int = 0) -> None:
+        """One progress line per move, with the ETA of the block (from the last block's length) and the run."""
+        a = self.a
+        done = time.time() - t_block
+        per_block = self.st.get("block_s") or a.block_estimate
+        eta = per_block * (a.blocks - k + 1) - done
+        log(f"  {m['name']}: {m['result']} {m['bytes'] / MB:.0f} MB in {m['snapshot_s']:.1f}s = {mbs(m['rate'])} MB/s"
+            + (f" ({i}/{n})" if n else "") + f"; ETA {max(0, eta) / 60:.0f} min")
+
+    # --- the block's figures --------------------------------------------------------------------------------
+    def analyse(self, blk: dict, load, probe: Probe, step_loads: dict) -> None:
+        a = self.a
+        client = self.clock([load])
+        service = load.own_clock(service=True) if hasattr(load, "own_clock") else client
+        for mem, m in blk["moves"].items():
+            c0, c1 = m["copy"]
+            clk = client
+            if mem in step_loads:  # the second load's transactions are the clients' too
+                clk = self.clock([load, step_loads[mem]])
+            m["mean_s"] = protocol.window_mean(clk, c0, c1)
+            m["router_mean_s"] = protocol.window_mean(probe.router, c0, c1)
+            m["server_mean_s"] = protocol.window_mean(probe.server, c0, c1)
+            own = protocol.per_second(clk, c0, c1)
+            svc = protocol.per_second(service, c0, c1)
+            rt = protocol.per_second(probe.router, c0, c1)
+            sv = protocol.per_second(probe.server, c0, c1)
+            m["agreement"] = {"router_vs_client": protocol.agreement(rt, svc),
+                              "server_vs_client": protocol.agreement(sv, svc),
+                              "router_vs_client_response": protocol.agreement(rt, own)}
+            m["seconds"] = [[k - round(c0), _r(own.get(k)), _r(rt.get(k)), _r(sv.get(k))]
+                            for k in range(round(c0) - 5, round(m["end"]) + 6)]
+            if m.get("step") and m["step"].get("at"):
+                sp = m["setpoint_s"]
+                t_at, t_to = m["step"]["at"], min(m["step"].get("until") or c1, c1)
+                secs = sorted(protocol.per_second(clk, t_at - 1, c1).items())
+                m["step"]["recovery_s"] = protocol.recovery_s(secs, sp, t_at)
+                m["step"]["copy_ended_s"] = c1 - t_at
+                m["step"]["step_in_copy_s"] = max(0.0, t_to - t_at)
+        runs = {mem: m for mem, m in blk["moves"].items() if not mem.startswith(("warmup", "step"))}
+        blk["figures"] = protocol.block_ratios(runs, blk["setpoint_s"], BINDING)
+        for mem in STEPS:
+            m = blk["moves"].get(mem)
+            blk["figures"][f"{mem}:recovery_s"] = (m.get("step") or {}).get("recovery_s") if m else None
+        ag = [m["agreement"] for mem, m in blk["moves"].items() if not mem.startswith("warmup")]
+        for key in ("router_vs_client", "server_vs_client"):
+            for f in ("correlation", "ratio_of_means"):
+                vals = [x[key][f] for x in ag if x[key][f] is not None]
+                blk["figures"][f"{key}:{f}"] = statistics.median(vals) if vals else None
+        blk["probe_errors"] = dict(probe.errors)
+        log(f"block {blk['block']} figures: " + ", ".join(f"{k2} {v:.2f}" for k2, v in blk["figures"].items()
+                                                         if isinstance(v, float) and not k2.endswith("_s")))
+
+
+def _r(v: float | None) -> float | None:
+    return round(v * 1000, 2) if v is not None else None
+
+
+def run(bench: Bench) -> dict:
+    o = Oltp(bench)
+    a = bench.args
+    deadline = a.until
+    for k in range(1, a.blocks + 1):
+        est = o.st.get("block_s") or a.block_estimate
+        if deadline and time.time() + est > deadline:
+            log(f"stopping before block {k} of {a.blocks}: it would end after --until "
+                f"(a block takes ~{est / 60:.1f} min); {k - 1} block(s) completed")
+            break
+        t0 = time.time()
+        o.block(k, t0)
+        done = [b["ended"] - b["started"] for b in o.st["blocks"] if b.get("ended")]
+        o.st["block_s"] = statistics.fmean(done)
+        log(f"block {k} of {a.blocks} done in {(time.time() - t0) / 60:.1f} min; "
+            f"ETA {o.st['block_s'] * (a.blocks - k) / 60:.0f} min")
+    o.st["summary"] = summary(o.st)
+    bench.save()
+    return o.st
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+ROWS = [("model, router: mean/sp", "model-router:b:mean/sp", "upper <= 1.1"),
+        ("model, server: mean/sp", "model-server:b:mean/sp", "upper <= 1.1"),
+        ("PID, router: mean/sp", "pid-router:b:mean/sp", "upper <= 1.1"),
+        ("model, router: speed/oracle", "model-router:b:speed/oracle", "median >= 0.85"),
+        ("model, server: speed/oracle", "model-server:b:speed/oracle", "median >= 0.85"),
+        ("PID, router: speed/oracle", "pid-router:b:speed/oracle", "median >= 0.85"),
+        ("model, router, 4x: time/unthrottled", "model-router:nb:time/unthr", "median <= 1.15"),
+        ("step, model, router: recovery s", "step:model-router:recovery_s", "<= 10 s"),
+        ("step, model, server: recovery s", "step:model-server:recovery_s", "<= 10 s"),
+        ("router / client, per second: correlation", "router_vs_client:correlation", ""),
+        ("router / client: ratio of means", "router_vs_client:ratio_of_means", ""),
+        ("server / client, per second: correlation", "server_vs_client:correlation", ""),
+        ("server / client: ratio of means", "server_vs_client:ratio_of_means", "")]
+
+
+def summary(st: dict) -> dict:
+    """Median and 90 % interval over the completed blocks of each figure."""
+    blocks = [b for b in st["blocks"] if b.get("figures")]
+    return {key: protocol.interval([b["figures"].get(key) for b in blocks]) for _, key, _ in ROWS}
+
+
+def met(key: str, goal: str, s: dict) -> str:
+    if s["n"] == 0 or not goal:
+        return ""
+    if goal.startswith("upper"):
+        return "yes" if s["hi"] <= 1.1 else "no"
+    if goal.startswith("median >="):
+        return "yes" if s["median"] >= 0.85 else "no"
+    if goal.startswith("median <="):
+        return "yes" if s["median"] <= 1.15 else "no"
+    return "yes" if s["hi"] <= 10 else "no"
+
+
+def report(res: dict) -> str:
+    st = res.get("oltp")
+    if not st:
+        return ""
+    blocks = [b for b in st["blocks"] if b.get("figures")]
+    out = [f"oltp: {st.get('load')} load through the router, {len(blocks)} block(s) completed of "
+           f"{res['config'].get('blocks')}"]
+    rows = []
+    for b in blocks:
+        rows.append([b["block"], f"{b['capacity_tps']:.0f}", f"{b['offered_tps']:g}", ms(b["own_s"]), ms(b["setpoint_s"]),
+                     mbs(b["figures"].get("oracle_rate")), " ".join(mbs(r, 0) for r in b.get("fixed_rates", []))])
+    out.append(table(["block", "capacity tps", "load tps", "own ms", "setpoint ms", "best oracle MB/s",
+                      "fixed MB/s"], rows))
+    s = st.get("summary") or summary(st)
+    rows = []
+    for label, key, goal in ROWS:
+        v = s.get(key) or protocol.interval([])
+        per = " ".join(_f(b["figures"].get(key)) for b in blocks)
+        rows.append([label, _f(v["median"]), f"{_f(v['lo'])} - {_f(v['hi'])}", v["n"], per, goal, met(key, goal, v)])
+    out.append(table(["figure", "median", "90 % interval", "n", "per block", "goal", "met"], rows,
+                     "paired within blocks: median and 90 % interval over blocks"))
+    return "\n".join(out)
+
+
+def _f(v, nd: int = 2) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+# --- the plot -----------------------------------------------------------------------------------------------
+
+def plot(res: dict, out_dir) -> list:
+    """One figure: left, each judged ratio per block (dots) with its median and 90 % interval; right, the
+    last block's model move (router source) per second on the three clocks against the setpoint."""
+    from pathlib import Path
+    st = res.get("oltp") or {}
+    blocks = [b for b in st.get("blocks", []) if b.get("figures")]
+    if not blocks:
+        return []
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        log("plot skipped: matplotlib is not installed")
+        return []
+    path = Path(out_dir) / f"setpoint-oltp-{st.get('load', 'sysbench')}.png"
+    fig = Figure(figsize=(12, 4.8))
+    FigureCanvasAgg(fig)
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
+    rows = [r for r in ROWS[:7]]
+    for i, (label, key, goal) in enumerate(rows):
+        vals = [b["figures"].get(key) for b in blocks]
+        pts = [v for v in vals if v is not None]
+        ax.scatter(pts, [i] * len(pts), s=14, color="#777777", zorder=2)
+        s = protocol.interval(vals)
+        if s["n"]:
+            ax.plot([s["lo"], s["hi"]], [i, i], color="#1f77b4", lw=3, zorder=1)
+            ax.scatter([s["median"]], [i], marker="|", s=200, color="#d62728", zorder=3)
+    ax.axvline(1.0, color="black", lw=0.8)
+    for x, style in ((1.1, ":"), (0.85, "--"), (1.15, "-.")):
+        ax.axvline(x, color="#999999", lw=0.8, ls=style)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"ratio (per block; bar: 90 % interval over {len(blocks)} blocks, red: median)")
+    ax.set_title(f"{st.get('load')} through the router: paired within blocks", fontsize=10)
+    m = blocks[-1]["moves"].get("model-router:b")
+    if m and m.get("seconds"):
+        secs = m["seconds"]
+        for j, (lab, col) in enumerate((("load's own clock", "black"), ("router source", "#1f77b4"),
+                                        ("server source", "#2ca02c")), start=1):
+            pts = [(r[0], r[j]) for r in secs if r[j] is not None]
+            ax2.plot([p[0] for p in pts], [p[1] for p in pts], label=lab, color=col, lw=1.2)
+        ax2.axhline(m["setpoint_s"] * 1000, color="#d62728", ls="--", lw=1, label="setpoint")
+        ax2.axvline(0, color="#999999", lw=0.8)
+        ax2.axvline(m["end"] - m["copy"][0], color="#999999", lw=0.8)
+        ax2.set_xlabel("s from the copy's start")
+        ax2.set_ylabel("mean latency per second, ms")
+        ax2.set_title(f"block {blocks[-1]['block']}: model, router source, binding setpoint", fontsize=10)
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return [path]

@@ -41,6 +41,26 @@ migrates it back and forth between the two nodes:
              not binding} in rotated order, the oracle read off each block's fixed rates
              (bench/setpointlib/stable.py, protocol.py):
                bench/run setpoint --only stable --load sysbench --cpu-per-node 0.5
+  oltp       The controllers on an OLTP load, judged by paired differences within blocks, the
+             loads through a router of the bench's cluster (so the router's latency source is
+             real). Each of --blocks blocks: the capacity through the router (--capacity-s of
+             sysbench closed loop, or the harness at --capacity-probe-tps), the load at
+             --load-fraction of it (sysbench at constant arrivals with its own clock per second,
+             or the harness), the load's own latency over --pre-window after --warmup, the
+             setpoints --binding-mult and --nonbinding-mult times it; --warmup-moves unthrottled
+             moves (not judged; the last one's rate times --oracle-factors gives the fixed rates);
+             then in an order rotated each block: the fixed rates (each a move aborted after
+             --level: the oracle), the model with the router's source (the default), the model
+             with the server's, PID with the router's, all at the binding setpoint; unthrottled;
+             the model (router) at the non-binding one; the load step (a second load at
+             (--step-factor - 1) x the rate for --step-s, --step-delay after the move is asked
+             for), model with each source. Per block: mean / setpoint, speed / the fastest fixed
+             rate (or the unthrottled move) that met the setpoint, non-binding time /
+             unthrottled, seconds until back under the setpoint after the step, and per second
+             the router's and the server's latency against the load's own clock (correlation,
+             ratio); the median and 90 % interval over blocks. --until HH:MM starts no block that
+             would end after it (bench/setpointlib/oltp.py, protocol.py):
+               bench/run setpoint --only oltp --load sysbench --blocks 5
 
 "Latency" is the harness's client-side latency: scheduled arrival -> commit, so
 queueing counts. "During the copy" is the snapshot phase (the throttled stream),
@@ -200,11 +220,14 @@ def parse_args(argv=None):
     g.add_argument("--warmup-moves", type=int, default=1, help="unthrottled moves at a block's start, not judged")
     g.add_argument("--capacity-s", type=parse_duration, default=8.0,
                    help="how long the capacity probe before each block runs (default 8s)")
+    g.add_argument("--move-timeout", type=parse_duration, default=120.0,
+                   help="a move still copying after this long is aborted and judged on what it copied (default "
+                        "2min; the bench's limit, the same for every move: a controller is not capped otherwise)")
     g.add_argument("--move-gap", type=parse_duration, default=3.0, help="seconds between moves (default 3s)")
     g.add_argument("--step-factor", type=float, default=2.0,
                    help="the load step: the load times this, by a second load at (factor-1) x the rate (default 2)")
     g.add_argument("--step-s", type=parse_duration, default=20.0, help="how long the load step lasts (default 20s)")
-    g.add_argument("--step-after", type=parse_duration, default=5.0,
+    g.add_argument("--step-delay", type=parse_duration, default=5.0,
                    help="the step starts this long after the move is asked for (default 5s: a few seconds into the copy)")
     g.add_argument("--block-estimate", type=parse_duration, default=300.0,
                    help="a block's length for the ETA and --until before the first block ends (default 5min)")

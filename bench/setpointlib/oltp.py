@@ -22,6 +22,7 @@ import threading
 import time
 
 from slacker.client import resolve
+from slacker.errors import SlackerError
 from slacker.latency import PerformanceSchemaSource, RouterLatencySource
 from slacker.router.control import registered_routers
 
@@ -162,7 +163,7 @@ class Oltp:
         step: dict = {}
         if step_tps:
             def second_load() -> None:
-                time.sleep(a.step_after)
+                time.sleep(a.step_delay)
                 step["at"] = time.time()
                 h2 = self.start_load(f"{name}-step", step_tps, time_s=a.step_s)
                 step["load"] = h2
@@ -171,9 +172,19 @@ class Oltp:
                 step["until"] = time.time()
             stepper = threading.Thread(target=second_load, daemon=True)
             stepper.start()
-        mig = b.migrate(self.tenant, rate=rate, controller=ctl, name=name, abort_after_s=abort_after_s)
+        try:
+            # every move but a fixed rate's ends by itself; --move-timeout is the bench's, for them all alike
+            mig = b.migrate(self.tenant, rate=rate, controller=ctl, name=name,
+                            abort_after_s=abort_after_s or a.move_timeout)
+        except SlackerError as exc:
+            log(f"  {name}: {exc.one_line()}; left out of the block's figures")
+            blk["moves"][member] = {"name": name, "member": member, "kind": kind, "source": source,
+                                    "result": "failed", "error": exc.one_line()}
+            if stepper is not None:
+                stepper.join(a.step_s + a.step_delay + 30)
+            return blk["moves"][member]
         if stepper is not None:
-            stepper.join(a.step_s + a.step_after + 30)
+            stepper.join(a.step_s + a.step_delay + 30)
         c0 = mig["snapshot_start"]
         c1 = mig["snapshot_end"] - (a.tail_exclude if mig["result"] == "succeeded" else 0.0)
         if c1 - c0 < 2:
@@ -217,8 +228,10 @@ class Oltp:
             u_rate = None
             for i in range(a.warmup_moves):
                 w = self.move(blk, f"warmup:{i}", f"o{k}-warmup{i}")
-                u_rate = w["rate"]
+                u_rate = w.get("rate") or u_rate
                 self._line(k, w, t_block)
+            if not u_rate:
+                raise SystemExit(f"block {k}: no warm-up move completed; the fixed rates have nothing to go by")
             rates = protocol.oracle_rates(u_rate, a.oracle_factors)
             blk["fixed_rates"] = rates
             order = protocol.rotated(members(len(rates)), k)
@@ -251,6 +264,8 @@ class Oltp:
     def _line(self, k: int, m: dict, t_block: float, i: int = 0, n: int = 0) -> None:
         """One progress line per move, with the ETA of the block (from the last block's length) and the run."""
         a = self.a
+        if m["result"] == "failed":
+            return
         done = time.time() - t_block
         per_block = self.st.get("block_s") or a.block_estimate
         eta = per_block * (a.blocks - k + 1) - done
@@ -263,6 +278,8 @@ class Oltp:
         client = self.clock([load])
         service = load.own_clock(service=True) if hasattr(load, "own_clock") else client
         for mem, m in blk["moves"].items():
+            if "copy" not in m:
+                continue
             c0, c1 = m["copy"]
             clk = client
             if mem in step_loads:  # the second load's transactions are the clients' too
@@ -286,12 +303,13 @@ class Oltp:
                 m["step"]["recovery_s"] = protocol.recovery_s(secs, sp, t_at)
                 m["step"]["copy_ended_s"] = c1 - t_at
                 m["step"]["step_in_copy_s"] = max(0.0, t_to - t_at)
-        runs = {mem: m for mem, m in blk["moves"].items() if not mem.startswith(("warmup", "step"))}
+        runs = {mem: m for mem, m in blk["moves"].items()
+                if not mem.startswith(("warmup", "step")) and m.get("rate") and m.get("time_s")}
         blk["figures"] = protocol.block_ratios(runs, blk["setpoint_s"], BINDING)
         for mem in STEPS:
             m = blk["moves"].get(mem)
             blk["figures"][f"{mem}:recovery_s"] = (m.get("step") or {}).get("recovery_s") if m else None
-        ag = [m["agreement"] for mem, m in blk["moves"].items() if not mem.startswith("warmup")]
+        ag = [m["agreement"] for mem, m in blk["moves"].items() if not mem.startswith("warmup") and "agreement" in m]
         for key in ("router_vs_client", "server_vs_client"):
             for f in ("correlation", "ratio_of_means"):
                 vals = [x[key][f] for x in ag if x[key][f] is not None]

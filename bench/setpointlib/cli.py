@@ -53,8 +53,8 @@ migrates it back and forth between the two nodes:
              --level: the oracle), the model with the router's source (the default), the model
              with the server's, PID with the router's, all at the binding setpoint; unthrottled;
              the model (router) at the non-binding one; the load step (a second load at
-             (--step-factor - 1) x the rate for --step-s, --step-delay after the move is asked
-             for), model with each source. Per block: mean / setpoint, speed / the fastest fixed
+             (--step-factor - 1) x the rate for --step-s, from --step-delay into the copy),
+             model with each source. Per block: mean / setpoint, speed / the fastest fixed
              rate (or the unthrottled move) that met the setpoint, non-binding time /
              unthrottled, seconds until back under the setpoint after the step, and per second
              the router's and the server's latency against the load's own clock (correlation,
@@ -220,6 +220,10 @@ def parse_args(argv=None):
     g.add_argument("--warmup-moves", type=int, default=1, help="unthrottled moves at a block's start, not judged")
     g.add_argument("--capacity-s", type=parse_duration, default=8.0,
                    help="how long the capacity probe before each block runs (default 8s)")
+    g.add_argument("--judge-clock", choices=["response", "service"], default="response",
+                   help="sysbench's clock the setpoints and means are taken on: from each transaction's scheduled "
+                        "arrival (default: what a client sees, a late thread's queue included, as the harness "
+                        "measures) or from its start (what the router and the server can time); both are recorded")
     g.add_argument("--move-timeout", type=parse_duration, default=120.0,
                    help="a move still copying after this long is aborted and judged on what it copied (default "
                         "2min; the bench's limit, the same for every move: a controller is not capped otherwise)")
@@ -227,8 +231,8 @@ def parse_args(argv=None):
     g.add_argument("--step-factor", type=float, default=2.0,
                    help="the load step: the load times this, by a second load at (factor-1) x the rate (default 2)")
     g.add_argument("--step-s", type=parse_duration, default=20.0, help="how long the load step lasts (default 20s)")
-    g.add_argument("--step-delay", type=parse_duration, default=5.0,
-                   help="the step starts this long after the move is asked for (default 5s: a few seconds into the copy)")
+    g.add_argument("--step-delay", type=parse_duration, default=4.0,
+                   help="the step starts this long into the copy (default 4s)")
     g.add_argument("--block-estimate", type=parse_duration, default=300.0,
                    help="a block's length for the ETA and --until before the first block ends (default 5min)")
     g.add_argument("--until", default=None, help="HH:MM UTC: start no block that would end after it")

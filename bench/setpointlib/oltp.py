@@ -112,12 +112,15 @@ class Oltp:
             return SysbenchLoad(b, name, [self.tenant], [tps], a.records, time_s=time_s or 7200, sample=False)
         return Harness(b, name, [self.tenant], [tps], a.records)
 
-    def clock(self, loads) -> dict[int, tuple[float, float]]:
-        """The loads' own clock, merged: {second's end: (transactions, summed latency s)}."""
+    def clock(self, loads, service: bool | None = None) -> dict[int, tuple[float, float]]:
+        """The loads' own clock, merged: {second's end: (transactions, summed latency s)}; by --judge-clock
+        (or `service`): sysbench's transactions from their scheduled arrival (response) or their start
+        (service); the harness's are always from the scheduled arrival."""
+        service = self.a.judge_clock == "service" if service is None else service
         out: dict[int, tuple[float, float]] = {}
         for h in loads:
             if hasattr(h, "own_clock"):
-                buckets = h.own_clock()
+                buckets = h.own_clock(service=service)
             else:
                 buckets = {round(r["_end"]): (r["completed"], r["completed"] * (r["latency_mean_s"] or 0))
                            for r in h.records() if r.get("phase") == "run"}
@@ -162,7 +165,20 @@ class Oltp:
         stepper = None
         step: dict = {}
         if step_tps:
+            agent = b.agents[b.node_of(self.tenant)]
+
+            def copying() -> bool:
+                try:
+                    migs = agent.request("GET", "/v1/migrations", timeout_s=2).get("migrations", [])
+                except SlackerError:
+                    return False
+                return any(x.get("tenant") == self.tenant and x.get("active") and x.get("phase") == "snapshot"
+                           for x in migs)
+
             def second_load() -> None:
+                deadline = time.monotonic() + 60
+                while not copying() and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 time.sleep(a.step_delay)
                 step["at"] = time.time()
                 h2 = self.start_load(f"{name}-step", step_tps, time_s=a.step_s)
@@ -275,30 +291,33 @@ class Oltp:
     # --- the block's figures --------------------------------------------------------------------------------
     def analyse(self, blk: dict, load, probe: Probe, step_loads: dict) -> None:
         a = self.a
-        client = self.clock([load])
-        service = load.own_clock(service=True) if hasattr(load, "own_clock") else client
         for mem, m in blk["moves"].items():
             if "copy" not in m:
                 continue
             c0, c1 = m["copy"]
-            clk = client
-            if mem in step_loads:  # the second load's transactions are the clients' too
-                clk = self.clock([load, step_loads[mem]])
+            loads = [load] + ([step_loads[mem]] if mem in step_loads else [])  # a step's second load: clients too
+            clk, resp, svc = self.clock(loads), self.clock(loads, False), self.clock(loads, True)
             m["mean_s"] = protocol.window_mean(clk, c0, c1)
+            m["mean_response_s"] = protocol.window_mean(resp, c0, c1)
+            m["mean_service_s"] = protocol.window_mean(svc, c0, c1)
             m["router_mean_s"] = protocol.window_mean(probe.router, c0, c1)
             m["server_mean_s"] = protocol.window_mean(probe.server, c0, c1)
-            own = protocol.per_second(clk, c0, c1)
-            svc = protocol.per_second(service, c0, c1)
+            own, sv1 = protocol.per_second(resp, c0, c1), protocol.per_second(svc, c0, c1)
             rt = protocol.per_second(probe.router, c0, c1)
             sv = protocol.per_second(probe.server, c0, c1)
-            m["agreement"] = {"router_vs_client": protocol.agreement(rt, svc),
-                              "server_vs_client": protocol.agreement(sv, svc),
+            # the sources against the client's time for the same thing they time (from the transaction's
+            # start), and against what the clients saw from the scheduled arrival
+            m["agreement"] = {"router_vs_client": protocol.agreement(rt, sv1),
+                              "server_vs_client": protocol.agreement(sv, sv1),
                               "router_vs_client_response": protocol.agreement(rt, own)}
-            m["seconds"] = [[k - round(c0), _r(own.get(k)), _r(rt.get(k)), _r(sv.get(k))]
+            every = [protocol.per_second(x) for x in (resp, svc, probe.router, probe.server)]
+            # [s from the copy's start, client response ms, client service ms, router ms, server ms]
+            m["seconds"] = [[k - round(c0)] + [_r(x.get(k)) for x in every]
                             for k in range(round(c0) - 5, round(m["end"]) + 6)]
             if m.get("step") and m["step"].get("at"):
                 sp = m["setpoint_s"]
                 t_at, t_to = m["step"]["at"], min(m["step"].get("until") or c1, c1)
+                # seconds within the copy (after it the copy is not what holds the latency up)
                 secs = sorted(protocol.per_second(clk, t_at - 1, c1).items())
                 m["step"]["recovery_s"] = protocol.recovery_s(secs, sp, t_at)
                 m["step"]["copy_ended_s"] = c1 - t_at
@@ -446,13 +465,14 @@ def plot(res: dict, out_dir) -> list:
     m = blocks[-1]["moves"].get("model-router:b")
     if m and m.get("seconds"):
         secs = m["seconds"]
-        for j, (lab, col) in enumerate((("load's own clock", "black"), ("router source", "#1f77b4"),
-                                        ("server source", "#2ca02c")), start=1):
+        for j, (lab, col) in enumerate((("client, from arrival", "black"), ("client, from start", "#7f7f7f"),
+                                        ("router source", "#1f77b4"), ("server source", "#2ca02c")), start=1):
             pts = [(r[0], r[j]) for r in secs if r[j] is not None]
             ax2.plot([p[0] for p in pts], [p[1] for p in pts], label=lab, color=col, lw=1.2)
         ax2.axhline(m["setpoint_s"] * 1000, color="#d62728", ls="--", lw=1, label="setpoint")
         ax2.axvline(0, color="#999999", lw=0.8)
         ax2.axvline(m["end"] - m["copy"][0], color="#999999", lw=0.8)
+        ax2.set_yscale("log")
         ax2.set_xlabel("s from the copy's start")
         ax2.set_ylabel("mean latency per second, ms")
         ax2.set_title(f"block {blocks[-1]['block']}: model, router source, binding setpoint", fontsize=10)

@@ -293,6 +293,7 @@ class Bench:
         self.loadgen = None  # the load generator's cgroup (--cpu-per-node)
         self.preflight_s: list[float] = []
         self.shm: Path | None = None
+        self.shm_mount: Path | None = None  # node-2's own tmpfs, unmounted at teardown
         # With the target in RAM every measured migration goes node-1 -> node-2 and the tenant comes back
         # unthrottled between runs; on one shared disk they alternate.
         self.home = "node-1" if args.target_tmpfs != "none" and not args.cluster else None
@@ -304,7 +305,7 @@ class Bench:
         if a.cluster:
             self.cluster_file = Path(a.cluster).resolve()
             self.run_dir = self.cluster_file.parent
-            if (self.run_dir / "node-2").is_symlink():
+            if (self.run_dir / "node-2").is_symlink() or os.path.ismount(self.run_dir / "node-2"):
                 # a cluster left by --keep: node-2 is in RAM, so runs keep their direction
                 self.home = "node-1"
         else:
@@ -313,8 +314,20 @@ class Bench:
             self.run_dir.mkdir()
             if a.target_tmpfs != "none":
                 # node-2's data root in RAM: the copy lands off the source's disk, as on a second machine
-                self.shm = Path(tempfile.mkdtemp(prefix="slbench-setpoint-node2-", dir=a.target_tmpfs))
-                os.symlink(self.shm, self.run_dir / "node-2")
+                # A tmpfs mounted at RUN_DIR/node-2 where we can (root): the data root then lies inside the run
+                # directory, which `cluster down` asks of a cluster it stops (a symlink resolves outside it and
+                # down refused, leaving the agents and tenants running); else a directory on --target-tmpfs
+                node2 = self.run_dir / "node-2"
+                node2.mkdir()
+                mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "slbench-node2", str(node2)],
+                                         capture_output=True).returncode == 0
+                if mounted:
+                    self.shm_mount = node2
+                    self.shm = node2
+                else:
+                    node2.rmdir()
+                    self.shm = Path(tempfile.mkdtemp(prefix="slbench-setpoint-node2-", dir=a.target_tmpfs))
+                    os.symlink(self.shm, node2)
                 log(f"node-2's data root is on {a.target_tmpfs} ({self.shm}); migrations go node-1 -> node-2, "
                     f"and the tenant is moved back unthrottled between runs")
             log(f"cluster up in {self.run_dir} ({a.address}, api port {a.api_port}, tenant ports {a.port_range})")
@@ -366,13 +379,19 @@ class Bench:
                 log(f"--keep: cluster left running; export SLACKER_CLUSTER={self.cluster_file}")
                 return
             try:
-                local_cluster.down(self.run_dir, purge=True)
-                log("cluster down --purge")
+                local_cluster.down(self.run_dir, purge=self.shm_mount is None)
+                log("cluster down" + (" --purge" if self.shm_mount is None else ""))
             except Exception as exc:  # noqa: BLE001
-                log(f"cluster down failed: {exc}")
+                # its agents and tenants may still run: keep their directory, so `cluster down --dir` can stop them
+                log(f"cluster down failed: {exc}; left in {self.run_dir} (slacker cluster down --purge --dir ...)")
+                return
+        if self.shm_mount is not None and not self.args.keep:
+            if subprocess.run(["umount", str(self.shm_mount)], capture_output=True).returncode != 0:
+                log(f"could not unmount {self.shm_mount}; left mounted (umount it by hand)")
+                return
         if self.tmp is not None and not self.args.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
-        if self.shm is not None and not self.args.keep:
+        if self.shm is not None and self.shm_mount is None and not self.args.keep:
             shutil.rmtree(self.shm, ignore_errors=True)
 
     def slacker(self, *argv: str, timeout_s: float = 3600) -> str:

@@ -259,8 +259,9 @@ def parse_args(argv=None):
     g.add_argument("--out-dir", default=str(REPO / "bench" / "out" / "setpoint"))
     g.add_argument("--img-dir", default=None, help="also copy the PNGs here (e.g. docs/img)")
     g.add_argument("--target-tmpfs", default="/dev/shm",
-                   help="put node-2's data root on this tmpfs so the copy does not land on the source's disk "
-                        "(one VM plays both machines); 'none' keeps both nodes on one disk (default /dev/shm)")
+                   help="put node-2's data root in RAM so the copy does not land on the source's disk (one VM "
+                        "plays both machines): a tmpfs mounted at RUN_DIR/node-2 (root), else a directory on this "
+                        "tmpfs; 'none' keeps both nodes on one disk (default /dev/shm)")
     g.add_argument("--disk-read-bps", type=parse_rate, default=None,
                    help="limit each node's disk reads (`cluster up --disk-read-per-node`), e.g. 30MB/s: a host "
                         "with a slow disk, where the copy competes with the tenant's page reads (the paper's "

@@ -328,7 +328,8 @@ class Bench:
                     node2.rmdir()
                     self.shm = Path(tempfile.mkdtemp(prefix="slbench-setpoint-node2-", dir=a.target_tmpfs))
                     os.symlink(self.shm, node2)
-                log(f"node-2's data root is on {a.target_tmpfs} ({self.shm}); migrations go node-1 -> node-2, "
+                log(f"node-2's data root is on a tmpfs ({self.shm}{'' if mounted else ', on ' + a.target_tmpfs}); "
+                    f"migrations go node-1 -> node-2, "
                     f"and the tenant is moved back unthrottled between runs")
             log(f"cluster up in {self.run_dir} ({a.address}, api port {a.api_port}, tenant ports {a.port_range})")
             self.own_cluster = True

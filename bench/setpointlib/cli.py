@@ -340,6 +340,9 @@ def main(argv=None) -> int:
             if blk.get("ended"):
                 blk["figures"] = stable.block_figures(res, blk, res["stable"]["calibration"]["multiples"])
         if (res.get("oltp") or {}).get("blocks"):
+            for blk in res["oltp"]["blocks"]:
+                if blk.get("figures"):
+                    oltp.refigure(blk)
             res["oltp"]["summary"] = oltp.summary(res["oltp"])
         print(report(res, args.head_exclude))
         print(stable.report(res))

@@ -322,20 +322,25 @@ class Oltp:
                 m["step"]["recovery_s"] = protocol.recovery_s(secs, sp, t_at)
                 m["step"]["copy_ended_s"] = c1 - t_at
                 m["step"]["step_in_copy_s"] = max(0.0, t_to - t_at)
-        runs = {mem: m for mem, m in blk["moves"].items()
-                if not mem.startswith(("warmup", "step")) and m.get("rate") and m.get("time_s")}
-        blk["figures"] = protocol.block_ratios(runs, blk["setpoint_s"], BINDING)
-        for mem in STEPS:
-            m = blk["moves"].get(mem)
-            blk["figures"][f"{mem}:recovery_s"] = (m.get("step") or {}).get("recovery_s") if m else None
-        ag = [m["agreement"] for mem, m in blk["moves"].items() if not mem.startswith("warmup") and "agreement" in m]
-        for key in ("router_vs_client", "server_vs_client"):
-            for f in ("correlation", "ratio_of_means"):
-                vals = [x[key][f] for x in ag if x[key][f] is not None]
-                blk["figures"][f"{key}:{f}"] = statistics.median(vals) if vals else None
         blk["probe_errors"] = dict(probe.errors)
+        refigure(blk)
         log(f"block {blk['block']} figures: " + ", ".join(f"{k2} {v:.2f}" for k2, v in blk["figures"].items()
                                                          if isinstance(v, float) and not k2.endswith("_s")))
+
+
+def refigure(blk: dict) -> None:
+    """A block's figures from its moves' summaries (also for --report-only: a change here applies to old runs)."""
+    runs = {mem: m for mem, m in blk["moves"].items()
+            if not mem.startswith(("warmup", "step")) and m.get("rate") and m.get("time_s")}
+    blk["figures"] = protocol.block_ratios(runs, blk["setpoint_s"], BINDING)
+    for mem in STEPS:
+        m = blk["moves"].get(mem)
+        blk["figures"][f"{mem}:recovery_s"] = (m.get("step") or {}).get("recovery_s") if m else None
+    ag = [m["agreement"] for mem, m in blk["moves"].items() if not mem.startswith("warmup") and "agreement" in m]
+    for key in ("router_vs_client", "server_vs_client"):
+        for f in ("correlation", "ratio_of_means"):
+            vals = [x[key][f] for x in ag if x[key][f] is not None]
+            blk["figures"][f"{key}:{f}"] = statistics.median(vals) if vals else None
 
 
 def _r(v: float | None) -> float | None:
@@ -403,8 +408,23 @@ def report(res: dict) -> str:
     if not st:
         return ""
     blocks = [b for b in st["blocks"] if b.get("figures")]
-    out = [f"oltp: {st.get('load')} load through the router, {len(blocks)} block(s) completed of "
-           f"{res['config'].get('blocks')}"]
+    cfg = res["config"]
+    out = [f"oltp: {st.get('load')} load through the router at {cfg.get('load_fraction')} of the capacity measured "
+           f"before each block, {len(blocks)} block(s) completed of {cfg.get('blocks')}; setpoints "
+           f"{cfg.get('binding_mult')}x and {cfg.get('nonbinding_mult')}x the load's own latency"
+           + (f" (sysbench's clock from each transaction's {'start' if cfg.get('judge_clock') == 'service' else 'scheduled arrival'})"
+              if st.get("load") == "sysbench" else " (the harness's clock, from the scheduled arrival)")]
+    no_oracle = [b["block"] for b in blocks if b["figures"].get("oracle_rate") is None]
+    if no_oracle:
+        out.append(f"blocks where no fixed rate (nor the unthrottled move) met the binding setpoint, so speed / oracle "
+                   f"is missing: {', '.join(map(str, no_oracle))}")
+    failed = [m["name"] for b in st["blocks"] for m in b["moves"].values() if m.get("result") == "failed"]
+    if failed:
+        out.append(f"moves that failed (left out): {', '.join(failed)}")
+    timed_out = [m["name"] for b in st["blocks"] for m in b["moves"].values()
+                 if m.get("result") == "aborted" and m.get("fixed_rate") is None]
+    if timed_out:
+        out.append(f"moves aborted at --move-timeout (judged on what they copied): {', '.join(timed_out)}")
     rows = []
     for b in blocks:
         rows.append([b["block"], f"{b['capacity_tps']:.0f}", f"{b['offered_tps']:g}", ms(b["own_s"]), ms(b["setpoint_s"]),

@@ -28,7 +28,7 @@ from slacker.router.control import registered_routers
 
 from . import log, protocol
 from .analysis import MB, mbs, ms, table
-from .runner import Bench, Harness, load_class
+from .runner import Bench, Harness, drop_page_cache
 
 SERVER_SOURCE = "performance-schema,table=transactions,exclude-user=slacker"
 BINDING = ["model-router:b", "model-server:b", "pid-router:b"]
@@ -160,6 +160,8 @@ class Oltp:
              abort_after_s: float | None = None) -> dict:
         a, b = self.a, self.bench
         b.ensure_home(self.tenant)
+        if a.disk_read_bps:
+            drop_page_cache()  # the copy must read the (limited) disk, as the tenant's page reads do
         time.sleep(a.move_gap)
         ctl = self.controller(kind, sp, source) if kind in ("model", "pid") else None
         stepper = None

@@ -209,7 +209,9 @@ class Oltp:
             c1 = mig["snapshot_end"]
         src = mig.get("latency_source") or {}
         m = {"name": name, "member": member, "kind": kind, "source": source, "setpoint_s": sp, "fixed_rate": rate,
-             "result": mig["result"], "rate": mig["avg_rate"], "bytes": mig["bytes"], "time_s": mig["duration_s"],
+             "result": mig["result"], "rate": mig["avg_rate"], "bytes": mig["bytes"],
+             # asked -> done, as the user waits it: the load measured before the copy counts
+             "time_s": (mig["finished"] or time.time()) - mig["posted"], "agent_duration_s": mig["duration_s"],
              "snapshot_s": mig["snapshot_s"], "copy": [c0, c1], "posted": mig["posted"],
              "end": mig["snapshot_end"], "latency_source": src.get("kind"),
              "latency_source_why": {t: v.get("why") for t, v in (src.get("tenants") or {}).items()},

@@ -505,7 +505,11 @@ class Bench:
         return {"id": mid, "from": src, "to": target, "result": doc["result"], "posted": posted,
                 "snapshot_start": s0, "snapshot_end": s1, "snapshot_s": s1 - s0, "bytes": copied,
                 "avg_rate": copied / max(1e-9, s1 - s0), "duration_s": doc.get("duration_s"),
-                "latency_source": doc.get("latency_source"), "phases": {k: v["duration_s"] for k, v in phases.items()},
+                "latency_source": doc.get("latency_source"),
+                # when the agent says it ended (its clock from the migration's creation, placed by the snapshot)
+                "finished": (s0 - snap["start_s"] + doc["duration_s"]
+                             if snap.get("start_s") is not None and doc.get("duration_s") is not None else None),
+                "phases": {k: v["duration_s"] for k, v in phases.items()},
                 "series_path": str(series_path), "series": [json.loads(x) for x in series]}
 
     def _follow(self, src: str, doc: dict, abort_after_s: float | None) -> tuple[dict, float | None]:

@@ -140,8 +140,9 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
 @option("--dir", "run_dir", default=None, type=click.Path(file_okay=False),
               show_default="the cluster file's directory, else ./run", help="Run directory of the cluster.")
 @option("--purge", is_flag=True, help="Also delete the run directory: all tenants' data is gone.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
+def cluster_down(cli: CliContext, run_dir: str | None, purge: bool, as_json: bool) -> None:
     """Stop every agent of a local cluster and its tenants, its etcd and namespaces.
 
     The data is kept: `cluster up --dir DIR` (no options needed) brings the same cluster
@@ -152,4 +153,7 @@ def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
     if run_dir is None:
         run_dir = str(Path(cli.cluster_path).parent) if cli.cluster_path else "run"
     stopped = down(Path(run_dir), purge=purge)
+    if as_json:
+        print_json({"run_dir": str(Path(run_dir).resolve()), "stopped": stopped, "purged": purge})
+        return
     click.echo(f"cluster down: stopped {', '.join(stopped)}" + (" and removed its data" if purge else ""))

@@ -63,8 +63,9 @@ def info(cli: CliContext, as_json: bool) -> None:
 
 
 @credential.command("etcd-auth")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def etcd_auth(cli: CliContext) -> None:
+def etcd_auth(cli: CliContext, as_json: bool) -> None:
     """Turn on etcd's own authentication for this cluster's prefix (admin only; idempotent).
 
     Makes etcd's root user (the admin credential is its password: agents and admin hosts log in as
@@ -86,7 +87,11 @@ def etcd_auth(cli: CliContext) -> None:
     passwords |= {s: derive(keyring.admin_secret, s, keyring.min_generation[s]) for s in DERIVED_SCOPES}
     store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca,
                       auth=etcd_login("admin", keyring.admin_secret, cluster.etcd_prefix))
-    for line in setup_auth(store, passwords):
+    steps = list(setup_auth(store, passwords))
+    if as_json:
+        print_json({"prefix": cluster.etcd_prefix, "steps": steps})  # the steps name users and roles, never a password
+        return
+    for line in steps:
         click.echo(line)
 
 

@@ -69,8 +69,9 @@ def node_list(cli: CliContext, as_json: bool) -> None:
 @click.argument("node_name", metavar="NODE")
 @option("--url", required=True, metavar="URL", help="The node's agent API, as other hosts reach it: http(s)://HOST:PORT.")
 @option("--tenant-host", required=True, metavar="HOST", help="The address clients reach the node's tenants at.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str) -> None:
+def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str, as_json: bool) -> None:
     """Register NODE in the directory by hand (its agent also registers itself when it starts).
 
     \b
@@ -89,13 +90,18 @@ def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str) -> Non
     except SlackerError as exc:
         protocol, note = 0, f"its agent does not answer yet ({exc.why or exc.what})"
     m = join(directory, Member(node_name, url.rstrip("/"), tenant_host, protocol))
+    if as_json:
+        print_json({"node": m.name, "url": m.url, "tenant_host": m.tenant_host, "protocol": protocol,
+                    "agent_answers": protocol > 0 or note.startswith("its agent answers"), "note": note})
+        return
     click.echo(f"{m.name} registered at {m.url}, tenants on {m.tenant_host}; {note}")
 
 
 @node.command("remove")
 @click.argument("node_name", metavar="NODE")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_remove(cli: CliContext, node_name: str) -> None:
+def node_remove(cli: CliContext, node_name: str, as_json: bool) -> None:
     """Take NODE out of the fleet. Refused while it owns tenants or a migration from or to it runs
     (`slacker node drain NODE` first). Removing a node that is not a member changes nothing.
     Stop its agent afterwards: a running agent registers itself again at its next start."""
@@ -104,7 +110,10 @@ def node_remove(cli: CliContext, node_name: str) -> None:
 
     cluster, agents, directory = _clients(cli)
     validate_name(node_name, "node name")
-    if leave(directory, agents, node_name, seeded=node_name in cluster.seeds):
+    removed = leave(directory, agents, node_name, seeded=node_name in cluster.seeds)
+    if as_json:
+        print_json({"node": node_name, "removed": bool(removed)})
+    elif removed:
         click.echo(f"{node_name} removed from the fleet: no agent, router or CLI uses it from now on")
     else:
         click.echo(f"{node_name} is not a member: nothing to remove")
@@ -120,8 +129,9 @@ def _scheduling(c: dict | None) -> str:
 @node.command("cordon")
 @click.argument("node_name", metavar="NODE")
 @option("--reason", default=None, help="Why (shown in `slacker node list` and `slacker status`).")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
+def node_cordon(cli: CliContext, node_name: str, reason: str | None, as_json: bool) -> None:
     """Receive no new tenant on NODE (from `tenant create`, `rebalance`, another drain). Its tenants stay."""
     cluster, _, directory = _clients(cli)
     cluster.require_admin("cordon nodes")
@@ -129,19 +139,26 @@ def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
     from ..rebalance.drain import DrainOptions
 
     c = directory.cordon(node_name, by=DrainOptions().holder, reason=reason or "cordoned by hand")
+    if as_json:
+        print_json({"node": node_name, "cordoned": True, "since": c.since, "reason": c.reason})
+        return
     click.echo(f"{node_name} cordoned (since {time.strftime('%H:%M:%S UTC', time.gmtime(c.since))}): it receives "
                f"no new tenant; `slacker node drain {node_name}` moves its tenants off")
 
 
 @node.command("uncordon")
 @click.argument("node_name", metavar="NODE")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_uncordon(cli: CliContext, node_name: str) -> None:
+def node_uncordon(cli: CliContext, node_name: str, as_json: bool) -> None:
     """Let NODE receive tenants again."""
     cluster, _, directory = _clients(cli)
     cluster.require_admin("uncordon nodes")
     cluster.node(node_name)
     was = directory.uncordon(node_name)
+    if as_json:
+        print_json({"node": node_name, "cordoned": False, "was_cordoned": bool(was)})
+        return
     click.echo(f"{node_name} uncordoned: it receives tenants again" if was else f"{node_name} was not cordoned")
 
 

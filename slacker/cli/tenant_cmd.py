@@ -107,8 +107,9 @@ def _state(r: dict) -> str:
 @tenant.command("delete")
 @click.argument("tenant_id")
 @option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document (the question, if asked, goes to stderr).")
 @pass_cli
-def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
+def tenant_delete(cli: CliContext, tenant_id: str, yes: bool, as_json: bool) -> None:
     """Stop tenant TENANT_ID and delete its data directory. This cannot be undone."""
     from ..tenants import validate_tenant_id
 
@@ -116,8 +117,11 @@ def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
     _, agents, directory = _clients(cli)
     own = directory.lookup(tenant_id)
     if not yes:
-        click.confirm(f"delete tenant {tenant_id} on {own.node} and all its data?", abort=True)
+        click.confirm(f"delete tenant {tenant_id} on {own.node} and all its data?", abort=True, err=as_json)
     agents[own.node].request("DELETE", f"/v1/tenants/{tenant_id}", timeout_s=120)
+    if as_json:
+        print_json({"tenant": tenant_id, "node": own.node, "deleted": True})
+        return
     click.echo(f"deleted tenant {tenant_id} from {own.node}")
 
 

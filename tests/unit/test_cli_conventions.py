@@ -151,3 +151,49 @@ def test_defaults_are_shown_one_way():
     out = " ".join(run("migrate", "--help").stdout.split())
     assert "--window DURATION Latency averaging window. [default: 3s]" in out
     assert "--max-freeze DURATION" in out and "[default: 500ms]" in out
+
+
+# ---- --json on every command a script reads, errors included -------------------------------------------------
+
+# Commands without --json, and why.
+NO_JSON = {
+    "agent": "runs the agent daemon in the foreground; scripts read its HTTP API, which is JSON",
+    "router": "runs a router in the foreground; `slacker router status --json` reads it",
+    "credential show": "its output is the credential itself (a secret), which never goes into --json output",
+}
+
+
+def _leaves():
+    return [(path, cmd) for path, cmd in _commands()
+            if path and (not isinstance(cmd, click.Group) or cmd.invoke_without_command)]
+
+
+def _has_json(cmd) -> bool:
+    return any("--json" in p.opts for p in cmd.params if isinstance(p, click.Option))
+
+
+def test_every_command_has_json_or_a_reason():
+    missing = [path for path, cmd in _leaves() if not _has_json(cmd) and path not in NO_JSON]
+    assert missing == []
+    assert all(not _has_json(cmd) for path, cmd in _leaves() if path in NO_JSON)  # no stale exception
+    for path in ("node cordon", "node uncordon", "node add", "node remove", "tenant delete", "cluster down",
+                 "config check", "credential etcd-auth"):
+        assert path in dict(_leaves()) and _has_json(dict(_leaves())[path]), path
+
+
+def test_every_json_command_prints_its_errors_as_json():
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    for path, cmd in _leaves():
+        if not _has_json(cmd):
+            continue
+        # A bad option: refused before anything runs, whatever the command does.
+        r = runner.invoke(slacker_main, [*path.split(), "--json", "--no-such-option"])
+        assert r.exit_code == 2, (path, r.output)
+        doc = json.loads(r.stdout)["error"]
+        assert doc["kind"] == "UsageError" and doc["exit_code"] == 2 and "--no-such-option" in doc["what"], path
+    for args in (["node", "cordon", "n1"], ["node", "uncordon", "n1"], ["tenant", "delete", "t1", "--yes"],
+                 ["node", "remove", "n1"]):
+        r = runner.invoke(slacker_main, [*args, "--json", "--cluster", "/nonexistent/c.toml"])
+        assert r.exit_code == 3 and json.loads(r.stdout)["error"]["kind"] == "NotFound", (args, r.output)

@@ -44,6 +44,12 @@ class SlackerOption(click.Option):
     """Every default is shown one way, `[default: 500ms]`: the value itself, or for an option whose
     absence means something computed, the text given as show_default (click would parenthesize it)."""
 
+    def make_metavar(self, ctx: click.Context) -> str:
+        # A count is N (click would say INTEGER RANGE; the range is shown beside the default).
+        if self.metavar is None and isinstance(self.type, (click.types.IntParamType, click.IntRange)):
+            return "N" + ("..." if self.nargs == -1 else "")
+        return super().make_metavar(ctx)
+
     def get_help_extra(self, ctx: click.Context):
         extra = super().get_help_extra(ctx)
         if isinstance(self.show_default, str):

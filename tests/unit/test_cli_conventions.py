@@ -99,6 +99,9 @@ def test_no_text_metavar_and_typed_units():
     offenders = [(path, p.opts[0], _metavar(cmd, p)) for path, cmd, p in _options()
                  if _metavar(cmd, p) == "TEXT" and (path, p.opts[0]) not in FREE_TEXT]
     assert offenders == []
+    # Counts are N, amounts have their unit's name: never click's INTEGER RANGE or FLOAT.
+    assert [(path, p.opts[0]) for path, cmd, p in _options() if _metavar(cmd, p) in ("INTEGER", "INTEGER RANGE",
+                                                                                        "FLOAT")] == []
     for path, cmd, p in _options():
         words = " ".join(p.opts) + " " + (p.help or "")
         mv = _metavar(cmd, p)

@@ -11,7 +11,7 @@ import sys
 import click
 
 from ..errors import SlackerError
-from .common import CliContext
+from .common import CliContext, option
 
 
 class SlackerGroup(click.Group):
@@ -149,25 +149,27 @@ def _epilog() -> str:
             "\b\nExit codes:\n" + rows)
 
 
-@click.group(cls=SlackerGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_epilog())
-@click.option(
+@click.group(cls=SlackerGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True}, epilog=_epilog())
+@option(
     "--cluster",
     "cluster_path",
     envvar="SLACKER_CLUSTER",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Cluster file (TOML). Default: $SLACKER_CLUSTER, else /etc/slacker/cluster.toml if present, else ./run/cluster.toml. `slacker status` says which it used.",
+    show_default="$SLACKER_CLUSTER, else /etc/slacker/cluster.toml if present, else ./run/cluster.toml",
+    help="Cluster file (TOML). `slacker status` says which it used.",
 )
-@click.option(
+@option(
     "--credential",
     "credential_path",
     envvar="SLACKER_CREDENTIAL",
     type=click.Path(dir_okay=False),
     default=None,
     help="Credential file to present instead of the one the cluster file names (admin, router or monitor; "
-         "docs/deployment.md, \"Credentials\"). Default: $SLACKER_CREDENTIAL, else the cluster file's.",
+         "docs/deployment.md, \"Credentials\").",
+    show_default="$SLACKER_CREDENTIAL, else the cluster file's",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.version_option(package_name="slacker")
 @click.pass_context
 def main(ctx: click.Context, cluster_path: str | None, credential_path: str | None, debug: bool) -> None:

@@ -7,12 +7,13 @@ import logging
 import click
 
 from . import main
+from .common import option
 
 
 @main.command("agent")
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+@option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="Agent config (TOML): node, cluster, data_root, listen, tenant_host, port_range.")
-@click.option("--log-level", default="info", show_default=True,
+@option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="Log verbosity (to stderr).")
 def agent(config_path: str, log_level: str) -> None:
     """Run the per-node agent: tenant supervisor, HTTP API, /metrics, migrations.

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_json
+from .common import CPU, CPU_QUOTA, DURATION, HOST_PORT, RATE, CliContext, option, pass_cli, print_json
 
 
 @main.group("cluster")
@@ -21,55 +21,55 @@ _UP_NAMES = {"address": "first_address", "stats_interval": "stats_interval_s", "
 
 
 @cluster.command("up")
-@click.option("--nodes", default=2, show_default=True, type=int, help="How many nodes (node-1 ... node-N).")
-@click.option("--dir", "run_dir", default="run", show_default=True, type=click.Path(file_okay=False),
+@option("--nodes", default=2, show_default=True, type=int, help="How many nodes (node-1 ... node-N).")
+@option("--dir", "run_dir", default="run", show_default=True, type=click.Path(file_okay=False),
               help="Run directory: cluster file, token, one data root per node, agent logs.")
-@click.option("--address", default="127.0.0.2", show_default=True,
+@option("--address", default="127.0.0.2", show_default=True, metavar="IP",
               help="Loopback address of node-1; node-k gets the k-th address from there.")
-@click.option("--api-port", default=7701, show_default=True, type=click.IntRange(1024, 65535),
+@option("--api-port", default=7701, show_default=True, metavar="PORT", type=click.IntRange(1024, 65535),
               help="Port of each agent's HTTP API (on its own address).")
-@click.option("--port-range", default="13306-23305", show_default=True, help="Tenant ports, LOW-HIGH.")
-@click.option("--directory", "directory", type=click.Choice(["sqlite", "etcd"]), default="sqlite", show_default=True,
+@option("--port-range", default="13306-23305", show_default=True, metavar="LOW-HIGH", help="Tenant ports, LOW-HIGH.")
+@option("--directory", "directory", type=click.Choice(["sqlite", "etcd"]), default="sqlite", show_default=True,
               help="sqlite: one node's agent serves the directory; etcd: a local 3-member etcd cluster does.")
-@click.option("--directory-node", default="node-1", show_default=True,
+@option("--directory-node", default="node-1", show_default=True, metavar="NODE",
               help="With --directory sqlite: the node whose agent serves the directory.")
-@click.option("--etcd-client-port", default=2379, show_default=True, type=click.IntRange(1024, 65535),
+@option("--etcd-client-port", default=2379, show_default=True, metavar="PORT", type=click.IntRange(1024, 65535),
               help="etcd members' client port (each member on its own address).")
-@click.option("--etcd-peer-port", default=2380, show_default=True, type=click.IntRange(1024, 65535),
+@option("--etcd-peer-port", default=2380, show_default=True, metavar="PORT", type=click.IntRange(1024, 65535),
               help="etcd members' peer port.")
-@click.option("--cpu-per-node", type=float, default=None,
-              help="CPU quota of each node (its agent, tenants and migration processes), e.g. 0.6; "
-                   "needs root and the cgroup cpu controller. Default: no quota.")
-@click.option("--cpu-period", type=DURATION, default="100ms", show_default=True,
+@option("--cpu-per-node", type=CPU_QUOTA, default=None, show_default="no quota",
+              help="CPU quota of each node (its agent, tenants and migration processes) in cores, e.g. 0.6; "
+                   "needs root and the cgroup cpu controller.")
+@option("--cpu-period", type=DURATION, default="100ms", show_default=True,
               help="With --cpu-per-node: the quota's period. A node that used its quota waits for the next "
                    "period, so the period bounds the stall a query can see (10ms: stalls of at most ~10 ms).")
-@click.option("--cpu-weight", type=click.IntRange(1, 10_000), default=100, show_default=True,
+@option("--cpu-weight", type=click.IntRange(1, 10_000), default=100, show_default=True,
               help="With --cpu-per-node: each node's CPU weight (cgroup v2 scale; v1 shares = weight x 10.24) "
                    "against the machine's other processes, so the quota is really given on a busy machine "
                    "(100: as much as one plain process; e.g. 1000).")
-@click.option("--disk-read-per-node", type=RATE, default=None,
+@option("--disk-read-per-node", type=RATE, default=None,
               help="Limit what each node (its tenants, backups) reads from the disk under RUN_DIR, e.g. 40MB/s: "
                    "a host with a slower disk, where the copy competes with the tenants' page reads. Needs root "
-                   "and the cgroup blkio (v1) or io (v2) controller. Default: no limit.")
-@click.option("--netns", is_flag=True,
+                   "and the cgroup blkio (v1) or io (v2) controller.", show_default="no limit")
+@option("--netns", is_flag=True,
               help="Put each node in a network namespace of its own on a bridge (separate network hosts on "
                    "one machine: API, tenants, copy and replication cross an interface). Needs root and `ip`.")
-@click.option("--netns-subnet", default="10.77.0.0/24", show_default=True,
+@option("--netns-subnet", default="10.77.0.0/24", show_default=True, metavar="CIDR",
               help="With --netns: the bridge's subnet (root gets the first address, node-k the (k+1)-th, etcd "
                    "the last three).")
-@click.option("--stats-interval", type=DURATION, default=None,
-              help="Agents' load-history interval read by `slacker rebalance` (default 60s; e.g. 2s for a demo).")
-@click.option("--tls/--no-tls", default=None,
+@option("--stats-interval", type=DURATION, default=None, show_default="60s",
+              help="Agents' load-history interval read by `slacker rebalance` (e.g. 2s for a demo).")
+@option("--tls/--no-tls", default=None,
               help="Make a cluster CA and a certificate per node (RUN_DIR/tls/): the agent API is HTTPS, the "
-                   "snapshot stream, replication and tenant connections use TLS. Default: on with --netns "
-                   "(traffic crosses interfaces), plain text on loopback; --no-tls turns it off with --netns.")
-@click.option("--fault-injection", is_flag=True,
+                   "snapshot stream, replication and tenant connections use TLS (with --netns traffic crosses "
+                   "interfaces); --no-tls turns it off with --netns.", show_default="on with --netns, off on loopback")
+@option("--fault-injection", is_flag=True,
               help="Let migrations pause at named points (hold_s): for tests and rehearsals, never production.")
-@click.option("--router", "router", default="127.0.0.1:6033", show_default=True,
+@option("--router", "router", type=HOST_PORT, default="127.0.0.1:6033", show_default=True,
               help="Start a router (one MySQL address for every tenant, docs/router.md) on HOST:PORT; its "
                    "status and metrics on the next port (port 0: free ports). --no-router: none.")
-@click.option("--no-router", is_flag=True, help="Start no router.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--no-router", is_flag=True, help="Start no router.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range: str, directory: str,
                directory_node: str, etcd_client_port: int, etcd_peer_port: int, cpu_per_node: float | None,
                cpu_period: float, cpu_weight: int, disk_read_per_node: float | None, netns: bool, netns_subnet: str, stats_interval: float | None,
@@ -137,11 +137,12 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
 
 
 @cluster.command("down")
-@click.option("--dir", "run_dir", default=None, type=click.Path(file_okay=False),
-              help="Run directory of the cluster (default: the cluster file's directory, else ./run).")
-@click.option("--purge", is_flag=True, help="Also delete the run directory: all tenants' data is gone.")
+@option("--dir", "run_dir", default=None, type=click.Path(file_okay=False),
+              show_default="the cluster file's directory, else ./run", help="Run directory of the cluster.")
+@option("--purge", is_flag=True, help="Also delete the run directory: all tenants' data is gone.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
+def cluster_down(cli: CliContext, run_dir: str | None, purge: bool, as_json: bool) -> None:
     """Stop every agent of a local cluster and its tenants, its etcd and namespaces.
 
     The data is kept: `cluster up --dir DIR` (no options needed) brings the same cluster
@@ -152,4 +153,7 @@ def cluster_down(cli: CliContext, run_dir: str | None, purge: bool) -> None:
     if run_dir is None:
         run_dir = str(Path(cli.cluster_path).parent) if cli.cluster_path else "run"
     stopped = down(Path(run_dir), purge=purge)
+    if as_json:
+        print_json({"run_dir": str(Path(run_dir).resolve()), "stopped": stopped, "purged": purge})
+        return
     click.echo(f"cluster down: stopped {', '.join(stopped)}" + (" and removed its data" if purge else ""))

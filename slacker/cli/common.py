@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -39,24 +40,132 @@ class CliContext:
 pass_cli = click.make_pass_decorator(CliContext)
 
 
+class SlackerOption(click.Option):
+    """Every default is shown one way, `[default: 500ms]`: the value itself, or for an option whose
+    absence means something computed, the text given as show_default (click would parenthesize it)."""
+
+    def make_metavar(self, ctx: click.Context) -> str:
+        # A count is N (click would say INTEGER RANGE; the range is shown beside the default).
+        if self.metavar is None and isinstance(self.type, (click.types.IntParamType, click.IntRange)):
+            return "N" + ("..." if self.nargs == -1 else "")
+        return super().make_metavar(ctx)
+
+    def get_help_extra(self, ctx: click.Context):
+        extra = super().get_help_extra(ctx)
+        if isinstance(self.show_default, str):
+            extra["default"] = self.show_default
+        return extra
+
+
+def option(*decls: str, **attrs: Any):
+    """click.option with SlackerOption: what every command's options are declared with."""
+    attrs.setdefault("cls", SlackerOption)
+    return click.option(*decls, **attrs)
+
+
+class NeedsUnit(click.UsageError):
+    """`--rate 20: a rate needs a unit, e.g. 20MB/s`: one line naming the unit, exit 2."""
+
+
+_BARE_NUMBER = re.compile(r"^\s*[0-9]*\.?[0-9]+\s*$")
+
+
+def needs_unit(text: str) -> bool:
+    """A bare number other than zero (zero is zero in any unit: `--rate 0` starts paused)."""
+    return bool(_BARE_NUMBER.match(str(text))) and float(text) != 0
+
+
 class _UnitType(click.ParamType):
-    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+    """A value with a unit, parsed by slacker.units; a bare number is refused rather than guessed."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any], noun: str, example: str) -> None:
         self.name = name
         self._parse = parse
+        self.noun = noun
+        self.example = example
 
     def convert(self, value, param, ctx):
         if not isinstance(value, str):
             return value
+        if needs_unit(value):
+            name = param.opts[0] if param is not None and getattr(param, "opts", None) else self.name
+            raise NeedsUnit(f"{name} {value.strip()}: {self.noun} needs a unit, e.g. {self.example}", ctx)
         try:
             return self._parse(value)
         except SlackerError as exc:
             self.fail(exc.one_line(), param, ctx)
 
 
-DURATION = _UnitType("duration", units.parse_duration)
-SIZE = _UnitType("size", units.parse_size)
-SERVER_SIZE = _UnitType("size", units.parse_server_size)
-RATE = _UnitType("rate", units.parse_rate)
+DURATION = _UnitType("duration", units.parse_duration, "a duration", "1500ms or 2s")
+SIZE = _UnitType("size", units.parse_size, "a size", "128MB or 64MiB")
+SERVER_SIZE = _UnitType("size", units.parse_server_size, "a size", "32M or 1G")
+RATE = _UnitType("rate", units.parse_rate, "a rate", "20MB/s")
+UNIT_TYPES = (DURATION, SIZE, SERVER_SIZE, RATE)
+
+
+class _Cpu(click.ParamType):
+    """CPU in cores (0.5 = half a core; CPU seconds per second for a load)."""
+
+    name = "cpu"
+
+    def __init__(self, positive: bool = False) -> None:
+        self.positive = positive
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            cores = float(str(value).strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a CPU amount: a number of cores, e.g. 0.5", param, ctx)
+        if cores < 0 or (self.positive and cores == 0) or cores != cores:
+            self.fail(f"{value!r}: CPU is a number of cores {'above' if self.positive else 'from'} 0, e.g. 0.5",
+                      param, ctx)
+        return cores
+
+
+CPU = _Cpu()
+CPU_QUOTA = _Cpu(positive=True)
+
+
+class _HostPort(click.ParamType):
+    """HOST:PORT (an IPv6 host in brackets), checked on the way in and passed on as given."""
+
+    name = "host:port"
+
+    def __init__(self, allow_empty: bool = False) -> None:
+        self.allow_empty = allow_empty
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        if text == "" and self.allow_empty:
+            return text
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            self.fail(f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:6033", param, ctx)
+        return text
+
+
+HOST_PORT = _HostPort()
+HOST_PORT_OR_NONE = _HostPort(allow_empty=True)
+
+
+class _Fraction(click.ParamType):
+    """25% or 0.25."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value).strip()
+        try:
+            return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a fraction (for example 25% or 0.25)", param, ctx)
+
+
+FRACTION = _Fraction()
 
 
 _printed_json = False  # this run already printed its one JSON document (a failed migration's result)

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import CliContext, print_json
+from .common import CliContext, option, print_json
 
 SYSTEM_AGENT_CONFIG = Path("/etc/slacker/agent.toml")
 # What a database host runs: tenants (mariadbd, its bootstrap) and a migration's copy (mariabackup, mbstream).
@@ -36,12 +36,12 @@ def config() -> None:
 
 
 @config.command("check")
-@click.option("--agent", "agent_path", type=click.Path(dir_okay=False), default=None,
-              help=f"Agent config to check (default {SYSTEM_AGENT_CONFIG} if it exists; none on a router host).")
-@click.option("--cluster", "cluster_path", type=click.Path(dir_okay=False), default=None,
-              help="Cluster file to check (default: slacker's --cluster/$SLACKER_CLUSTER, else the agent config's "
-                   "`cluster`, else the usual lookup).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--agent", "agent_path", type=click.Path(dir_okay=False), default=None,
+              show_default=f"{SYSTEM_AGENT_CONFIG} if it exists", help="Agent config to check (none on a router host).")
+@option("--cluster", "cluster_path", type=click.Path(dir_okay=False), default=None,
+              show_default="slacker's --cluster/$SLACKER_CLUSTER, else the agent config's `cluster`, else the usual lookup",
+              help="Cluster file to check.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_context
 def config_check(ctx: click.Context, agent_path: str | None, cluster_path: str | None, as_json: bool) -> None:
     """Validate the agent config and the cluster file as the running user sees them.

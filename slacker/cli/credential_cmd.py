@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from . import main
-from .common import CliContext, pass_cli, print_json
+from .common import CliContext, option, pass_cli, print_json
 
 
 @main.group("credential")
@@ -14,12 +14,12 @@ def credential() -> None:
 
 
 @credential.command("show")
-@click.option("--scope", type=click.Choice(["router", "monitor"]), required=True,
+@option("--scope", type=click.Choice(["router", "monitor"]), required=True,
               help="Which credential: router (application hosts) or monitor (Prometheus, dashboards).")
-@click.option("--generation", type=click.IntRange(1, 1_000_000), default=None,
-              help="Its generation (default: the lowest the cluster file accepts, 1 unless raised). "
-                   "A new generation is how a leaked credential is replaced.")
-@click.option("--out", "out", type=click.Path(dir_okay=False, writable=True), default=None,
+@option("--generation", type=click.IntRange(1, 1_000_000), default=None,
+              show_default="the lowest the cluster file accepts, 1 unless raised",
+              help="Its generation. A new generation is how a leaked credential is replaced.")
+@option("--out", "out", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write it to this file (mode 0600) instead of standard output.")
 @pass_cli
 def show(cli: CliContext, scope: str, generation: int | None, out: str | None) -> None:
@@ -46,7 +46,7 @@ def show(cli: CliContext, scope: str, generation: int | None, out: str | None) -
 
 
 @credential.command("info")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def info(cli: CliContext, as_json: bool) -> None:
     """Which credential this host presents (scope, generation, file), never the credential itself."""
@@ -63,8 +63,9 @@ def info(cli: CliContext, as_json: bool) -> None:
 
 
 @credential.command("etcd-auth")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def etcd_auth(cli: CliContext) -> None:
+def etcd_auth(cli: CliContext, as_json: bool) -> None:
     """Turn on etcd's own authentication for this cluster's prefix (admin only; idempotent).
 
     Makes etcd's root user (the admin credential is its password: agents and admin hosts log in as
@@ -86,12 +87,16 @@ def etcd_auth(cli: CliContext) -> None:
     passwords |= {s: derive(keyring.admin_secret, s, keyring.min_generation[s]) for s in DERIVED_SCOPES}
     store = EtcdStore(cluster.etcd_endpoints, cluster.etcd_prefix, ca_file=cluster.tls_ca,
                       auth=etcd_login("admin", keyring.admin_secret, cluster.etcd_prefix))
-    for line in setup_auth(store, passwords):
+    steps = list(setup_auth(store, passwords))
+    if as_json:
+        print_json({"prefix": cluster.etcd_prefix, "steps": steps})  # the steps name users and roles, never a password
+        return
+    for line in steps:
         click.echo(line)
 
 
 @credential.command("routes")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def routes(as_json: bool) -> None:
     """Which scope may call which agent route: the table the agents apply (slacker/credentials.py)."""
     from ..credentials import ACCESS, ADMIN, SCOPES

@@ -12,7 +12,7 @@ from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerE
 from ..units import format_duration, format_rate, format_size
 from ..migration.remote import follow, migration_body, start_migration
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
+from .common import DURATION, RATE, CliContext, needs_unit, option, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
 
 POLL_S = 0.5
 
@@ -26,83 +26,85 @@ def _controller_kind(ctx, param, value: str | None) -> str | None:
 
 @main.command("migrate")
 @click.argument("tenant_id")
-@click.option("--to", "target", help="Target node (a name from the cluster file).")
-@click.option("--rate", type=RATE, default=None,
+@option("--to", "target", metavar="NODE", help="Target node (a name from the cluster file).")
+@option("--rate", type=RATE, default=None,
               help="Fixed copy rate, e.g. 20MB/s or 512KiB/s (k/M/G x1000, Ki/Mi/Gi x1024). 0 starts paused.")
-@click.option("--unthrottled", is_flag=True, help="Copy as fast as the pipe goes (the default without --rate/--setpoint).")
-@click.option("--setpoint", type=DURATION, default=None,
+@option("--unthrottled", is_flag=True, help="Copy as fast as the pipe goes (the default without --rate/--setpoint).")
+@option("--setpoint", type=DURATION, default=None,
               help="Latency target, e.g. 1500ms: the controller sets the copy rate every step to hold it.")
-@click.option("--max-rate", type=RATE, default=None, help="Cap on the controller's rate. Not given: a 200MB/s scale, and at its maximum the copy runs unthrottled.")
-@click.option("--latency-source", "latency_sources", multiple=True,
+@option("--max-rate", type=RATE, default=None, show_default="none: a 200MB/s scale",
+              help="Cap on the controller's rate. Without it the controller works on a 200MB/s scale, and at its "
+                   "maximum the copy runs unthrottled.")
+@option("--latency-source", "latency_sources", multiple=True, metavar="SPEC",
               help="Where the controller reads latency (repeatable; the max wins): "
                    "prometheus,url=URL[,tenant=ID][,metric=NAME] or "
                    "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
-                   "Default: per-transaction latency from performance_schema, over every tenant on the source "
-                   "node. A source that sees nothing while the tenant commits is refused (blind).")
-@click.option("--controller", "controller_kind", default=None, metavar="|".join(CLI_KINDS), callback=_controller_kind,
-              help=f"How the rate follows latency (default {DEFAULT_KIND}): "
+                   "A source that sees nothing while the tenant commits is refused (blind).",
+              show_default="per-transaction latency from performance_schema, every tenant on the source node")
+@option("--controller", "controller_kind", default=None, metavar="|".join(CLI_KINDS), callback=_controller_kind,
+              show_default=DEFAULT_KIND, help="How the rate follows latency: "
                    + "; ".join(f"{k}: {KINDS[k].summary}" for k in CLI_KINDS) + ". See docs/controller.md.")
-@click.option("--target-setpoint", type=DURATION, default=None,
-              help="Latency target for the target node's tenants (default: the same as --setpoint). The copy "
+@option("--target-setpoint", type=DURATION, default=None,
+              show_default="--setpoint", help="Latency target for the target node's tenants. The copy "
                    "follows whichever node is further over its own setpoint.")
-@click.option("--no-target-guard", is_flag=True,
+@option("--no-target-guard", is_flag=True,
               help="Steer on the source's latency only; by default the target node's tenants are guarded too "
                    "(read from its agent, no Prometheus needed).")
-@click.option("--gains", default=None, help="PID gains kp,ki,kd, with --controller pid (see docs/controller.md).")
-@click.option("--window", type=DURATION, default=None, help="Latency averaging window (default 3s).")
-@click.option("--step", type=DURATION, default=None, help="Controller step (default 1s).")
-@click.option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
-@click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
+@option("--gains", default=None, metavar="KP,KI,KD", help="PID gains kp,ki,kd, with --controller pid (see docs/controller.md).")
+@option("--window", type=DURATION, default=None, show_default="3s", help="Latency averaging window.")
+@option("--step", type=DURATION, default=None, show_default="1s", help="Controller step.")
+@option("--force", is_flag=True, help="Start even if the setpoint is below the latency measured now.")
+@option("--max-freeze", type=DURATION, default="500ms",
               help="Hard limit on the write freeze, from the lock to the ownership flip; delta rounds aim at half.")
-@click.option("--verify", is_flag=True,
+@option("--verify", is_flag=True,
               help="Before the handover, compare source and target row by row at one GTID position, online, paced "
                    "like the copy; a difference fails the migration (source serving, target removed). Adds "
                    "nothing to the freeze.")
-@click.option("--verify-only", is_flag=True,
+@option("--verify-only", is_flag=True,
               help="Copy, catch up and verify as --verify does, then remove the target and stop: the source is "
                    "never frozen or fenced (a rehearsal of the move). Exit 0 when the copy was equal.")
-@click.option("--mode", type=click.Choice(["live", "stop-and-copy"]), default="live", show_default=True,
+@option("--mode", type=click.Choice(["live", "stop-and-copy"]), default="live", show_default=True,
               help="live: hot backup + delta rounds + brief freeze; stop-and-copy: the baseline with downtime.")
-@click.option("--pipe", type=click.Choice(["native", "pv"]), default=None,
-              help="Throttled pipe implementation (default: native, see docs/transfer.md).")
-@click.option("--data-path", type=click.Choice(["auto", "splice", "copy", "splice-send"]), default=None,
+@option("--pipe", type=click.Choice(["native", "pv"]), default=None,
+              show_default="native", help="Throttled pipe implementation (see docs/transfer.md).")
+@option("--data-path", type=click.Choice(["auto", "splice", "copy", "splice-send"]), default=None,
               help="How the native pipe moves the bytes: splice (in the kernel on both sides, never through the "
                    "agents' memory), copy (read and write through the agents), splice-send (splice on the source, "
-                   "copy on the target), auto (the default: the fastest measured for a plain stream, copy under "
-                   "TLS). For comparisons; see docs/transfer.md.")
-@click.option("--max-rounds", type=click.IntRange(1, 1000), default=20, show_default=True,
+                   "copy on the target), auto (the fastest measured for a plain stream, copy under "
+                   "TLS). For comparisons; see docs/transfer.md.", show_default="auto")
+@option("--max-rounds", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="Give up if the delta has not converged after this many rounds.")
-@click.option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
+@option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Give up after this many rounds in a row that did not shrink.")
-@click.option("--delta-applier", type=click.Choice(["serial", "concurrent"]), default=None,
+@option("--delta-applier", type=click.Choice(["serial", "concurrent"]), default=None,
               help="How the target applies the binlog delta: one transaction at a time, or transactions that "
-                   "did not conflict on the source in parallel (default: concurrent, see docs/delta.md).")
-@click.option("--delta-mpl", default=None, metavar="auto|N",
+                   "did not conflict on the source in parallel (see docs/delta.md).", show_default="concurrent")
+@option("--delta-mpl", default=None, metavar="auto|N", show_default="auto",
               help="Parallel appliers for --delta-applier concurrent: auto (adapts to measured apply rate) or N.")
-@click.option("--catchup-mode/--no-catchup-mode", "catchup_mode", default=True, show_default=True,
+@option("--catchup-mode/--no-catchup-mode", "catchup_mode", default=True, show_default=True,
               help="Relax the target's fsyncs during the delta phase (restored before the freeze). "
                    "--no-catchup-mode keeps every commit durable: slower, for comparisons.")
-@click.option("--abort", "abort_", is_flag=True,
+@option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
-@click.option("--finish", "finish_", is_flag=True,
+@option("--finish", "finish_", is_flag=True,
               help="Retry now the forward steps of a migration past its flip (shown as finishing in status).")
-@click.option("--handover-attempts", "handover_attempts", type=click.IntRange(1, 20), default=3,
+@option("--handover-attempts", "handover_attempts", type=click.IntRange(1, 20), default=3,
               show_default=True, help="Handover attempts over --max-freeze before giving up (source serving).")
-@click.option("--handover-wait", type=DURATION, default=60.0, show_default="60s",
+@option("--handover-wait", type=DURATION, default="60s",
               help="How long the handover waits, before freezing, for statements and write transactions on the "
                    "source older than --max-freeze (long transactions, batch statements, DDL) to end; then it "
                    "fails with the source serving.")
-@click.option("--set", "settings", multiple=True,
+@option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Change a running migration: setpoint=900ms, max-rate=50MB/s, rate=10MB/s, pause, resume.")
-@click.option("--max-duration", type=DURATION, default=None,
+@option("--max-duration", type=DURATION, default=None,
               help="Abort the migration (the source keeps serving) if it has not finished this long after it "
                    "started, and fail with the copy's figures (e.g. the cannot-finish verdict's). Enforced by this "
                    "command while it follows the migration (not with --detach).")
-@click.option("--hold", "hold", multiple=True, metavar="POINT=DURATION",
+@option("--hold", "hold", multiple=True, metavar="POINT=DURATION",
               help="Rehearsals only (agents started with --fault-injection, refused otherwise): pause at a named "
                    "step, e.g. flipped=5s (docs/migration.md, fault injection) to kill a process there.")
-@click.option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
+@option("--detach", is_flag=True, help="Start it and return; follow with `slacker status`.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document at the end (no progress line).")
 @pass_cli
 def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | None, unthrottled: bool,
             setpoint: float | None, max_rate: int | None, latency_sources: tuple[str, ...],
@@ -139,6 +141,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                            "--set takes a setting, not a tenant",
                            f"slacker migrate {settings[-1]} --set {tenant_id}")
     validate_tenant_id(tenant_id)
+    body = parse_settings(settings) if settings else {}  # checked before any node is asked
     cluster = cli.cluster()
     agents, directory = cluster_clients(cluster)
     own = directory.lookup(tenant_id)
@@ -157,7 +160,6 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             click.echo(f"migration {doc['id']}: retrying its forward steps now (phase {doc['phase']}"
                        + (f", last: {doc['finishing_reason']}" if doc.get("finishing_reason") else "") + ")")
         if settings:
-            body = parse_settings(settings)
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/set", body)
             click.echo(f"migration {doc['id']}: " + ", ".join(f"{k}={v}" for k, v in body.items()))
         return
@@ -357,6 +359,9 @@ def parse_settings(settings: tuple[str, ...]) -> dict:
     for s in settings:
         key, _, value = s.partition("=")
         key = key.strip().replace("_", "-")
+        kind = DURATION if key == "setpoint" else RATE if key in ("max-rate", "rate") else None
+        if kind is not None and needs_unit(value):
+            raise InvalidInput(f"--set {s.strip()}: {kind.noun} needs a unit", "", f"e.g. {key}={kind.example.split()[0]}")
         if key == "setpoint" and value:
             out["setpoint_s"] = parse_duration(value)
         elif key == "max-rate" and value:

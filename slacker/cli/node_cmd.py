@@ -10,8 +10,7 @@ import click
 from ..errors import MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_json, print_table
-from .rebalance_cmd import FRACTION
+from .common import CPU, DURATION, FRACTION, RATE, CliContext, option, pass_cli, print_json, print_table
 from .tenant_cmd import _clients
 
 INTERRUPTED_EXIT = 130
@@ -23,7 +22,7 @@ def node() -> None:
 
 
 @node.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def node_list(cli: CliContext, as_json: bool) -> None:
     """Each member of the directory (and each [[nodes]] seed not registered yet): its URL, protocol version,
@@ -68,10 +67,11 @@ def node_list(cli: CliContext, as_json: bool) -> None:
 
 @node.command("add")
 @click.argument("node_name", metavar="NODE")
-@click.option("--url", required=True, help="The node's agent API, as other hosts reach it: http(s)://HOST:PORT.")
-@click.option("--tenant-host", required=True, help="The address clients reach the node's tenants at.")
+@option("--url", required=True, metavar="URL", help="The node's agent API, as other hosts reach it: http(s)://HOST:PORT.")
+@option("--tenant-host", required=True, metavar="HOST", help="The address clients reach the node's tenants at.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str) -> None:
+def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str, as_json: bool) -> None:
     """Register NODE in the directory by hand (its agent also registers itself when it starts).
 
     \b
@@ -90,13 +90,18 @@ def node_add(cli: CliContext, node_name: str, url: str, tenant_host: str) -> Non
     except SlackerError as exc:
         protocol, note = 0, f"its agent does not answer yet ({exc.why or exc.what})"
     m = join(directory, Member(node_name, url.rstrip("/"), tenant_host, protocol))
+    if as_json:
+        print_json({"node": m.name, "url": m.url, "tenant_host": m.tenant_host, "protocol": protocol,
+                    "agent_answers": protocol > 0 or note.startswith("its agent answers"), "note": note})
+        return
     click.echo(f"{m.name} registered at {m.url}, tenants on {m.tenant_host}; {note}")
 
 
 @node.command("remove")
 @click.argument("node_name", metavar="NODE")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_remove(cli: CliContext, node_name: str) -> None:
+def node_remove(cli: CliContext, node_name: str, as_json: bool) -> None:
     """Take NODE out of the fleet. Refused while it owns tenants or a migration from or to it runs
     (`slacker node drain NODE` first). Removing a node that is not a member changes nothing.
     Stop its agent afterwards: a running agent registers itself again at its next start."""
@@ -105,7 +110,10 @@ def node_remove(cli: CliContext, node_name: str) -> None:
 
     cluster, agents, directory = _clients(cli)
     validate_name(node_name, "node name")
-    if leave(directory, agents, node_name, seeded=node_name in cluster.seeds):
+    removed = leave(directory, agents, node_name, seeded=node_name in cluster.seeds)
+    if as_json:
+        print_json({"node": node_name, "removed": bool(removed)})
+    elif removed:
         click.echo(f"{node_name} removed from the fleet: no agent, router or CLI uses it from now on")
     else:
         click.echo(f"{node_name} is not a member: nothing to remove")
@@ -120,9 +128,10 @@ def _scheduling(c: dict | None) -> str:
 
 @node.command("cordon")
 @click.argument("node_name", metavar="NODE")
-@click.option("--reason", default="", help="Why (shown in `slacker node list` and `slacker status`).")
+@option("--reason", default=None, help="Why (shown in `slacker node list` and `slacker status`).")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
+def node_cordon(cli: CliContext, node_name: str, reason: str | None, as_json: bool) -> None:
     """Receive no new tenant on NODE (from `tenant create`, `rebalance`, another drain). Its tenants stay."""
     cluster, _, directory = _clients(cli)
     cluster.require_admin("cordon nodes")
@@ -130,49 +139,56 @@ def node_cordon(cli: CliContext, node_name: str, reason: str) -> None:
     from ..rebalance.drain import DrainOptions
 
     c = directory.cordon(node_name, by=DrainOptions().holder, reason=reason or "cordoned by hand")
+    if as_json:
+        print_json({"node": node_name, "cordoned": True, "since": c.since, "reason": c.reason})
+        return
     click.echo(f"{node_name} cordoned (since {time.strftime('%H:%M:%S UTC', time.gmtime(c.since))}): it receives "
                f"no new tenant; `slacker node drain {node_name}` moves its tenants off")
 
 
 @node.command("uncordon")
 @click.argument("node_name", metavar="NODE")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def node_uncordon(cli: CliContext, node_name: str) -> None:
+def node_uncordon(cli: CliContext, node_name: str, as_json: bool) -> None:
     """Let NODE receive tenants again."""
     cluster, _, directory = _clients(cli)
     cluster.require_admin("uncordon nodes")
     cluster.node(node_name)
     was = directory.uncordon(node_name)
+    if as_json:
+        print_json({"node": node_name, "cordoned": False, "was_cordoned": bool(was)})
+        return
     click.echo(f"{node_name} uncordoned: it receives tenants again" if was else f"{node_name} was not cordoned")
 
 
 @node.command("drain")
 @click.argument("node_name", metavar="NODE")
-@click.option("--sla", type=DURATION, default="50ms", show_default=True,
+@option("--sla", type=DURATION, default="50ms", show_default=True,
               help="Per-server latency SLA: each move's setpoint derives from it as in `rebalance --execute`.")
-@click.option("--max-parallel", type=click.IntRange(1, 64), default=2, show_default=True,
+@option("--max-parallel", type=click.IntRange(1, 64), default=2, show_default=True,
               help="A cap on the moves running at once; below it, one more copy starts once the node's "
                    "latency controller has measured the last one (6 s) and while its budget leaves each copy at "
                    "least 1 MB/s, and each target receives one copy at a time.")
-@click.option("--split", type=click.Choice(["fair", "smallest"]), default="fair", show_default=True,
+@option("--split", type=click.Choice(["fair", "smallest"]), default="fair", show_default=True,
               help="How the node's one latency controller splits its rate among the copies: equal shares, or "
                    "most to the copy with the fewest bytes left.")
-@click.option("--retries", type=click.IntRange(0, 100), default=2, show_default=True,
+@option("--retries", type=click.IntRange(0, 100), default=2, show_default=True,
               help="A failed move is tried again this many times before it is reported.")
-@click.option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
+@option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
               help="The setpoint is the higher of --sla and the node's latency plus this margin.")
-@click.option("--samples", type=click.IntRange(1, 1000), default=3, show_default=True,
+@option("--samples", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="History samples a load is averaged over (one per agent stats_interval).")
-@click.option("--load-floor", type=float, default=0.05, show_default=True,
+@option("--load-floor", type=CPU, default=0.05, show_default=True,
               help="Loads closer than this (CPU s/s) count as equal when targets are compared.")
-@click.option("--max-rate", type=RATE, default=None,
+@option("--max-rate", type=RATE, default=None, show_default="no cap",
               help="Cap on the node's copy rate: the max of its one controller, split among its copies.")
-@click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
+@option("--max-freeze", type=DURATION, default="500ms", show_default=True,
               help="Each migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
-@click.option("--lock-ttl", type=DURATION, default="30s", show_default=True,
+@option("--lock-ttl", type=DURATION, default="30s", show_default=True,
               help="TTL of the drain's lock: a killed drain's lock is free after it, and the next run waits it out.")
-@click.option("--dry-run", is_flag=True, help="Print the plan (each tenant's target) and change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON document.")
+@option("--dry-run", is_flag=True, help="Print the plan (each tenant's target) and change nothing.")
+@option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON document.")
 @pass_cli
 def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, split: str, retries: int,
                setpoint_margin: float,

@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import print_json
+from .common import option, print_json
 
 
 @main.command("plot")
 @click.argument("run_file", metavar="RUN.jsonl")
-@click.option("-o", "--output", default=None, help="PNG to write. Default: RUN.png beside the run file.")
-@click.option("--title", default=None, help="Figure title. Default: bytes moved and duration.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@option("-o", "--output", type=click.Path(dir_okay=False), default=None, show_default="RUN.png beside the run file", help="PNG to write.")
+@option("--title", default=None, show_default="bytes moved and duration", help="Figure title.")
+@option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def plot(run_file: str, output: str | None, title: str | None, as_json: bool) -> None:
     """Draw a migration's latency against its setpoint and the copy rate over time."""
     from ..plot import load_timeseries, plot_run  # matplotlib is slow to import; only here

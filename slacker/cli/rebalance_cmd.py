@@ -10,64 +10,48 @@ import click
 from ..errors import MigrationFailed
 from ..units import format_size
 from . import main
-from .common import DURATION, RATE, CliContext, pass_cli, print_json, print_table
-
-
-class _Fraction(click.ParamType):
-    """25% or 0.25."""
-
-    name = "fraction"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)):
-            return float(value)
-        text = str(value).strip()
-        try:
-            return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        except ValueError:
-            self.fail(f"{value!r} is not a fraction (for example 25% or 0.25)", param, ctx)
-
-
-FRACTION = _Fraction()
+from .common import CPU, DURATION, FRACTION, RATE, CliContext, option, pass_cli, print_json, print_table
 
 
 @main.command("rebalance")
-@click.option("--execute", is_flag=True,
+@option("--execute", is_flag=True,
               help="Carry the move out (a live migration, waited for) instead of only printing the plan.")
-@click.option("--sla", type=DURATION, default="50ms", show_default=True,
+@option("--sla", type=DURATION, default="50ms", show_default=True,
               help="Per-server latency SLA: a node whose mean transaction latency is above it for --samples "
                    "samples in a row is hot. The migration's setpoint derives from it.")
-@click.option("--hot-threshold", type=FRACTION, default="25%", show_default=True,
+@option("--hot-threshold", type=FRACTION, default="25%", show_default=True,
               help="A node is also hot when its load is this much above the cluster mean ...")
-@click.option("--load-floor", type=float, default=0.05, show_default=True,
+@option("--load-floor", type=CPU, default=0.05, show_default=True,
               help="... and at least this many CPU seconds per second above it (ignores noise on idle clusters).")
-@click.option("--samples", type=click.IntRange(1, 1000), default=3, show_default=True,
+@option("--samples", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="Consecutive history samples a node must be hot for (one per agent stats_interval).")
-@click.option("--min-tenant-share", type=FRACTION, default="5%", show_default=True,
+@option("--min-tenant-share", type=FRACTION, default="5%", show_default=True,
               help="Tenants with less than this share of their node's load are too small to matter.")
-@click.option("--min-tenant-load", type=float, default=0.01, show_default=True,
+@option("--min-tenant-load", type=CPU, default=0.01, show_default=True,
               help="Tenants below this many CPU s/s are too small to matter.")
-@click.option("--min-gap-shrink", type=FRACTION, default="20%", show_default=True,
+@option("--min-gap-shrink", type=FRACTION, default="20%", show_default=True,
               help="A move must shrink the load gap between source and target by this much (no ping-pong).")
-@click.option("--tenant-cooldown", type=DURATION, default="30m", show_default=True,
+@option("--tenant-cooldown", type=DURATION, default="30m", show_default=True,
               help="A moved tenant (or one whose move failed) is not moved again for this long.")
-@click.option("--node-cooldown", type=DURATION, default="10m", show_default=True,
+@option("--node-cooldown", type=DURATION, default="10m", show_default=True,
               help="A move's source and target are neither source nor target of another move for this long.")
-@click.option("--no-return", type=DURATION, default="2h", show_default=True,
+@option("--no-return", type=DURATION, default="2h", show_default=True,
               help="A tenant never goes back to the node it left within this long.")
-@click.option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
+@option("--setpoint-margin", type=FRACTION, default="25%", show_default=True,
               help="The migration's setpoint is the higher of --sla and the source's latency plus this margin.")
-@click.option("--max-rate", type=RATE, default=None, help="Cap on the migrations' copy rate. Not given: a 200MB/s scale, and at the controller's maximum the copy runs unthrottled.")
-@click.option("--max-freeze", type=DURATION, default=0.5, show_default="500ms",
+@option("--max-rate", type=RATE, default=None, show_default="none: a 200MB/s scale",
+              help="Cap on the migrations' copy rate. Without it the controller works on a 200MB/s scale, and "
+                   "at its maximum the copy runs unthrottled.")
+@option("--max-freeze", type=DURATION, default="500ms", show_default=True,
               help="The migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
-@click.option("--lock-ttl", type=DURATION, default="60s", show_default=True,
+@option("--lock-ttl", type=DURATION, default="60s", show_default=True,
               help="TTL of the cluster lock, refreshed while the move runs: a crashed run's lock is free after it.")
-@click.option("--max-wait", type=DURATION, default="4h", show_default=True,
+@option("--max-wait", type=DURATION, default="4h", show_default=True,
               help="Stop waiting for the migration after this long (it goes on; the move is recorded as unknown).")
-@click.option("--max-moves", type=click.IntRange(1, 64), default=1, show_default=True,
+@option("--max-moves", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Moves in one pass, on disjoint node pairs (no node in two), run at once, each within its "
                    "source's latency budget. 1: one move per run, as from cron.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan (and the move's outcome) as one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print the plan (and the move's outcome) as one JSON document.")
 @pass_cli
 def rebalance(cli: CliContext, execute: bool, sla: float, hot_threshold: float, load_floor: float, samples: int,
               min_tenant_share: float, min_tenant_load: float, min_gap_shrink: float, tenant_cooldown: float,

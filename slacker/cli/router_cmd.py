@@ -5,25 +5,25 @@ from __future__ import annotations
 import click
 
 from . import main
-from .common import DURATION, CliContext, pass_cli, print_json, print_table
+from .common import DURATION, HOST_PORT, HOST_PORT_OR_NONE, CliContext, option, pass_cli, print_json, print_table
 
 
 @main.group("router", invoke_without_command=True)
-@click.option("--listen", default="127.0.0.1:6033", show_default=True,
-              help="HOST:PORT clients connect to (0.0.0.0:PORT for every interface).")
-@click.option("--admin", default="127.0.0.1:6034", show_default=True,
-              help="HOST:PORT of the status and Prometheus metrics endpoint (/status, /metrics); '' for none.")
-@click.option("--advertise", default=None,
-              help="HOST:PORT that `slacker locate` names (default: the listen address; the host name for 0.0.0.0).")
-@click.option("--list-interval", type=DURATION, default=1.0, show_default=True,
+@option("--listen", type=HOST_PORT, default="127.0.0.1:6033", show_default=True,
+              help="Where clients connect to (0.0.0.0:PORT for every interface).")
+@option("--admin", type=HOST_PORT_OR_NONE, default="127.0.0.1:6034", show_default=True,
+              help="Address of the status and Prometheus metrics endpoint (/status, /metrics); '' for none.")
+@option("--advertise", type=HOST_PORT, default=None, show_default="--listen; the host name for 0.0.0.0",
+              help="The address `slacker locate` names.")
+@option("--list-interval", type=DURATION, default="1s", show_default=True,
               help="How often a tenant the directory names but whose agent has not yet answered for its "
                    "credentials is asked again (every change of owner, creation and removal comes at once, "
                    "on one stream of the directory's changes).")
-@click.option("--no-register", is_flag=True, help="Do not announce this router in the directory.")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+@option("--no-register", is_flag=True, help="Do not announce this router in the directory.")
+@option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Certificate (PEM) to offer clients TLS with; with it the router refuses plain-text logins. "
                    "The owner side uses TLS by itself on a TLS cluster.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="Its private key (PEM).")
+@option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="Its private key (PEM).")
 @click.pass_context
 def router(ctx: click.Context, listen: str, admin: str, advertise: str | None, list_interval: float,
            no_register: bool, tls_cert: str | None, tls_key: str | None) -> None:
@@ -61,9 +61,9 @@ def router(ctx: click.Context, listen: str, admin: str, advertise: str | None, l
 
 
 @router.command("status")
-@click.option("--admin", "admin", default=None,
-              help="HOST:PORT of one router's admin endpoint (default: every router announced in the directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--admin", "admin", type=HOST_PORT, default=None, show_default="every router announced in the directory",
+              help="One router's admin endpoint.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def router_status(cli: CliContext, admin: str | None, as_json: bool) -> None:
     """Routes, connections and directory reachability of running routers."""

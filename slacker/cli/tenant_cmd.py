@@ -9,7 +9,7 @@ import click
 from ..errors import Conflict, NotFound, SlackerError
 from ..units import format_binary_size, format_size
 from . import main
-from .common import SERVER_SIZE, CliContext, pass_cli, print_json, print_table, source_state_text, binding_text
+from .common import SERVER_SIZE, CliContext, option, pass_cli, print_json, print_table, source_state_text, binding_text
 
 
 def _clients(cli: CliContext):
@@ -27,14 +27,14 @@ def tenant() -> None:
 
 @tenant.command("create")
 @click.argument("tenant_id")
-@click.option("--on", "node", default=None,
-              help="Node to create it on (never a cordoned one). Default: the least loaded node that is reachable "
-                   "and not cordoned, as the drain's planner picks.")
-@click.option("--buffer-pool", default="32M", show_default=True, type=SERVER_SIZE,
+@option("--on", "node", default=None, metavar="NODE",
+              show_default="the least loaded node reachable and not cordoned, as the drain's planner picks",
+              help="Node to create it on (never a cordoned one).")
+@option("--buffer-pool", default="32M", show_default=True, type=SERVER_SIZE,
               help="InnoDB buffer pool: the most of the tenant's data and indexes kept in memory. Size it to the "
                    "tenant's working set (docs/configuration.md, 'Sizing a tenant'); it moves with the tenant. "
                    "Bare K/M/G are binary as in MariaDB (128M = 128MiB).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool: int, as_json: bool) -> None:
     """Create tenant TENANT_ID: data directory, config, accounts, a running server.
@@ -68,7 +68,7 @@ def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool
 
 
 @tenant.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def tenant_list(cli: CliContext, as_json: bool) -> None:
     """List tenants: owner node, address, epoch and health, from the directory and the agents."""
@@ -106,9 +106,10 @@ def _state(r: dict) -> str:
 
 @tenant.command("delete")
 @click.argument("tenant_id")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document (the question, if asked, goes to stderr).")
 @pass_cli
-def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
+def tenant_delete(cli: CliContext, tenant_id: str, yes: bool, as_json: bool) -> None:
     """Stop tenant TENANT_ID and delete its data directory. This cannot be undone."""
     from ..tenants import validate_tenant_id
 
@@ -116,13 +117,16 @@ def tenant_delete(cli: CliContext, tenant_id: str, yes: bool) -> None:
     _, agents, directory = _clients(cli)
     own = directory.lookup(tenant_id)
     if not yes:
-        click.confirm(f"delete tenant {tenant_id} on {own.node} and all its data?", abort=True)
+        click.confirm(f"delete tenant {tenant_id} on {own.node} and all its data?", abort=True, err=as_json)
     agents[own.node].request("DELETE", f"/v1/tenants/{tenant_id}", timeout_s=120)
+    if as_json:
+        print_json({"tenant": tenant_id, "node": own.node, "deleted": True})
+        return
     click.echo(f"deleted tenant {tenant_id} from {own.node}")
 
 
 @main.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
 def status(cli: CliContext, as_json: bool) -> None:
     """Show each node (reachable or not, its protocol version), its tenants and running migrations."""
@@ -214,14 +218,14 @@ def _migration_line(m: dict) -> str:
 
 @main.command("locate")
 @click.argument("tenant_id")
-@click.option("--json", "as_json", is_flag=True,
+@option("--json", "as_json", is_flag=True,
               help="Print node, host, port, epoch, application user and its password file, and the routers.")
-@click.option("--defaults-file", "defaults_file", type=click.Path(dir_okay=False),
+@option("--defaults-file", "defaults_file", type=click.Path(dir_okay=False),
               help="Also write the application's credentials, host and port to this file (mode 0600), for "
                    "`mariadb --defaults-extra-file=FILE`: the router's address and USER@TENANT when a router runs "
                    "(on a TLS cluster, a router with TLS), else the owner's. They come from the owner's agent (TLS or this "
                    "machine only), never on the terminal.")
-@click.option("--owner", "owner_only", is_flag=True, help="Name only the owner, not the router.")
+@option("--owner", "owner_only", is_flag=True, help="Name only the owner, not the router.")
 @pass_cli
 def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | None, owner_only: bool) -> None:
     """Print where to connect to TENANT_ID: the router's HOST:PORT first when one runs

@@ -9,24 +9,24 @@ import click
 
 from ..errors import InvalidInput
 from . import main
-from .common import DURATION, CliContext, pass_cli, print_json
+from .common import DURATION, CliContext, option, pass_cli, print_json
 
 
 def _endpoint_options(f):
     # Applied bottom-up: these appear in --help in this order.
-    f = click.option("--password-file", type=click.Path(dir_okay=False),
+    f = option("--password-file", type=click.Path(dir_okay=False),
                      help="File holding the password for --host (never give a password in argv).")(f)
-    f = click.option("--user", default="app", show_default=True, help="MySQL user for --host.")(f)
-    f = click.option("--port", type=int, default=3306, show_default=True, help="Port for --host.")(f)
-    f = click.option("--host", default=None,
+    f = option("--user", default="app", metavar="USER", show_default=True, help="MySQL user for --host.")(f)
+    f = option("--port", type=click.IntRange(1, 65535), default=3306, metavar="PORT", show_default=True, help="Port for --host.")(f)
+    f = option("--host", default=None, metavar="HOST",
                      help="Connect to this server directly instead of resolving TENANT through the cluster.")(f)
-    f = click.option("--database", default=None,
-                     help="Database holding the table (default: the workload's `database` property, ycsb).")(f)
-    f = click.option("--driver", type=click.Choice(["mysqlclient", "pymysql"]), default="mysqlclient",
+    f = option("--database", default=None,
+                     metavar="NAME", show_default="the workload's `database` property, ycsb", help="Database holding the table.")(f)
+    f = option("--driver", type=click.Choice(["mysqlclient", "pymysql"]), default="mysqlclient",
                      show_default=True, help="SQL client library for the hot path.")(f)
-    f = click.option("-p", "overrides", multiple=True, metavar="NAME=VALUE",
+    f = option("-p", "overrides", multiple=True, metavar="NAME=VALUE",
                      help="Override a workload property (repeatable), as YCSB's -p.")(f)
-    f = click.option("-P", "workload_files", multiple=True, required=True, metavar="FILE",
+    f = option("-P", "workload_files", multiple=True, required=True, metavar="FILE",
                      help="Workload property file (repeatable), e.g. workloads/slacker or a bare name.")(f)
     return f
 
@@ -59,10 +59,10 @@ def ycsb() -> None:
 @ycsb.command("load")
 @click.argument("tenant")
 @_endpoint_options
-@click.option("--threads", type=int, default=4, show_default=True, help="Loader connections.")
-@click.option("--batch-rows", type=int, default=None, help="Rows per INSERT (default: about 1 MB per statement).")
-@click.option("--drop", is_flag=True, help="Drop and recreate the table if it exists.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@option("--threads", type=int, default=4, show_default=True, help="Loader connections.")
+@option("--batch-rows", type=int, default=None, show_default="about 1 MB per statement", help="Rows per INSERT.")
+@option("--drop", is_flag=True, help="Drop and recreate the table if it exists.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @pass_cli
 def load_cmd(cli: CliContext, tenant: str, workload_files, overrides, driver, database, host, port, user,
              password_file, threads, batch_rows, drop, as_json) -> None:
@@ -106,27 +106,27 @@ def load_cmd(cli: CliContext, tenant: str, workload_files, overrides, driver, da
 @ycsb.command("run")
 @click.argument("tenants")
 @_endpoint_options
-@click.option("--rate", default=None, metavar="TPS[,TPS...]",
+@option("--rate", default=None, metavar="TPS[,TPS...]",
               help="Offered transactions per second: one for all tenants or one per tenant. "
                    "Without it the run is closed-loop: --mpl clients per tenant issue back to back.")
-@click.option("--mpl", type=int, default=10, show_default=True, help="Worker connections per tenant.")
-@click.option("--duration", type=DURATION, default="120s", show_default=True, help="Length of the arrival window.")
-@click.option("--rate-step", "rate_steps", multiple=True, metavar="TIME:CHANGE",
+@option("--mpl", type=int, default=10, show_default=True, help="Worker connections per tenant.")
+@option("--duration", type=DURATION, default="120s", show_default=True, help="Length of the arrival window.")
+@option("--rate-step", "rate_steps", multiple=True, metavar="TIME:CHANGE",
               help="Change the rate at TIME after the start: +40%, -25%, x2 or =150 (repeatable).")
-@click.option("--arrival", type=click.Choice(["poisson", "constant"]), default="poisson", show_default=True,
+@option("--arrival", type=click.Choice(["poisson", "constant"]), default="poisson", show_default=True,
               help="Arrival process.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port (0: any free port).")
-@click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+@option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT", help="Serve Prometheus metrics on this port (0: any free port).")
+@option("--metrics-addr", default="127.0.0.1", show_default=True, metavar="HOST", help="Address for --metrics-port.")
+@option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write per-interval JSON lines here.")
-@click.option("--interval", type=DURATION, default="1s", show_default=True, help="Reporting interval.")
-@click.option("--seed", type=int, default=None, help="Seed for arrivals and key choice (default: random, reported).")
-@click.option("--retry-timeout", type=DURATION, default="30s", show_default=True,
+@option("--interval", type=DURATION, default="1s", show_default=True, help="Reporting interval.")
+@option("--seed", type=int, default=None, show_default="random, reported", help="Seed for arrivals and key choice.")
+@option("--retry-timeout", type=DURATION, default="30s", show_default=True,
               help="Give a failing transaction up this long after its first failure.")
-@click.option("--drain-timeout", type=DURATION, default="30s", show_default=True,
+@option("--drain-timeout", type=DURATION, default="30s", show_default=True,
               help="After the window, how long queued transactions may still run.")
-@click.option("--quiet", is_flag=True, help="No per-interval lines, only the summary.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (the RunResult) instead of text.")
+@option("--quiet", is_flag=True, help="No per-interval lines, only the summary.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document (the RunResult) instead of text.")
 @pass_cli
 def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, database, host, port, user,
             password_file, rate, mpl, duration, rate_steps, arrival, metrics_port, metrics_addr, out_path, interval,

@@ -1,4 +1,4 @@
-"""The phase-aimed chaos bench's pure logic (bench/chaoslib/phases.py): the plan, where a fault
+"""The phase-aimed chaos bench's pure logic (bench/benches/chaos/phases.py): the plan, where a fault
 landed, time to writable from a writer's log, blame for a hand step, and the table."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from chaoslib import phases
+from benches.chaos import phases
 from slacker.oltp import Txn
 
 

@@ -54,3 +54,149 @@ def test_the_readme_table_is_the_cli_table():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for code, meaning in EXIT_CODES:
         assert f"| {code} | {meaning} |" in readme
+
+
+# ---- every command's options, walked: typed metavars, units, defaults shown one way -------------------------
+
+import re
+
+import click
+import pytest
+
+from slacker.cli import main as slacker_main
+from slacker.cli.common import CPU, HOST_PORT, UNIT_TYPES
+
+# Options whose value really is free text (a note, a title), so TEXT is the right metavar.
+FREE_TEXT = {("node cordon", "--reason"), ("plot", "--title")}
+
+
+def _commands():
+    from slacker.cli import _register
+
+    _register()
+
+    def walk(cmd, path):
+        yield path, cmd
+        if isinstance(cmd, click.Group):
+            for name, sub in sorted(cmd.commands.items()):
+                yield from walk(sub, f"{path} {name}".strip())
+
+    return list(walk(slacker_main, ""))
+
+
+def _options():
+    for path, cmd in _commands():
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.is_flag and p.name not in ("help", "version"):
+                yield path, cmd, p
+
+
+def _metavar(cmd, p):
+    return p.make_metavar(click.Context(cmd))
+
+
+def test_no_text_metavar_and_typed_units():
+    offenders = [(path, p.opts[0], _metavar(cmd, p)) for path, cmd, p in _options()
+                 if _metavar(cmd, p) == "TEXT" and (path, p.opts[0]) not in FREE_TEXT]
+    assert offenders == []
+    # Counts are N, amounts have their unit's name: never click's INTEGER RANGE or FLOAT.
+    assert [(path, p.opts[0]) for path, cmd, p in _options() if _metavar(cmd, p) in ("INTEGER", "INTEGER RANGE",
+                                                                                        "FLOAT")] == []
+    for path, cmd, p in _options():
+        words = " ".join(p.opts) + " " + (p.help or "")
+        mv = _metavar(cmd, p)
+        if re.search(r"--(listen|admin|advertise|router)\b", " ".join(p.opts)):
+            assert p.type is HOST_PORT or mv == "HOST:PORT", (path, p.opts)
+        if re.search(r"host|addr", " ".join(p.opts)):
+            assert mv in ("HOST", "HOST:PORT", "IP"), (path, p.opts, mv)
+        if re.search(r"CPU s/s|in cores", words) or "--cpu-per-node" in p.opts:
+            assert mv == "CPU", (path, p.opts, mv)
+        if isinstance(p.default, str) and re.fullmatch(r"[0-9.]+(ms|s|m|h)", p.default):
+            assert mv == "DURATION", (path, p.opts)
+        if re.search(r"timeout|interval|cooldown|ttl|freeze|wait|setpoint|period|--sla|--window|--step", p.opts[0]) \
+                and not p.opts[0].endswith("-margin"):
+            assert mv in ("DURATION", "POINT=DURATION"), (path, p.opts, mv)
+        if re.fullmatch(r"--(max-)?rate|--disk-read-per-node", p.opts[0]) and path != "ycsb run":
+            assert mv == "RATE", (path, p.opts, mv)
+
+
+def test_bare_numbers_are_refused_where_a_unit_is_needed():
+    seen = 0
+    for path, cmd, p in _options():
+        if p.type in UNIT_TYPES:
+            seen += 1
+            ctx = click.Context(cmd)
+            with pytest.raises(click.UsageError) as exc:
+                p.type.convert("20", p, ctx)
+            assert exc.value.format_message() == (f"{p.opts[0]} 20: {p.type.noun} needs a unit, e.g. "
+                                                  f"{p.type.example}")
+            assert p.type.convert("0", p, ctx) == 0  # zero is zero in any unit (--rate 0 starts paused)
+    assert seen >= 30
+    p = run("migrate", "t1", "--to", "node-2", "--rate", "20")
+    assert p.returncode == 2 and p.stderr.startswith("slacker: error: --rate 20: a rate needs a unit, e.g. 20MB/s")
+    p = run("migrate", "t1", "--set", "setpoint=900", "--json")
+    assert p.returncode == 2 and "setpoint=900: a duration needs a unit" in json.loads(p.stdout)["error"]["what"]
+    with pytest.raises(click.BadParameter):
+        CPU.convert("half", None, None)
+
+
+def test_defaults_are_shown_one_way():
+    root = click.Context(slacker_main, **slacker_main.context_settings)
+    for path, cmd, p in _options():
+        ctx = click.Context(cmd, parent=root)
+        extra = p.get_help_extra(ctx)
+        if p.default not in (None, click.core.UNSET) and not p.multiple:
+            assert "default" in extra, (path, p.opts)
+        # A default told in prose would be a second way: it goes in show_default="...", shown as [default: ...].
+        assert not re.search(r"\(default|[Dd]efault:|\bDefault\b", p.help or ""), (path, p.opts, p.help)
+        if "default" in extra:
+            assert not extra["default"].startswith("("), (path, p.opts)
+    out = " ".join(run("migrate", "--help").stdout.split())
+    assert "--window DURATION Latency averaging window. [default: 3s]" in out
+    assert "--max-freeze DURATION" in out and "[default: 500ms]" in out
+
+
+# ---- --json on every command a script reads, errors included -------------------------------------------------
+
+# Commands without --json, and why.
+NO_JSON = {
+    "agent": "runs the agent daemon in the foreground; scripts read its HTTP API, which is JSON",
+    "router": "runs a router in the foreground; `slacker router status --json` reads it",
+    "credential show": "its output is the credential itself (a secret), which never goes into --json output",
+}
+
+
+def _leaves():
+    return [(path, cmd) for path, cmd in _commands()
+            if path and (not isinstance(cmd, click.Group) or cmd.invoke_without_command)]
+
+
+def _has_json(cmd) -> bool:
+    return any("--json" in p.opts for p in cmd.params if isinstance(p, click.Option))
+
+
+def test_every_command_has_json_or_a_reason():
+    missing = [path for path, cmd in _leaves() if not _has_json(cmd) and path not in NO_JSON]
+    assert missing == []
+    assert all(not _has_json(cmd) for path, cmd in _leaves() if path in NO_JSON)  # no stale exception
+    for path in ("node cordon", "node uncordon", "node add", "node remove", "tenant delete", "cluster down",
+                 "config check", "credential etcd-auth"):
+        assert path in dict(_leaves()) and _has_json(dict(_leaves())[path]), path
+
+
+def test_every_json_command_prints_its_errors_as_json():
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    for path, cmd in _leaves():
+        if not _has_json(cmd):
+            continue
+        # A bad option: refused before anything runs, whatever the command does.
+        r = runner.invoke(slacker_main, [*path.split(), "--json", "--no-such-option"])
+        assert r.exit_code == 2, (path, r.output)
+        doc = json.loads(r.stdout)["error"]
+        assert doc["kind"] == "UsageError" and doc["exit_code"] == 2 and "--no-such-option" in doc["what"], path
+    for args in (["node", "cordon", "n1"], ["node", "uncordon", "n1"], ["tenant", "delete", "t1", "--yes"],
+                 ["node", "remove", "n1"]):
+        r = runner.invoke(slacker_main, [*args, "--json", "--cluster", "/nonexistent/c.toml"])
+        assert r.exit_code == 3 and json.loads(r.stdout)["error"]["kind"] == "NotFound", (args, r.output)

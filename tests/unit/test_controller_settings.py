@@ -36,7 +36,7 @@ def test_the_registry_is_what_the_cli_offers_and_the_docs_list():
     assert CLI_KINDS == ("model", "pid", "threshold")  # fixed: --rate
     help_text = subprocess.run([sys.executable, "-m", "slacker", "migrate", "--help"], capture_output=True,
                                text=True, timeout=60).stdout
-    assert "--controller model|pid|threshold" in help_text and "(default model)" in " ".join(help_text.split())
+    assert "--controller model|pid|threshold" in help_text and "[default: model]" in " ".join(help_text.split())
     for page in ("controller.md", "migration.md"):
         text = (DOCS / page).read_text()
         assert "--controller " + "\\|".join(CLI_KINDS) in text, page

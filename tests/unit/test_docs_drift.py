@@ -156,7 +156,7 @@ def code_metrics() -> set[str]:
 
 
 def path_exists(path: str) -> bool:
-    path = re.sub(r"[A-Z]{3,}", "*", path.rstrip(".,:;"))  # bench/benches/NAME.py: a placeholder
+    path = re.sub(r"[A-Z]{3,}", "*", path.rstrip(".,:;"))  # bench/benches/NAME/main.py: a placeholder
     if re.search(r"[*{]", path):
         return any(REPO.glob(re.sub(r"\{[^}]*\}", "*", path)))
     return (REPO / path).exists()
@@ -257,7 +257,7 @@ def test_drift_is_found(cli, tmp_path):
         "Watch slacker_migration_phase and slacker_migration_warp_factor; see slacker/nothing.py,\n"
         "bench/benchkit/plant.py, tests/unit/plant.py and slacker.controller.nothing.\n"
         "Bare `--max-rate` is one of ours, `--frobnicate` is not; `node drain --slaa 5ms`.\n"
-        "From /work/shared/notes.md and `git show 490c0e6:docs/old.md`; one per bench/benches/NAME.py.\n")
+        "From /work/shared/notes.md and `git show 490c0e6:docs/old.md`; one per bench/benches/NAME/main.py.\n")
     assert drift([page], cli) == [
         "page.md:1: slacker migrate has no option --setpont",
         "page.md:1: slacker tenant remove: no such command",

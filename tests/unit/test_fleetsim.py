@@ -3,9 +3,9 @@ keeping it under its SLA better than no rebalancing (pure logic; the planner is 
 
 from __future__ import annotations
 
-from fleetsimlib.bound import min_removals
-from fleetsimlib.model import FleetModel, Loads
-from fleetsimlib.sim import SimOptions, run
+from benches.fleetsim.bound import min_removals
+from benches.fleetsim.model import FleetModel, Loads
+from benches.fleetsim.sim import SimOptions, run
 
 
 def test_fewest_removals_take_the_largest_first():

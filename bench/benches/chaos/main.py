@@ -17,7 +17,7 @@ acknowledged writes lost (must be 0) and moments with two writable servers (must
 
     bench/run chaos [--migrations 60] [--seed 1] [--rate 50] [--json FILE]
 
-With --phases, the phase-aimed mode instead (bench/chaoslib/main.py: each fault aimed at a phase
+With --phases, the phase-aimed mode instead (bench/benches/chaos/by_phase.py: each fault aimed at a phase
 of the migration, the cluster brought back with `slacker cluster up --dir`, time to writable and
 hand steps counted):
 
@@ -177,7 +177,7 @@ def _oltp_summary(s: Scenario) -> dict:
 
 def main() -> None:
     if "--phases" in sys.argv[1:]:
-        from chaoslib.main import main as phases_main
+        from benches.chaos.by_phase import main as phases_main
         phases_main(sys.argv[1:])
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,4 +1,4 @@
-"""The unthrottled copy against its floor (issue 45): `slacker migrate --unthrottled` vs the bare pipeline.
+"""The unthrottled copy against its floor: `slacker migrate --unthrottled` vs the bare pipeline.
 
 The floor is the migration's own method run by hand on the same server and data:
 `mariabackup --backup --stream=xbstream | mbstream -x -C DIR`, then `mariabackup --prepare`.
@@ -29,10 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchkit import REPO as ROOT  # noqa: E402  (the repository, wherever the bench sits)
 
-from floorlib import analysis, log, runner
-from floorlib.plot import make_plot
+from benches.floor import analysis, log, runner
+from benches.floor.plot import make_plot
 from setpointlib.runner import Bench, guarded, machine_info
 from slacker.errors import NotFound
 from slacker.units import parse_rate

@@ -1,10 +1,10 @@
 """The rebalancer's planner past one machine: a simulated fleet of --nodes nodes and --tenants tenants
-with skewed, shifting loads (bench/fleetsimlib/model.py states the model) feeds the planner
+with skewed, shifting loads (bench/benches/fleetsim/model.py states the model) feeds the planner
 (slacker/rebalance/planner.py, the same code `slacker rebalance` runs) every simulated minute.
 
-For each --policies (none, serial, parallel; bench/fleetsimlib/sim.py): moves per hour, the share of
+For each --policies (none, serial, parallel; bench/benches/fleetsim/sim.py): moves per hour, the share of
 node-minutes over the SLA, and the planner's time per call and per pass (a pass: every call of one
-minute); against the lower bound on moves (bench/fleetsimlib/bound.py): for every overload episode (a node
+minute); against the lower bound on moves (bench/benches/fleetsim/bound.py): for every overload episode (a node
 going over its SLA load), the fewest of its tenants that must leave it to end it.
 
     bench/run fleetsim                                   # 1000 nodes, 20000 tenants, 4 h
@@ -24,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchkit import REPO as ROOT  # noqa: E402  (the repository, wherever the bench sits)
 
-from fleetsimlib import plots
-from fleetsimlib.model import FleetModel
-from fleetsimlib.sim import SimOptions, run
+from benches.fleetsim import plots
+from benches.fleetsim.model import FleetModel
+from benches.fleetsim.sim import SimOptions, run
 
 POLICIES = ("none", "serial", "parallel")
 

@@ -12,7 +12,7 @@ router, a short read-write transaction every --period-s), it measures:
 - over --window-s: the agents' CPU idle and under the load, etcd's CPU, requests/s and watchers
   (its /metrics), the router's memory and threads, the tenants' memory (sum of Pss).
 
-Each figure's growth from the smallest to the largest size is named (bench/scalelib/report.py).
+Each figure's growth from the smallest to the largest size is named (bench/benches/scale/report.py).
 
     bench/run scale --out docs/data/scale.json --plot docs/img/scale.png
     bench/run scale --sizes 4,8 --window-s 10        # a quick look
@@ -35,11 +35,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchkit import REPO as ROOT  # noqa: E402  (the repository, wherever the bench sits)
 
-from scalelib import measure, report
-from scalelib.cluster import ScaleCluster, memory_mib
-from scalelib.load import LightLoad
+from benches.scale import measure, report
+from benches.scale.cluster import ScaleCluster, memory_mib
+from benches.scale.load import LightLoad
 
 from slacker.client import resolve
 from slacker.config import load_cluster

@@ -1,4 +1,4 @@
-"""`slacker rebalance` from cron under a hot spot that moves (issue 16), beside the same cluster without it.
+"""`slacker rebalance` from cron under a hot spot that moves, beside the same cluster without it.
 
 Two identical local clusters run side by side ("rebalanced" and "baseline"),
 each of three nodes with a CPU quota of --quota: tenants a1..a3 on node-1,

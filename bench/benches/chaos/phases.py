@@ -2,7 +2,7 @@
 time to writable from the writers' logs, who is to blame for a hand step, and the per-phase table.
 
 Nothing here touches a process or a socket (tests/unit/test_chaos_phases.py covers it); the runs
-themselves are bench/chaoslib/aimed.py.
+themselves are bench/benches/chaos/aimed.py.
 """
 
 from __future__ import annotations

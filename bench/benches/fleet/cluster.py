@@ -16,7 +16,7 @@ from slacker.config import load_cluster
 from slacker.errors import Conflict
 from slacker.router import local as local_router
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from benchkit import REPO as ROOT  # noqa: E402  (the repository, wherever the bench sits)
 
 
 class Fleet:

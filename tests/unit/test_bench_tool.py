@@ -38,17 +38,10 @@ def test_no_bench_edits_sys_path_or_imports_from_tests():
     assert offenders == []
 
 
-# setpoint's package moves under bench/benches/ separately (another change edits it now).
-NOT_YET_MOVED = {"setpoint": "setpointlib.cli"}
-
-
 def test_one_layout_a_package_per_bench_with_main_py():
     for name, module in BENCHES.items():
-        if name in NOT_YET_MOVED:
-            assert module == NOT_YET_MOVED[name]
-            continue
         assert module == f"benches.{name}.main", name
         assert (REPO / "bench" / "benches" / name / "main.py").is_file(), name
-    assert sorted(p.name for p in (REPO / "bench").glob("*lib")) == sorted(m.split(".")[0] for m in NOT_YET_MOVED.values())
+    assert not list((REPO / "bench").glob("*lib"))
     assert not list((REPO / "bench" / "benches").glob("*.py"))  # no flat bench files beside the packages
-    assert not [p for p in (REPO / "bench").rglob("cli.py") if "setpointlib" not in p.parts]
+    assert not list((REPO / "bench").rglob("cli.py"))

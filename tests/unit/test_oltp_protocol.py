@@ -1,4 +1,4 @@
-"""The OLTP bench's pure parts (bench/setpointlib/protocol.py, `--only oltp`): the paired ratios of a block,
+"""The OLTP bench's pure parts (bench/benches/setpoint/protocol.py, `--only oltp`): the paired ratios of a block,
 the best oracle, the interval over blocks, the recovery time after a load step, the agreement of two clocks,
 and the own-clock lines of oltp_paced.lua."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from setpointlib import protocol as pr
-from setpointlib.sysbench import own_clock
+from benches.setpoint import protocol as pr
+from benches.setpoint.sysbench import own_clock
 
 MB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""bench/setpoint's analysis (bench/setpointlib/analysis.py): pure functions on synthetic records and results."""
+"""bench/setpoint's analysis (bench/benches/setpoint/analysis.py): pure functions on synthetic records and results."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from setpointlib import analysis as an
+from benches.setpoint import analysis as an
 
 T0 = 1_800_000_000.0
 
@@ -297,7 +297,7 @@ def test_run_figures_can_leave_out_the_copys_first_seconds(tmp_path):
 def test_compare_controllers_option_keeps_the_runs_order_and_rejects_unknown_names():
     import argparse
 
-    from setpointlib.compare import parse_controllers
+    from benches.setpoint.compare import parse_controllers
 
     assert parse_controllers("oracle, pid, model") == ["model", "pid", "oracle"]
     for bad in ("slack,bogus", "", ","):
@@ -319,7 +319,7 @@ def test_fig13a_repeats_are_summarised_with_medians_and_never():
 def test_fig13a_repeats_option_takes_a_whole_number_of_at_least_one():
     import argparse
 
-    from setpointlib.fig13a import parse_repeats
+    from benches.setpoint.fig13a import parse_repeats
 
     assert parse_repeats("3") == 3
     for bad in ("0", "-1", "two", "1.5"):

@@ -1,4 +1,4 @@
-"""The stable plant's protocol (bench/setpointlib/protocol.py): gates, the oracle, the setpoints, rotation."""
+"""The stable plant's protocol (bench/benches/setpoint/protocol.py): gates, the oracle, the setpoints, rotation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from setpointlib import protocol as pr
+from benches.setpoint import protocol as pr
 
 
 def test_load_gate_takes_the_window_within_two_percent_and_no_lasting_shortfall():

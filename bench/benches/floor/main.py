@@ -33,7 +33,7 @@ from benchkit import REPO as ROOT  # noqa: E402  (the repository, wherever the b
 
 from benches.floor import analysis, log, runner
 from benches.floor.plot import make_plot
-from setpointlib.runner import Bench, guarded, machine_info
+from benches.setpoint.runner import Bench, guarded, machine_info
 from slacker.errors import NotFound
 from slacker.units import parse_rate
 
@@ -70,7 +70,7 @@ def parse_args(argv=None):
         name, _, extra = v.partition("=")
         variants[name.strip()] = shlex.split(extra)
     a.variants = variants
-    # what setpointlib's Bench reads
+    # what the setpoint bench's Bench reads
     a.target_tmpfs, a.disk_read_bps, a.load, a.cpu_per_node, a.cpu_period, a.cpu_weight = "none", None, "ycsb", None, 0.1, 100
     return a
 

@@ -1,6 +1,6 @@
 """bench/floor's runner: the bare pipeline and `slacker migrate --unthrottled` on the same tenant.
 
-The cluster, the tenants and the CPU monitor are setpointlib's (Bench, CpuMonitor); this adds the
+The cluster, the tenants and the CPU monitor are the setpoint bench's (Bench, CpuMonitor); this adds the
 two things measured here. Both read the tenant where it is now and write next to the other node's
 data, so the pair sees the same server, data, disk and page cache state.
 """

@@ -1,4 +1,4 @@
-"""Latency-targeting throttle on real migrations: the paper's Figures 5, 11, 12, 13a, 13b (issue 6).
+"""Latency-targeting throttle on real migrations: the paper's Figures 5, 11, 12, 13a, 13b.
 
 Sets up its own local two-node cluster (loopback, temp dir), a tenant of
 --records 1 KB rows (workloads/slacker) with a --buffer-pool buffer pool,
@@ -24,7 +24,7 @@ migrates it back and forth between the two nodes:
              command) and unthrottled, at each of --setpoints (binding) and one
              setpoint that does not bind (--nonbinding-setpoint, default twice the
              first unthrottled copy's mean latency), --repeats times, the order of
-             the controllers rotated each repeat. Analysis: bench/setpointlib/analysis.py.
+             the controllers rotated each repeat. Analysis: bench/benches/setpoint/analysis.py.
   fig13b     Five tenants on node-1 (--mt-records rows each, --mt-tps split evenly),
              one migrating under PID, then under a fixed rate at the PID's average;
              latency averaged over all five (the controller reads the harness's
@@ -39,7 +39,7 @@ migrates it back and forth between the two nodes:
              of one fixed rate within 5 %), then
              --blocks blocks of {load alone, 3 fixed rates, model, PID, unthrottled, model and PID
              not binding} in rotated order, the oracle read off each block's fixed rates
-             (bench/setpointlib/stable.py, protocol.py):
+             (bench/benches/setpoint/stable.py, protocol.py):
                bench/run setpoint --only stable --load sysbench --cpu-per-node 0.5
   oltp       The controllers on an OLTP load, judged by paired differences within blocks, the
              loads through a router of the bench's cluster (so the router's latency source is
@@ -59,7 +59,7 @@ migrates it back and forth between the two nodes:
              unthrottled, seconds until back under the setpoint after the step, and per second
              the router's and the server's latency against the load's own clock (correlation,
              ratio); the median and 90 % interval over blocks. --until HH:MM starts no block that
-             would end after it (bench/setpointlib/oltp.py, protocol.py):
+             would end after it (bench/benches/setpoint/oltp.py, protocol.py):
                bench/run setpoint --only oltp --load sysbench --blocks 5
 
 "Latency" is the harness's client-side latency: scheduled arrival -> commit, so
@@ -90,10 +90,10 @@ import time
 from pathlib import Path
 
 
-from setpointlib import analysis, compare, fig5, fig11, fig13a, fig13b, gains, log, oltp, stable, threshold  # noqa: E402
-from setpointlib.analysis import mbs, ms, parse_list, report, step_analysis  # noqa: E402
-from setpointlib.plots import make_plots  # noqa: E402
-from setpointlib.runner import Bench, guarded, machine_info  # noqa: E402
+from benches.setpoint import analysis, compare, fig5, fig11, fig13a, fig13b, gains, log, oltp, stable, threshold  # noqa: E402
+from benches.setpoint.analysis import mbs, ms, parse_list, report, step_analysis  # noqa: E402
+from benches.setpoint.plots import make_plots  # noqa: E402
+from benches.setpoint.runner import Bench, guarded, machine_info  # noqa: E402
 from slacker.units import parse_duration, parse_rate  # noqa: E402
 from benchkit import REPO
 
@@ -118,7 +118,7 @@ def parse_args(argv=None):
                    help="the load: the project's harness (default), or sysbench oltp_read_write at --tps with "
                         "--sb-threads threads (binary prepared statements); with sysbench the controller reads its "
                         "default source (performance_schema) and the figures are the tenant's per-second mean "
-                        "transaction latency from performance_schema (bench/setpointlib/sysbench.py)")
+                        "transaction latency from performance_schema (bench/benches/setpoint/sysbench.py)")
     g.add_argument("--sb-threads", type=int, default=16, help="sysbench threads (default 16)")
     g.add_argument("--sb-tables", type=int, default=8, help="sysbench tables (default 8)")
     g.add_argument("--sb-table-size", type=int, default=500_000,

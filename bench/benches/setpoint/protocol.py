@@ -1,6 +1,6 @@
 """The stable plant's protocol (issue 40), its pure parts: the validity gates, the oracle read off the
 fixed rates' monotone latency-rate curve, the choice of the setpoints, the blocks' rotated order and the
-paired statistics over blocks. bench/setpointlib/stable.py runs it; tests/unit/test_setpoint_protocol.py
+paired statistics over blocks. bench/benches/setpoint/stable.py runs it; tests/unit/test_setpoint_protocol.py
 checks it.
 
 Latencies here are ratios: a run's mean latency during the copy divided by the load's own latency
@@ -202,7 +202,7 @@ def met(values: list[float | None], lo: float, hi: float) -> str:
     return f"{sum(1 for x in v if lo <= x <= hi)} of {len(v)}"
 
 
-# --- the OLTP protocol (`--only oltp`, bench/setpointlib/oltp.py): its pure parts ----------------------------
+# --- the OLTP protocol (`--only oltp`, bench/benches/setpoint/oltp.py): its pure parts ----------------------------
 
 def interval(values: list[float | None], level: float = 0.9) -> dict:
     """Median and the central `level` interval over blocks (percentiles by linear interpolation between

@@ -290,7 +290,8 @@ def test_follows_an_etcd_directory(make_cluster):
     from slacker.config import load_cluster
     from slacker.directory import EtcdStore
     from slacker.directory.etcd import _b64
-    from slacker.router.control import Router, RouterOptions
+    from slacker.errors import SlackerError
+    from slacker.router.control import Router, RouterOptions, password_hash
 
     cluster = make_cluster(nodes=2, directory="etcd")
     run_dir = cluster.path.parent
@@ -322,8 +323,13 @@ def test_follows_an_etcd_directory(make_cluster):
         spec = load_cluster(str(cluster.path))
         agents, directory = cluster_clients(spec)
         gated = _Gated(directory)
+        # Its snapshot's login hashes from one request per node (`GET /v1/logins`), as with many tenants.
+        logins = agents["node-1"].request("GET", "/v1/logins")["logins"]
+        assert [(x["tenant"], x["user"], x["hash"]) for x in logins] == [("r4", "app", password_hash(password))]
         behind = Router(spec, RouterOptions(listen="127.0.0.1:0", admin=None, register=False, watch_timeout_s=0.3),
-                        agents, gated).start()
+                        agents, gated)
+        behind.BULK_LOGINS_FROM = 1
+        behind.start()
         _connection_on(behind.listen, "app@r4", password, "node-1").close()
         gated.open.clear()
         assert gated.parked.wait(5)
@@ -350,10 +356,28 @@ def test_follows_an_etcd_directory(make_cluster):
         st = next(t for t in _status(admin)["tenants"] if t["tenant"] == "r4")
         assert st["epoch"] == 2 and st["node"] == "node-2"
 
+        # A write after the flip, then the history compacted up to it: the flip's revision is gone.
+        store.state_put("test/after-the-move", {"at": time.time()})
         head = int(store.gw.call("/kv/range", {"key": _b64("/")}, idempotent=True)["header"]["revision"])
         store.gw.call("/kv/compaction", {"revision": str(head), "physical": True}, idempotent=True)
         waited_from = behind.followed["revision"]
-        assert waited_from is not None and waited_from < head
+        assert waited_from is not None and waited_from + 1 < head
+        # Each member applies the compaction on its own: wait until every live one has.
+        for m in members:
+            if m.name == victim:
+                continue
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    got = store.gw.call("/kv/range", {"key": _b64("/"), "revision": str(waited_from + 1)},
+                                        idempotent=True, only=m.client_url)
+                except SlackerError as exc:
+                    got = exc.one_line()
+                    if "compacted" in got:
+                        break
+                assert time.monotonic() < deadline, f"{m.name} never compacted: {got} (victim {victim}, " \
+                                                    f"from {waited_from}, head {head})"
+                time.sleep(0.05)
         gated.open.set()
         _connection_on(behind.listen, "app@r4", password, "node-2", within_s=5).close()
         # Its watch from the revision it had was refused as compacted and a snapshot taken instead.

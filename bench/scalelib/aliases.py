@@ -50,7 +50,7 @@ class StandIn:
     def _tenants(self) -> list[dict]:
         return [{"id": a, "node": NODE, "host": t.host, "port": t.port, "running": True, "healthy": True,
                  "desired_state": "running", "fenced": False, "queries_per_s": 0.0, "connections": 0}
-                for a, t in self.targets.items()]
+                for a, t in list(self.targets.items())]  # a copy: the bench adds aliases meanwhile
 
     def answer(self, path: str) -> tuple[int, dict | bytes]:
         if path.startswith("/v1/tenants/") and path.endswith("/login"):
@@ -60,9 +60,10 @@ class StandIn:
                 return 404, {"error": "NotFound", "what": f"tenant {alias} not found", "why": "", "hint": ""}
             return 200, {"tenant": alias, "node": NODE, "user": "app", "hash": password_hash(t.password)}
         if path == "/v1/logins":
-            hashes = {t.tenant: password_hash(t.password) for t in set(self.targets.values())}
+            every = list(self.targets.items())  # a copy: the bench adds aliases meanwhile
+            hashes = {t.tenant: password_hash(t.password) for _, t in every}
             return 200, {"node": NODE, "logins": [{"tenant": a, "node": NODE, "user": "app", "hash": hashes[t.tenant]}
-                                                  for a, t in self.targets.items()]}
+                                                  for a, t in every]}
         if path in ("/v1/status", "/v1/tenants"):
             n = len(self.targets)
             if self._status_cache[0] != n:  # the same answer until an alias is added

@@ -69,6 +69,7 @@ FIGURES_ALIASES = [
     ("entry_routable_s", "directory entry to routed login (median)", "ms"),
     ("create_routable_s", "`tenant create` returned to routed login", "ms"),
     ("move_pause_s", "live move: longest gap between SELECT 1s", "ms"),
+    ("fault_pause_s", "the same, etcd leader killed + compaction", "ms"),
     ("router_catch_up_s", "router routes every new entry", "s"),
 ]
 

@@ -14,10 +14,12 @@ them, it measures:
 - a directory entry written to a routed login + SELECT 1 (--routable-repeats aliases, the median), and
   one real `tenant create` returned to its first routed login + SELECT 1;
 - a live move of `mover` (`slacker migrate`) under a client running SELECT 1 through the router without
-  pause: the longest gap between two answers (the client-visible pause) and the errors it saw.
+  pause: the longest gap between two answers (the client-visible pause) and the errors it saw;
+- with --faults, a second move with etcd's leader SIGKILLed before it and the history compacted after
+  it: the same gap, and that the router routes the tenant to its new owner and keeps every entry.
 
     bench/run scale --aliases --sizes 100,1000,10000 --out docs/data/scale-aliases.json --plot docs/img/scale-aliases.png
-    bench/run scale --aliases --sizes 100 --window-s 5 --logins 50      # a smoke run
+    bench/run scale --aliases --sizes 100 --window-s 5 --logins 50 --faults     # a smoke run
 
 It prints its progress and an estimate of the time left. Everything it starts is stopped at the end.
 """
@@ -31,6 +33,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import tempfile
 import threading
@@ -44,9 +47,11 @@ from scalelib import measure, report
 from scalelib.aliases import NODE, StandIn, Target, register
 from scalelib.cluster import ScaleCluster
 
+from slacker import local_etcd
 from slacker.client import resolve
 from slacker.config import load_cluster
 from slacker.directory import EtcdStore
+from slacker.directory.etcd import _b64
 from slacker.errors import SlackerError
 
 T0 = time.monotonic()
@@ -140,6 +145,62 @@ class Pinger:
         return max((b - a for a, b in zip(ts, ts[1:])), default=float("nan"))
 
 
+def live_move(cluster: ScaleCluster, tenant: str, password: str, to: int) -> dict:
+    """`slacker migrate TENANT --to node-TO` under a client running SELECT 1 through the router."""
+    with Pinger(cluster.router_listen, tenant, password) as ping:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        dt, r = measure.cli(cluster, "migrate", tenant, "--to", f"node-{to}", "--json", timeout_s=600)
+        t1 = time.monotonic()
+        time.sleep(1.0)
+    try:
+        result = json.loads(r.stdout).get("result")
+    except ValueError:
+        result = None
+    if r.returncode != 0 or result != "succeeded":
+        raise RuntimeError(f"migrate {tenant}: {r.stderr.strip() or r.stdout.strip()[:300]}")
+    return {"pause_s": ping.longest_gap(t0, t1 + 1.0), "seconds": dt, "client_errors": len(ping.errors),
+            "errors_sample": ping.errors[:3], "answers": len([t for t in ping.answers if t0 <= t <= t1])}
+
+
+def served_by(listen: str, tenant: str, password: str) -> str:
+    """The node whose mariadbd a new routed connection reaches (from its data directory's path)."""
+    conn = connect(listen, f"app@{tenant}", password)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@datadir")
+            path = cur.fetchone()[0]
+    finally:
+        conn.close()
+    return next((part for part in Path(path).parts if part.startswith("node-")), path)
+
+
+def move_under_etcd_faults(cluster: ScaleCluster, store: EtcdStore, tenant: str, password: str, to: int,
+                           entries: int) -> dict:
+    """The etcd leader SIGKILLed (every stream through it breaks), then a live move, then etcd's history
+    compacted to its head; the member started again. The router must route the tenant to its new owner
+    and keep every entry, reconnecting by itself."""
+    etcd_dir = cluster.run_dir / "etcd"
+    leader = store.health()["leader"]
+    os.kill(local_etcd.member_pid(etcd_dir, leader), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not store.health().get("healthy"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("etcd has no leader 30 s after its leader was killed")
+        time.sleep(0.2)
+    move = live_move(cluster, tenant, password, to)
+    head = int(store.gw.call("/kv/range", {"key": _b64("/")}, idempotent=True)["header"]["revision"])
+    store.gw.call("/kv/compaction", {"revision": str(head), "physical": True}, idempotent=True)
+    local_etcd.start(etcd_dir, [])
+    node = served_by(cluster.router_listen, tenant, password)
+    if node != f"node-{to}":
+        raise RuntimeError(f"after the faults the router sends {tenant} to {node}, not node-{to}")
+    deadline = time.monotonic() + 60
+    while (routes := router_routes(cluster.router_admin)) < entries and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return move | {"killed_leader": leader, "served_by": node, "routes_after": routes}
+
+
 def estimate_left(sizes: list[int], done: int, registered: int, rate_per_s: float, per_size_s: float) -> float:
     """Seconds left: the entries still to register at the rate seen (the router's catch-up counted as
     long again) plus the fixed part of each size still to measure."""
@@ -159,6 +220,9 @@ def main() -> None:
     ap.add_argument("--logins", type=int, default=300, help="logins through the router per size (default 300)")
     ap.add_argument("--routable-repeats", type=int, default=10, help="entries timed from write to login (default 10)")
     ap.add_argument("--no-move", action="store_true", help="skip the live move at each size")
+    ap.add_argument("--faults", action="store_true",
+                    help="at each size, a second live move with the etcd leader SIGKILLed before it and etcd's history "
+                         "compacted after it: the router must route the tenant to its new owner and keep every entry")
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--plot", help="write a PNG plot here")
     args = ap.parse_args()
@@ -171,7 +235,8 @@ def main() -> None:
                f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, {platform.platform()}")
     say(f"machine: {machine}")
     # A first guess of each size's fixed part; replaced by what the first size took.
-    per_size_s = args.settle_s + args.window_s + 40 + args.logins * 0.01 + (0 if args.no_move else 25)
+    per_size_s = args.settle_s + args.window_s + 40 + args.logins * 0.01 + (0 if args.no_move else 25) \
+        + (40 if args.faults else 0)
     say(f"{len(sizes)} sizes up to {sizes[-1]} entries: about "
         f"{estimate_left(sizes, 0, 0, 3000, per_size_s) / 60 + 1:.0f} min (cluster start included)")
     run_dir = Path(tempfile.mkdtemp(prefix="scale-aliases-", dir="/tmp"))
@@ -258,24 +323,20 @@ def main() -> None:
                      **idle, "raw": {"status_s": status, "login_s": logins, "entry_routable_s": entry}}
             if not args.no_move:
                 to = mover_on % args.nodes + 1
-                with Pinger(cluster.router_listen, "mover", mover_password) as ping:
-                    time.sleep(1.0)
-                    t0 = time.monotonic()
-                    dt, r = measure.cli(cluster, "migrate", "mover", "--to", f"node-{to}", "--json", timeout_s=600)
-                    t1 = time.monotonic()
-                    time.sleep(1.0)
-                try:
-                    result = json.loads(r.stdout).get("result")
-                except ValueError:
-                    result = None
-                if r.returncode != 0 or result != "succeeded":
-                    raise RuntimeError(f"migrate mover: {r.stderr.strip() or r.stdout.strip()[:300]}")
+                move = live_move(cluster, "mover", mover_password, to)
                 mover_on = to
-                level |= {"move_pause_s": ping.longest_gap(t0, t1 + 1.0), "move_s": dt,
-                          "move_client_errors": len(ping.errors), "move_errors_sample": ping.errors[:3],
-                          "move_answers": len([t for t in ping.answers if t0 <= t <= t1])}
-                say(f"  live move of mover to node-{to} in {dt:.1f} s: longest gap between SELECT 1s "
-                    f"{level['move_pause_s'] * 1000:.0f} ms, {len(ping.errors)} client errors")
+                level |= {"move_pause_s": move["pause_s"], "move_s": move["seconds"],
+                          "move_client_errors": move["client_errors"], "move_errors_sample": move["errors_sample"]}
+                say(f"  live move of mover to node-{to} in {move['seconds']:.1f} s: longest gap between SELECT 1s "
+                    f"{move['pause_s'] * 1000:.0f} ms, {move['client_errors']} client errors")
+            if args.faults and not args.no_move:
+                to = mover_on % args.nodes + 1
+                fault = move_under_etcd_faults(cluster, store, "mover", mover_password, to, size + real)
+                mover_on = to
+                level |= {"fault_" + k: v for k, v in fault.items()}
+                say(f"  live move to node-{to} with the etcd leader killed and the history compacted: longest gap "
+                    f"{fault['pause_s'] * 1000:.0f} ms, {fault['client_errors']} client errors, served by "
+                    f"{fault['served_by']}, router routes {fault['routes_after']} entries")
             levels.append(level)
             say(f"{size} entries: router {idle['router_threads']} threads, {idle['router_rss_mib']:.0f} MiB; etcd "
                 f"{idle['etcd_watch_streams']:.0f} watch streams, {idle['etcd_watchers']:.0f} watchers, "

@@ -75,7 +75,7 @@ def _filters(f):
     f = click.option("--all", "show_all", is_flag=True,
                      help=f"Print every tenant even when there are more than {SUMMARY_ABOVE} "
                           "(by default a large fleet prints a summary per node and the busiest tenants).")(f)
-    f = click.option("--top", type=click.IntRange(0, 10000), default=10, show_default=True,
+    f = click.option("--top", type=click.IntRange(0, 10000), default=10, show_default=True, metavar="N",
                      help="In a summary: how many of the busiest tenants (by queries/s) to print.")(f)
     f = click.option("--state", "state", type=click.Choice(["up", "down", "busy", "unknown"]), default=None,
                      help="Only tenants in this state (down includes running but not answering).")(f)

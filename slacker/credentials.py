@@ -127,6 +127,7 @@ ACCESS: tuple[Access, ...] = (
     Access("GET", f"/v1/tenants/{_T}", "read a tenant", READ),
     Access("GET", f"/v1/tenants/{_T}/credentials", "read a tenant's password"),
     Access("GET", f"/v1/tenants/{_T}/login", "read a tenant's login hash", frozenset({ROUTER})),
+    Access("GET", "/v1/logins", "read every tenant's login hash", frozenset({ROUTER})),
     Access("DELETE", f"/v1/tenants/{_T}", "delete tenants"),
     Access("POST", "/v1/shutdown", "shut agents down"),
     # the directory (the SQLite one an agent serves)

@@ -63,6 +63,10 @@ class Conflict(SlackerError):
     exit_code = 4
 
 
+class PortTaken(Conflict):
+    """A port another tenant is registered with (a creation picks the next one)."""
+
+
 class MissingDependency(SlackerError):
     """A system package or program is not installed."""
 
@@ -145,6 +149,7 @@ ERROR_CLASSES = {
         InvalidInput,
         NotFound,
         Conflict,
+        PortTaken,
         MissingDependency,
         TenantError,
         AgentUnavailable,

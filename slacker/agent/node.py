@@ -12,7 +12,7 @@ import time
 
 from .. import protocol_version
 from ..config import AgentConfig, Cluster, load_cluster
-from ..errors import Conflict, NotFound, SlackerError
+from ..errors import Conflict, NotFound, PortTaken, SlackerError
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES, TenantManager, choose_port, validate_tenant_id
 from .client import AgentClient, AgentPool, node_directory
 from .metrics import DirectoryHealth, make_registry
@@ -173,9 +173,7 @@ class Node:
                                "pick another id, or delete that tenant first")
             except NotFound:
                 pass
-            taken = {o.port for o in self.directory.list()} | self.tenants.local_ports()
-            port = choose_port(tenant_id, self.tenants.port_range, taken)
-            own = self.directory.register(tenant_id, self.name, self.config.tenant_host, port)
+            own, port = self._register(tenant_id)
             try:
                 tenant = self.tenants.create(tenant_id, port=port, buffer_pool_bytes=buffer_pool_bytes)
             except BaseException:
@@ -187,6 +185,24 @@ class Node:
             return self.describe(tenant) | {"epoch": own.epoch}
         finally:
             self._release(tenant_id)
+
+    REGISTER_TRIES = 32  # ports tried one by one before reading every tenant's port at once
+
+    def _register(self, tenant_id: str):
+        """Register the tenant at its preferred port, or the next free one. The registration itself says
+        whether a port is taken (one point write each), so a creation does not read the whole directory
+        unless the range is crowded around the id's port."""
+        taken = set(self.tenants.local_ports())
+        for attempt in range(self.REGISTER_TRIES + 1):
+            if attempt == self.REGISTER_TRIES:  # crowded: learn every port in one read
+                taken |= {o.port for o in self.directory.list()}
+            port = choose_port(tenant_id, self.tenants.port_range, taken)
+            try:
+                return self.directory.register(tenant_id, self.name, self.config.tenant_host, port), port
+            except PortTaken:
+                taken.add(port)
+        raise Conflict(f"no free port for tenant {tenant_id}", "every port tried is taken",
+                       "widen the node's port_range or delete unused tenants")
 
     def delete_tenant(self, tenant_id: str) -> None:
         validate_tenant_id(tenant_id)
@@ -253,6 +269,19 @@ class Node:
         from ..router.control import password_hash
         tenant = self.tenants.get(tenant_id)
         return {"tenant": tenant.id, "node": self.name, "user": "app", "hash": password_hash(tenant.app_password())}
+
+    def tenant_logins(self) -> list[dict]:
+        """`tenant_login` of every tenant this node holds, in one answer: a router that learns of many
+        tenants at once (its start, a snapshot after a lost watch) asks each agent once."""
+        from ..router.control import password_hash
+        out = []
+        for tenant in self.tenants.list():
+            try:
+                out.append({"tenant": tenant.id, "node": self.name, "user": "app",
+                            "hash": password_hash(tenant.app_password())})
+            except (OSError, SlackerError):  # a tenant being laid out or removed: asked for alone later
+                continue
+        return out
 
     def status(self) -> dict:
         doc = {"node": self.name, "url": self.url, "tenant_host": self.config.tenant_host,

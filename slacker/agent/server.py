@@ -321,6 +321,11 @@ def _add_core_routes(server: ApiServer) -> None:
         require_private_channel(node)  # the hash checks a login; with a captured login it makes one
         return node.tenant_login(tid)
 
+    @server.route("GET", "/v1/logins")
+    def tenant_logins(srv, body, q):
+        require_private_channel(node)
+        return {"node": node.name, "logins": node.tenant_logins()}
+
     @server.route("DELETE", f"/v1/tenants/{TID}")
     def delete_tenant(srv, body, q, tid):
         node.delete_tenant(tid)

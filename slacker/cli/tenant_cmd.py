@@ -67,33 +67,22 @@ def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool
     click.echo(f"connect as user {doc['app_user']}, password in {doc['app_password_file']}")
 
 
-@tenant.command("list")
-@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@pass_cli
-def tenant_list(cli: CliContext, as_json: bool) -> None:
-    """List tenants: owner node, address, epoch and health, from the directory and the agents."""
-    cluster, agents, directory = _clients(cli)
-    owners = {o.tenant: o for o in directory.list()}
-    health = {}
-    for name, agent in agents.items():
-        try:
-            for t in agent.request("GET", "/v1/tenants")["tenants"]:
-                health[(name, t["id"])] = t
-        except Exception as exc:  # one node down must not hide the others
-            health[(name, None)] = {"error": str(exc)}
-    rows = []
-    for tid, o in sorted(owners.items()):
-        h = health.get((o.node, tid), {})
-        rows.append({"id": tid, "node": o.node, "host": o.host, "port": o.port, "epoch": o.epoch,
-                     "running": h.get("running"), "healthy": h.get("healthy"),
-                     "queries_per_s": h.get("queries_per_s"), "connections": h.get("connections")})
-    if as_json:
-        print_json({"tenants": rows})
-        return
-    print_table(["TENANT", "NODE", "ADDRESS", "EPOCH", "STATE", "QPS", "CONNS"],
-                [[r["id"], r["node"], f"{r['host']}:{r['port']}", r["epoch"], _state(r),
-                  r["queries_per_s"] if r["queries_per_s"] is not None else "-",
-                  r["connections"] if r["connections"] is not None else "-"] for r in rows])
+SUMMARY_ABOVE = 50  # more tenants than this (after the filters): a summary unless --all
+
+
+def _filters(f):
+    """--node, --tenant, --state and --all, shared by `tenant list` and `status`."""
+    f = option("--all", "show_all", is_flag=True,
+                     help=f"Print every tenant even when there are more than {SUMMARY_ABOVE} "
+                          "(by default a large fleet prints a summary per node and the busiest tenants).")(f)
+    f = option("--top", type=click.IntRange(0, 10000), default=10, show_default=True, metavar="N",
+                     help="In a summary: how many of the busiest tenants (by queries/s) to print.")(f)
+    f = option("--state", "state", type=click.Choice(["up", "down", "busy", "unknown"]), default=None,
+                     help="Only tenants in this state (down includes running but not answering).")(f)
+    f = option("--tenant", "pattern", default=None, metavar="GLOB",
+                     help="Only tenants whose id matches GLOB (shell wildcards: 'shop-*').")(f)
+    f = option("--node", "node_name", default=None, metavar="NAME", help="Only the tenants of node NAME.")(f)
+    return f
 
 
 def _state(r: dict) -> str:
@@ -102,6 +91,83 @@ def _state(r: dict) -> str:
     if r.get("healthy") is None:
         return "busy"
     return "up" if r.get("healthy") else ("running, not answering" if r.get("running") else "down")
+
+
+def _keep(tenant_id: str, state: str, pattern: str | None, want_state: str | None) -> bool:
+    from fnmatch import fnmatchcase
+
+    if pattern is not None and not fnmatchcase(tenant_id, pattern):
+        return False
+    if want_state is not None and (state if state in ("up", "busy", "unknown") else "down") != want_state:
+        return False
+    return True
+
+
+def _summary(rows: list[dict], top: int) -> None:
+    """Per node: tenants and how many are up, down, busy; then the busiest tenants."""
+    per: dict[str, dict] = {}
+    for r in rows:
+        p = per.setdefault(r["node"], {"tenants": 0, "up": 0, "down": 0, "other": 0, "qps": 0.0})
+        p["tenants"] += 1
+        st = _state(r)
+        p["up" if st == "up" else "other" if st in ("busy", "unknown") else "down"] += 1
+        p["qps"] += r.get("queries_per_s") or 0.0
+    print_table(["NODE", "TENANTS", "UP", "DOWN", "BUSY/UNKNOWN", "QPS"],
+                [[n, p["tenants"], p["up"], p["down"], p["other"], f"{p['qps']:.1f}"] for n, p in sorted(per.items())])
+    busiest = sorted(rows, key=lambda r: (-(r.get("queries_per_s") or 0.0), r["id"]))[:top]
+    if busiest:
+        click.echo(f"busiest {len(busiest)} of {len(rows)}:")
+        _tenant_table(busiest)
+    click.echo(f"{len(rows)} tenants: a summary (--all prints every one, --json the whole document; "
+               "--node, --tenant GLOB, --state filter)")
+
+
+def _tenant_table(rows: list[dict]) -> None:
+    print_table(["TENANT", "NODE", "ADDRESS", "EPOCH", "STATE", "QPS", "CONNS"],
+                [[r["id"], r["node"], f"{r['host']}:{r['port']}", r["epoch"], _state(r),
+                  r["queries_per_s"] if r["queries_per_s"] is not None else "-",
+                  r["connections"] if r["connections"] is not None else "-"] for r in rows])
+
+
+@tenant.command("list")
+@_filters
+@option("--json", "as_json", is_flag=True, help="Print one JSON document (every tenant that passes the filters).")
+@pass_cli
+def tenant_list(cli: CliContext, node_name: str | None, pattern: str | None, state: str | None, top: int,
+                show_all: bool, as_json: bool) -> None:
+    """List tenants: owner node, address, epoch and health, from the directory and the agents.
+
+    One read of the directory (in pages) and one request per agent, whatever the number of tenants.
+    Above 50 tenants it prints a summary per node and the busiest tenants, unless --all.
+    """
+    cluster, agents, directory = _clients(cli)
+    if node_name is not None:
+        cluster.node(node_name)  # an unknown name: one line naming the known ones
+    owners = {o.tenant: o for o in directory.list() if node_name is None or o.node == node_name}
+    health = {}
+    for name, agent in agents.items():
+        if node_name is not None and name != node_name:
+            continue
+        try:
+            for t in agent.request("GET", "/v1/tenants")["tenants"]:
+                health[(name, t["id"])] = t
+        except Exception as exc:  # one node down must not hide the others
+            health[(name, None)] = {"error": str(exc)}
+    rows = []
+    for tid, o in sorted(owners.items()):
+        h = health.get((o.node, tid), {})
+        row = {"id": tid, "node": o.node, "host": o.host, "port": o.port, "epoch": o.epoch,
+               "running": h.get("running"), "healthy": h.get("healthy"),
+               "queries_per_s": h.get("queries_per_s"), "connections": h.get("connections")}
+        if _keep(tid, _state(row), pattern, state):
+            rows.append(row)
+    if as_json:
+        print_json({"tenants": rows})
+        return
+    if len(rows) > SUMMARY_ABOVE and not show_all:
+        _summary(rows, top)
+        return
+    _tenant_table(rows)
 
 
 @tenant.command("delete")
@@ -126,25 +192,46 @@ def tenant_delete(cli: CliContext, tenant_id: str, yes: bool, as_json: bool) -> 
 
 
 @main.command("status")
-@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_filters
+@option("--json", "as_json", is_flag=True,
+              help="Print one JSON document (every node asked, each with every tenant that passes the filters).")
 @pass_cli
-def status(cli: CliContext, as_json: bool) -> None:
-    """Show each node (reachable or not, its protocol version), its tenants and running migrations."""
+def status(cli: CliContext, node_name: str | None, pattern: str | None, state: str | None, top: int,
+           show_all: bool, as_json: bool) -> None:
+    """Show each node (reachable or not, its protocol version), its tenants and running migrations.
+
+    One request per agent (each answers for all its tenants) and one to the directory's health. Above 50
+    tenants the TENANTS column counts them (and how many are up) and the busiest are listed, unless --all.
+    """
     cluster, agents, directory = _clients(cli)
+    if node_name is not None:
+        cluster.node(node_name)
     health = directory.health()
     try:
         cordons = directory.cordons()
     except SlackerError:  # the directory's health line says why
         cordons = {}
+    asked = [(n, a) for n, a in agents.items() if node_name is None or n == node_name]
     nodes = []
-    for name, agent in agents.items():
+
+    def ask(item):
+        name, agent = item
         try:
             doc = agent.request("GET", "/v1/status", timeout_s=10)
             doc["reachable"] = True
         except Exception as exc:
             doc = {"node": name, "reachable": False, "error": str(exc), "tenants": []}
+        return doc
+
+    from concurrent.futures import ThreadPoolExecutor
+    # The agents at once: one slow or unreachable node costs its timeout once, not once per node after it.
+    with ThreadPoolExecutor(max(1, min(16, len(asked)))) as pool:
+        docs = list(pool.map(ask, asked))
+    for (name, _), doc in zip(asked, docs):
         c = cordons.get(name)
         doc["cordoned"] = None if c is None else c.to_dict()
+        if pattern is not None or state is not None:
+            doc["tenants"] = [t for t in doc.get("tenants", []) if _keep(t["id"], _state(t), pattern, state)]
         nodes.append(doc)
     if as_json:
         print_json({"cluster_file": str(cluster.path), "cluster_file_found_by": cluster.found_by,
@@ -152,12 +239,22 @@ def status(cli: CliContext, as_json: bool) -> None:
                     "directory_backend": cluster.directory_backend, "directory_health": health, "nodes": nodes})
         return
     sqlite = cluster.directory_backend == "sqlite"
+    every = [t | {"node": n["node"]} for n in nodes for t in n.get("tenants", [])]
+    summary = len(every) > SUMMARY_ABOVE and not show_all
+
+    def tenants_cell(n: dict) -> str:
+        ts = n.get("tenants", [])
+        if summary:
+            up = sum(1 for t in ts if _state(t) == "up")
+            return f"{len(ts)} ({up} up)" if ts else "0"
+        return ", ".join(t["id"] for t in ts) or "-"
+
     click.echo(f"cluster file: {cluster.path} (from {cluster.found_by})")
     print_table(["NODE", "URL", "PROTOCOL", "STATE", "TENANTS", "MIGRATIONS"],
                 [[n["node"], cluster.node(n["node"]).url, n.get("protocol") or cluster.node(n["node"]).protocol or "-",
                   (("up" + (" (directory)" if sqlite and n.get("serves_directory") else "")) if n["reachable"]
                    else "UNREACHABLE") + (", cordoned" if n["cordoned"] else ""),
-                  ", ".join(t["id"] for t in n.get("tenants", [])) or "-",
+                  tenants_cell(n),
                   len([m for m in n.get("migrations", []) if m.get("active")])] for n in nodes])
     for n in nodes:
         for m in n.get("migrations", []) or []:
@@ -167,10 +264,19 @@ def status(cli: CliContext, as_json: bool) -> None:
             click.echo(f"{n['node']}: {n['error']}")
         for w in n.get("warnings", []) or []:
             click.echo(f"{n['node']}: WARNING: {w}")
+    if summary:
+        busiest = sorted(every, key=lambda t: (-(t.get("queries_per_s") or 0.0), t["id"]))[:top]
+        if busiest:
+            click.echo(f"busiest {len(busiest)} of {len(every)} tenants:")
+            print_table(["TENANT", "NODE", "STATE", "QPS", "CONNS"],
+                        [[t["id"], t["node"], _state(t), t.get("queries_per_s", "-"), t.get("connections", "-")]
+                         for t in busiest])
+        click.echo(f"{len(every)} tenants: counted per node (--all names every one, --json the whole document; "
+                   "--node, --tenant GLOB, --state filter)")
     click.echo(_directory_line(cluster, health))
     for m in health.get("members", []):
-        state = ("leader" if m.get("leader") else "follower") if m.get("reachable") else "UNREACHABLE"
-        click.echo(f"  {m['name']:8} {m.get('client_url') or '-':28} {state}"
+        state_text = ("leader" if m.get("leader") else "follower") if m.get("reachable") else "UNREACHABLE"
+        click.echo(f"  {m['name']:8} {m.get('client_url') or '-':28} {state_text}"
                    + (f"  {m['error']}" if m.get("error") and not m.get("reachable") else ""))
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, NotFound, PortTaken
 from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
                    validate_holder, validate_name, validate_ttl)
 
@@ -78,7 +78,7 @@ class SQLiteStore(DirectoryStore):
                                "pick another id, or delete the tenant first")
             clash = self._db.execute("SELECT tenant FROM ownership WHERE port=?", (port,)).fetchone()
             if clash:
-                raise Conflict(f"port {port} is taken", f"tenant {clash[0]} uses it",
+                raise PortTaken(f"port {port} is taken", f"tenant {clash[0]} uses it",
                                "choose another port range or id")
             now = time.time()
             self._db.execute("INSERT INTO ownership VALUES (?,?,?,?,1,?)", (tenant, node, host, port, now))

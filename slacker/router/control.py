@@ -2,7 +2,7 @@
 
 For every tenant in the directory it fetches the application user's double-SHA1 password
 hash from the owner's agent once (`/login`, what the router credential may read; never the
-password), and hands the data path a route (owner address, epoch, user, hash). It follows every tenant on one stream of the directory's
+password; `/logins`, every tenant of a node in one answer, when it learns of many at once), and hands the data path a route (owner address, epoch, user, hash). It follows every tenant on one stream of the directory's
 changes (`DirectoryStore.changes`: one etcd watch on the tenants' prefix, or one long poll of
 the agent serving SQLite), so a compare-and-set, a creation or a removal reaches it at once and
 its cost does not grow with the number of tenants: a snapshot at start and after a lost stream
@@ -95,6 +95,7 @@ class Router:
         self._stop = threading.Event()
         self._routes: dict[str, dict] = {}  # tenant -> last route sent
         self._pending: dict[str, Ownership] = {}  # tenants known but not routable yet (no login hash)
+        self._logins: dict[tuple[str, str], tuple[str, str]] = {}  # (node, tenant) -> (user, hash) read in bulk
         self._since: int | None = None  # the directory revision followed up to; None: take a snapshot
         self._dir_ok: bool | None = None
         self._threads: list[threading.Thread] = []
@@ -225,8 +226,11 @@ class Router:
         known = self._routes.get(own.tenant)
         if known and (known["epoch"], known["node"], known["updated_at"]) == (own.epoch, own.node, own.updated_at):
             return
+        fetched = self._logins.pop((own.node, own.tenant), None)
         if known and known.get("hash") and own.epoch > 1:  # moved: the same accounts on the new owner
             user, digest = known["user"], known["hash"]
+        elif fetched is not None:  # read with its node's other tenants (_fetch_logins)
+            user, digest = fetched
         else:  # created (again): its own accounts
             if own.node not in self.agents:
                 raise NotFound(f"node {own.node} is unknown to this router", "it is not in the cluster file", "")
@@ -242,6 +246,29 @@ class Router:
             self._pending.pop(tenant, None)
             if self._routes.pop(tenant, None) is not None:
                 self._send({"op": "remove", "tenant": tenant})
+
+    def _needs_login(self, own: Ownership) -> bool:
+        known = self._routes.get(own.tenant)
+        return not (known and known.get("hash") and own.epoch > 1)
+
+    def _fetch_logins(self, owners) -> None:
+        """Many tenants to route at once (a snapshot, a batch of creations): their login hashes from one
+        request per owner node (`GET /v1/logins`) instead of one per tenant. A node that cannot answer
+        it (down, or an agent without the route) leaves its tenants to the request per tenant."""
+        by_node: dict[str, int] = {}
+        for own in owners:
+            if self._needs_login(own):
+                by_node[own.node] = by_node.get(own.node, 0) + 1
+        for node, count in by_node.items():
+            if count < self.BULK_LOGINS_FROM or node not in self.agents:
+                continue
+            try:
+                doc = self.agents[node].request("GET", "/v1/logins", timeout_s=60)
+            except SlackerError as exc:
+                log.info("logins of node %s in one request: %s; asking per tenant", node, exc.one_line())
+                continue
+            for entry in doc.get("logins") or []:
+                self._logins[(node, str(entry["tenant"]))] = (str(entry["user"]), str(entry["hash"]))
 
     def _follow_once(self, timeout_s: float) -> None:
         """One request for every tenant's changes since the revision followed (a snapshot the first
@@ -259,14 +286,18 @@ class Router:
                 self._unroute(tenant)
         for tenant in ch.removed:
             self._unroute(tenant)
-        for own in ch.owners:
-            try:
-                self._route(own)
-                self._pending.pop(own.tenant, None)
-            except SlackerError as exc:  # its agent is down or unknown: tried again by _retry_loop
-                if own.tenant not in self._pending:
-                    log.warning("tenant %s: not routable yet: %s", own.tenant, exc.one_line())
-                self._pending[own.tenant] = own
+        self._fetch_logins(ch.owners)
+        try:
+            for own in ch.owners:
+                try:
+                    self._route(own)
+                    self._pending.pop(own.tenant, None)
+                except SlackerError as exc:  # its agent is down or unknown: tried again by _retry_loop
+                    if own.tenant not in self._pending:
+                        log.warning("tenant %s: not routable yet: %s", own.tenant, exc.one_line())
+                    self._pending[own.tenant] = own
+        finally:
+            self._logins.clear()
         self._since = ch.revision
 
     def _follow_loop(self) -> None:
@@ -287,6 +318,8 @@ class Router:
             except SlackerError:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    BULK_LOGINS_FROM = 8  # tenants of one node to route at once from which their hashes come in one request
 
     RETRY_FIRST_S = 0.05
     RETRY_ANSWERING_S = 0.25  # at most this apart while its agent answers "not yet" (a creation in progress)

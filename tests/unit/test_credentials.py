@@ -100,14 +100,14 @@ def test_the_table_answers(scope, method, route, args, answer):
 
 def test_monitor_may_read_and_nothing_else():
     for rule in cr.ACCESS:
-        secret = rule.route.endswith(("/credentials", "/login"))  # a password, or what checks one
+        secret = rule.route.endswith(("/credentials", "/login", "/logins"))  # a password, or what checks one
         assert ("monitor" in rule.scopes) == (rule.method == "GET" and not secret), rule
 
 
 def test_router_may_only_what_following_needs():
     allowed = {(r.method, r.route, r.under) for r in cr.ACCESS if "router" in r.scopes}
     assert allowed == {
-        ("GET", "/v1/tenants/{tenant}/login", ""), ("GET", "/v1/directory/tenants", ""),
+        ("GET", "/v1/tenants/{tenant}/login", ""), ("GET", "/v1/logins", ""), ("GET", "/v1/directory/tenants", ""),
         ("GET", "/v1/directory/changes", ""), ("GET", "/v1/directory/members", ""),  # which agents to ask
         ("GET", "/v1/directory/tenants/{tenant}", ""), ("GET", "/v1/directory/tenants/{tenant}/watch", ""),
         ("GET", "/v1/directory/health", ""), ("GET", "/v1/directory/state", ""),

@@ -13,6 +13,7 @@ router, a short read-write transaction every --period-s), it measures:
   (its /metrics), the router's memory and threads, the tenants' memory (sum of Pss).
 
 Each figure's growth from the smallest to the largest size is named (bench/benches/scale/report.py).
+With --aliases it measures 100 to 10,000 directory entries instead (bench/benches/scale/tenk.py).
 
     bench/run scale --out docs/data/scale.json --plot docs/img/scale.png
     bench/run scale --sizes 4,8 --window-s 10        # a quick look
@@ -51,7 +52,13 @@ def tenant_pids(run_dir: Path) -> list[int]:
 
 
 def main() -> None:
+    if "--aliases" in sys.argv[1:]:
+        from benches.scale import tenk
+        return tenk.main()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--aliases", action="store_true",
+                    help="100 to 10,000 directory entries aliasing a few real tenants, one router in front: "
+                         "`bench/run scale --aliases --help` (bench/benches/scale/tenk.py)")
     ap.add_argument("--sizes", default="10,40,100", help="tenant counts, ascending (default 10,40,100)")
     ap.add_argument("--nodes", type=int, default=3, help="agents (default 3; etcd runs on the first three)")
     ap.add_argument("--window-s", type=float, default=30.0, help="CPU and request-rate window (default 30)")

@@ -28,6 +28,21 @@ def create(cluster: ScaleCluster, tenant: str) -> float:
     return dt
 
 
+def create_on(cluster: ScaleCluster, tenant: str, node: str) -> float:
+    dt, r = cli(cluster, "tenant", "create", tenant, "--on", node, "--json")
+    if r.returncode != 0:
+        raise RuntimeError(f"tenant create {tenant} --on {node}: {r.stderr.strip()}")
+    return dt
+
+
+def cli_ok(cluster: ScaleCluster, *args: str) -> tuple[float, str]:
+    """A command's wall time and output; it must succeed."""
+    dt, r = cli(cluster, *args)
+    if r.returncode != 0:
+        raise RuntimeError(f"slacker {' '.join(args)}: {r.stderr.strip()}")
+    return dt, r.stdout
+
+
 def cli_start_times(cluster: ScaleCluster, repeats: int) -> list[float]:
     """`slacker --version`: Python and the CLI starting, what every command pays before its own work."""
     return [cli(cluster, "--version")[0] for _ in range(repeats)]

@@ -53,12 +53,33 @@ def fmt(x: float | None, unit: str) -> str:
     return f"{x:.0f} {unit}".strip() if abs(x) >= 10 else f"{x:.1f} {unit}".strip()
 
 
-def table(levels: list[dict]) -> str:
+# The same for `bench/run scale --aliases` (100 to 10,000 directory entries, bench/benches/scale/tenk.py).
+FIGURES_ALIASES = [
+    ("router_threads", "router threads (control + data path)", ""),
+    ("router_rss_mib", "router memory (RSS)", "MiB"),
+    ("etcd_watch_streams", "etcd watch streams (3 members)", ""),
+    ("etcd_watchers", "etcd watchers (3 members)", ""),
+    ("etcd_requests_per_s", "etcd requests, idle fleet", "/s"),
+    ("agent_cpu_s_per_s", "agents' CPU (all nodes)", "CPU s/s"),
+    ("status_s", "`slacker status` (summary)", "s"),
+    ("status_json_s", "`slacker status --json`", "s"),
+    ("tenant_list_s", "`slacker tenant list` (summary)", "s"),
+    ("login_p50_s", "login + SELECT 1 via router, p50", "ms"),
+    ("login_p99_s", "login + SELECT 1 via router, p99", "ms"),
+    ("entry_routable_s", "directory entry to routed login (median)", "ms"),
+    ("create_routable_s", "`tenant create` returned to routed login", "ms"),
+    ("move_pause_s", "live move: longest gap between SELECT 1s", "ms"),
+    ("fault_pause_s", "the same, etcd leader killed + compaction", "ms"),
+    ("router_catch_up_s", "router routes every new entry", "s"),
+]
+
+
+def table(levels: list[dict], figures: list = FIGURES) -> str:
     sizes = [lv["tenants"] for lv in levels]
     head = "| figure | " + " | ".join(f"{s} tenants" for s in sizes) + " | growth (exponent) |\n"
     head += "|---|" + "---:|" * len(sizes) + "---|\n"
     rows = []
-    for key, label, unit in FIGURES:
+    for key, label, unit in figures:
         vals = [lv.get(key) for lv in levels]
         spread = [lv.get(key + "_range") for lv in levels]
         cells = []
@@ -73,12 +94,12 @@ def table(levels: list[dict]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
-def plot(levels: list[dict], path: str) -> None:
+def plot(levels: list[dict], path: str, figures: list = FIGURES) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     sizes = [lv["tenants"] for lv in levels]
-    shown = [f for f in FIGURES if any(lv.get(f[0]) for lv in levels)]
+    shown = [f for f in figures if any(lv.get(f[0]) for lv in levels)]
     cols = 4
     rows = math.ceil(len(shown) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows))
@@ -93,6 +114,8 @@ def plot(levels: list[dict], path: str) -> None:
         ax.set_xlabel("tenants", fontsize=7)
         ax.set_ylabel(unit, fontsize=7)
         ax.set_ylim(bottom=0)
+        if sizes[-1] >= 20 * sizes[0]:
+            ax.set_xscale("log")
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(shown):]:
         ax.axis("off")

@@ -44,7 +44,7 @@ from .participants import Participants
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
-from .seams import (AttemptEnded, ControllerStep, Finishing, FlipNotSent, Flipped, LeftCatchUp, Outage, Result,
+from .seams import (AttemptEnded, ControllerStepped, Finishing, FlipNotSent, Flipped, LeftCatchUp, Outage, Result,
                     RoundDone, Seam, StepReached, WaitingFor, Warned)
 from .steps import StepTimes
 from .telemetry import Telemetry, utc
@@ -508,7 +508,7 @@ class Migration:
                 self.outage_s = max(self.outage_s or 0.0, seconds) if at_least else seconds
             case Finishing(reason):
                 self.finishing_reason = reason
-            case ControllerStep(report):
+            case ControllerStepped(report):
                 self.controller_state = report
             case Warned(text):
                 if text not in self.warnings:

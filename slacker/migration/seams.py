@@ -80,7 +80,7 @@ class Finishing:
 
 
 @dataclass(frozen=True)
-class ControllerStep:
+class ControllerStepped:
     """The rate controller's last step (Telemetry)."""
     report: StepReport
 
@@ -92,7 +92,7 @@ class Warned:
 
 
 Result = (RoundDone | LeftCatchUp | AttemptEnded | StepReached | WaitingFor | Flipped | FlipNotSent | Outage
-          | Finishing | ControllerStep | Warned)
+          | Finishing | ControllerStepped | Warned)
 
 
 # ---- the seam -----------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from collections import deque
 from ..errors import InvalidInput
 from ..latency import DEFAULT_STEP_S, LatencySample
 from .base import check_max_rate, check_positive
-from .pid import DEFAULT_GAINS, Gains, ThrottleController
+from .guarded import GuardedController
 
 
 class _Fit:
@@ -121,9 +121,9 @@ class _Fit:
         return None if self.b <= 1e-12 else max(0.0, (self.a - z) / self.b)
 
 
-class ModelController(ThrottleController):
+class ModelController(GuardedController):
     """An integral law in 1/latency whose gain is the fitted slope; the safety rules (failed or stale
-    samples, empty windows, pause) are the PID's."""
+    samples, empty windows, pause) are the ones it shares with the PID (GuardedController)."""
 
     FREE = 0.5  # latency under this share of the aim: no knee in sight
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
@@ -141,7 +141,6 @@ class ModelController(ThrottleController):
         self,
         setpoint_s: float,
         max_rate_bytes_per_s: float,
-        gains: Gains = DEFAULT_GAINS,  # unused; accepted so configs can pass them
         *,
         step_s: float = DEFAULT_STEP_S,
         start_rate_bytes_per_s: float = 10e6,
@@ -153,7 +152,7 @@ class ModelController(ThrottleController):
         **safety: float,
     ) -> None:
         start = check_positive("start rate", start_rate_bytes_per_s, "for example 10MB/s")
-        super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
+        super().__init__(setpoint_s, max_rate_bytes_per_s, step_s=step_s,
                          initial_fraction=min(1.0, start / check_max_rate(max_rate_bytes_per_s)), **safety)
         for label, value, lo, hi in (("horizon", horizon_s, 3.0, 1e5), ("margin", margin, 0.0, 10.0),
                                      ("rise", rise, 1.0, 100.0), ("catch-up", catch_up, 0.0, 0.9)):

@@ -78,3 +78,13 @@ def test_the_document_keeps_its_keys_in_order_before_and_after_a_handover(tmp_pa
 
 def test_one_class_per_name():
     assert len(classes_named("ControllerStep")) == 1, classes_named("ControllerStep")
+
+
+def test_the_model_shares_the_guards_with_the_pid_not_its_law():
+    from slacker.controller import ModelController, PidController
+    from slacker.controller.guarded import GuardedController
+
+    assert not issubclass(ModelController, PidController)
+    assert issubclass(ModelController, GuardedController) and issubclass(PidController, GuardedController)
+    assert "_law" in vars(ModelController) and "_law" in vars(PidController)
+    assert classes_named("ThrottleController") == []

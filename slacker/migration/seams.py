@@ -13,6 +13,7 @@ A role is handed a `Seam`, never the `Migration`. Through it the role
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable
 
 from ..controller.report import StepReport
@@ -101,7 +102,7 @@ def _live(name: str) -> property:
 
 
 def _recorded(name: str) -> property:
-    return property(lambda self: getattr(self._m.record, name), doc=f"the migration's recorded {name} (read-only)")
+    return property(attrgetter(f"_m.record.{name}"), doc=f"the migration's recorded {name} (read-only)")
 
 
 class Seam:

@@ -9,7 +9,7 @@ from .base import ControllerStep, RateController
 from .baselines import FixedRate, ThresholdThrottle
 from .loop import RatePolicy
 from .model import ModelController
-from .pid import DEFAULT_GAINS, Gains, ThrottleController, parse_gains
+from .pid import DEFAULT_GAINS, Gains, PidController, parse_gains
 from .settings import DEFAULT_KIND, KINDS, ControllerSettings
 
 __all__ = [
@@ -21,9 +21,9 @@ __all__ = [
     "FixedRate",
     "Gains",
     "ModelController",
+    "PidController",
     "RateController",
     "RatePolicy",
     "ThresholdThrottle",
-    "ThrottleController",
     "parse_gains",
 ]

@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from ..errors import InvalidInput
 from ..latency import DEFAULT_STEP_S, LatencySample
 from .base import check_max_rate, check_positive
-from .pid import DEFAULT_GAINS, Gains, ThrottleController
+from .guarded import GuardedController
 
 
 class _Fit:
@@ -121,9 +122,21 @@ class _Fit:
         return None if self.b <= 1e-12 else max(0.0, (self.a - z) / self.b)
 
 
-class ModelController(ThrottleController):
+@dataclass(frozen=True)
+class _Step:
+    """What one step of the law works from: rates are fractions of the max, latencies in seconds."""
+    rate: float  # the rate set now
+    latency_s: float  # the window's mean latency
+    newest_s: float  # the newest second's latency
+    aim_s: float  # what the window is steered to (the setpoint, corrected by the copy's mean so far)
+    seen: float  # the rate set whose effect the newest second's latency shows (dead + lag seconds ago)
+    shown: float  # the flow (the rate the copy really moved) whose cost the newest second shows
+    delay: int  # the loop's delay in steps: the lag and the window's mean age
+
+
+class ModelController(GuardedController):
     """An integral law in 1/latency whose gain is the fitted slope; the safety rules (failed or stale
-    samples, empty windows, pause) are the PID's."""
+    samples, empty windows, pause) are the ones it shares with the PID (GuardedController)."""
 
     FREE = 0.5  # latency under this share of the aim: no knee in sight
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
@@ -141,7 +154,6 @@ class ModelController(ThrottleController):
         self,
         setpoint_s: float,
         max_rate_bytes_per_s: float,
-        gains: Gains = DEFAULT_GAINS,  # unused; accepted so configs can pass them
         *,
         step_s: float = DEFAULT_STEP_S,
         start_rate_bytes_per_s: float = 10e6,
@@ -153,7 +165,7 @@ class ModelController(ThrottleController):
         **safety: float,
     ) -> None:
         start = check_positive("start rate", start_rate_bytes_per_s, "for example 10MB/s")
-        super().__init__(setpoint_s, max_rate_bytes_per_s, gains, step_s=step_s,
+        super().__init__(setpoint_s, max_rate_bytes_per_s, step_s=step_s,
                          initial_fraction=min(1.0, start / check_max_rate(max_rate_bytes_per_s)), **safety)
         for label, value, lo, hi in (("horizon", horizon_s, 3.0, 1e5), ("margin", margin, 0.0, 10.0),
                                      ("rise", rise, 1.0, 100.0), ("catch-up", catch_up, 0.0, 0.9)):
@@ -356,14 +368,11 @@ class ModelController(ThrottleController):
             if self._dcorr[best] > 0.5 * sum(abs(x) for x in self._dcorr):
                 self._dead = best
 
-    def _seen(self) -> tuple[float, float]:
-        """(the rate set whose effect the newest second's latency shows, the highest rate set since that is not
-        shown yet): the rate set `dead` seconds before the flow that the latency shows `lag` seconds later."""
+    def _seen(self) -> float:
+        """The rate set whose effect the newest second's latency shows: the rate set `dead` seconds before the
+        flow that the latency shows `lag` seconds later. Rates set since are in flight, not evidence."""
         s = list(self._sets)
-        d, lag = self._dead, self._lag
-        seen = s[len(s) - 1 - d - lag]
-        pending = max(s[len(s) - d - lag:] + [self._fraction])
-        return seen, pending
+        return s[len(s) - 1 - self._dead - self._lag]
 
     def _cut_shown(self) -> bool:
         """Whether the rate the latency shows was itself a cut (lower than the rate set the second before)."""
@@ -371,104 +380,145 @@ class ModelController(ThrottleController):
         i = len(s) - 1 - self._dead - self._lag
         return i >= 1 and s[i] < s[i - 1]
 
+    # --- the law: one step on a good window ---------------------------------------------------------
+
     def _law(self, latency_s: float, dt: float) -> tuple[float, str, float, float, float]:
-        u = self._fraction
-        s = self._last_sample
-        y1 = s.last_latency_s if s is not None and s.last_latency_s is not None else latency_s
-        if y1 > 0:
-            self._observe(y1, latency_s)
-        fit, sp = self._fit, self.setpoint_s
+        """Fit the newest second, then: drain a queue, or step along the model's slope towards the aim with
+        rises capped; then the bounds (a marked second, the max rate, the stop). (new, note, Δ, 0, 0)."""
+        rate = self._fraction
+        newest_s = self._newest_latency(latency_s)
+        if newest_s > 0:
+            self._observe(newest_s, latency_s)
         if latency_s <= 0:
-            return u, "no latency yet: holding", 0.0, 0.0, 0.0
-        # What counts is the mean over the copy, a queue's seconds included: the window is steered to
-        # the setpoint x (setpoint / the copy's mean so far), at most `catch_up` either way.
-        mean = self._sum_y / self._n_y if self._n_y else sp
-        aim = sp * max(1.0 - self.catch_up, min(1.0 + self.catch_up, sp / mean))
-        self._allowed = fit.rate_for(1.0 / aim)
-        mb = self.max_rate_bytes_per_s / 1e6
-        # Dead time: the latency seen now shows the rate set dead + lag seconds ago (`seen`); what was set since
-        # (`pending`) has not shown yet. Rises count from what has shown, never from what is still in flight.
-        seen, pending = self._seen()
-        shown = list(self._flows)[-self._lag - 1]  # the flow whose cost the newest second shows
-        recent = max(shown, self._start)
-        steps = self._lag + 2  # the loop's delay: the lag and the window's mean age
-        if latency_s > self.OVER * sp:
-            # A queue: no small step drains it. Half the rate that built it (the one shown), or the model's
-            # rate for the setpoint if lower; a cut already in flight is waited for, not halved again each second.
-            # A queue still there once a cut has shown is not (all) the copy's: as far down as latency is over
-            # the aim (at least half) -- a load that alone holds the server at 20x the setpoint stops the copy
-            # within a delay or two, not a halving a delay.
-            cut = min(0.5, aim / latency_s) if self._cut_shown() else 0.5
-            new = min(u, (seen if seen > 0 else u) * cut, self._allowed if self._allowed is not None else u)
-            note = f"over {self.OVER:g}x the setpoint (a queue): down to {new * mb:.1f} MB/s"
+            return rate, "no latency yet: holding", 0.0, 0.0, 0.0
+        aim_s = self._aim_s()
+        self._allowed = self._fit.rate_for(1.0 / aim_s)
+        st = _Step(rate=rate, latency_s=latency_s, newest_s=newest_s, aim_s=aim_s, seen=self._seen(),
+                   shown=list(self._flows)[-self._lag - 1], delay=self._lag + 2)
+        if latency_s > self.OVER * self.setpoint_s:
+            new, note = self._drain_queue(st)
         else:
-            # A Smith predictor on the model's line: the window's 1/latency as it will be once the rates set
-            # but not yet shown arrive (the line's slope times their change), so a step is not taken again
-            # each second on evidence that is `dead` + `lag` seconds old.
-            a = fit.a if fit.n else 1.0 / latency_s
-            b_rise = fit.b + self.margin * min(fit.sd_b, a)
-            if b_rise <= 1e-12:
-                b_rise = a
-            change = u - seen
-            z_pred = 1.0 / latency_s - b_rise * change
-            dz = z_pred - 1.0 / aim  # > 0: under the aim
-            # The slope: for a rise, `margin` standard errors steeper (an uncertain model rises carefully;
-            # with no spread of rates yet, as steep as a knee at the max rate); for a cut, the estimate.
-            slope = b_rise if dz > 0 else max(fit.b, 1e-12)
-            if slope <= 1e-12:
-                slope = a
-            new = max(0.0, u + dz / (slope * steps))
-            if new < u:
-                # A cut under OVER x the setpoint goes no deeper than a queue's would at this latency (the rate as
-                # far down as latency is over the aim): a slope fitted too flat must not take the copy to 0 for a
-                # window a little over the aim -- the stop that starts the limit cycle.
-                new = max(new, min(u, seen if seen > 0 else u) * min(1.0, aim / latency_s))
-            note = f"towards the setpoint along the model's slope ({(new - u) * mb:+.1f} MB/s)"
-            # A rise: at most `rise` x the rate the copy moved over the lag -- or x its limit while latency
-            # is under half the aim (no knee in sight: a copy running under its limit, the pipe being the
-            # bottleneck, goes unthrottled in a few steps).
-            # The further under it, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency below.
-            y_hi = max(latency_s, y1, self._load_s or 0.0)  # a second under the load's own latency is noise
-            base = max(recent, seen)  # the rate whose cost the latency shows
-            # Smith-predicted: the share of the room the rate already set will use once it shows, the copy's
-            # cost growing with its rate along the line (1/latency falls linearly with the rate).
-            # The cost is what the latency shows beyond the load's own noise (the residuals' sd: a noisy second
-            # is not the copy's cost, and extrapolated to the pending rate it would be taken many times over).
-            noise = self._fit.sd_z / self._fit.mean_z if self._fit.n >= 3 and self._fit.mean_z > 0 else self.NOISE
-            used_base = self._room_used(y_hi / (1.0 + min(noise, 1.0)), aim)
-            if self._mark in (None, "read-in") or self._used_seen is None:
-                self._used_seen = (used_base, base)
-            else:
-                # The tool's start, its lock, a pause: this latency is not the copy's cost; the last that was holds.
-                used_base, base = self._used_seen
-            used = used_base * max(1.0, u / base)
-            gain = self.FREE / max(used, self.FREE * y_hi / aim)  # > 1 under FREE; at most aim / latency
-            if shown <= 0:
-                gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room
-            cap = self.rise * (max(base, u) * gain if used < self.FREE else recent)
-            if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
-                self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
-            if self._queue_x is not None:
-                cap = min(cap, max(u, self._queue_x * (1 - 1 / steps)))
-            # No knee in sight -- latency under FREE x the aim, no queue remembered, and no line that meets the
-            # aim under the cap -- the rise is the cap: the Newton step's slope is then a guess (a knee at
-            # twice the max), the cap what the copy has shown.
-            free = used < self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
-            if new > cap or free:
-                new = max(u, cap)
-                note = f"rising, at most x{self.rise:g} the rate moved ({new * mb:.1f} MB/s)"
+            new, note = self._along_the_slope(st)
+        new, note = self._bounded(st, new, note)
+        return new, note, new - rate, 0.0, 0.0
+
+    def _newest_latency(self, window_s: float) -> float:
+        """The newest second's latency (the window's mean when the source gives none)."""
+        s = self._last_sample
+        return s.last_latency_s if s is not None and s.last_latency_s is not None else window_s
+
+    def _aim_s(self) -> float:
+        """What counts is the mean over the copy, a queue's seconds included: the window is steered to the
+        setpoint x (setpoint / the copy's mean so far), at most `catch_up` either way."""
+        sp = self.setpoint_s
+        mean = self._sum_y / self._n_y if self._n_y else sp
+        return sp * max(1.0 - self.catch_up, min(1.0 + self.catch_up, sp / mean))
+
+    def _drain_queue(self, st: _Step) -> tuple[float, str]:
+        """A queue: no small step drains it. Half the rate that built it (the one shown), or the model's rate
+        for the aim if lower; a cut already in flight is waited for, not halved again each second. A queue
+        still there once a cut has shown is not (all) the copy's: as far down as latency is over the aim (at
+        least half) -- a load that alone holds the server at 20x the setpoint stops the copy within a delay
+        or two, not a halving a delay."""
+        cut = min(0.5, st.aim_s / st.latency_s) if self._cut_shown() else 0.5
+        from_rate = st.seen if st.seen > 0 else st.rate
+        allowed = self._allowed if self._allowed is not None else st.rate
+        new = min(st.rate, from_rate * cut, allowed)
+        return new, f"over {self.OVER:g}x the setpoint (a queue): down to {new * self._mb:.1f} MB/s"
+
+    def _along_the_slope(self, st: _Step) -> tuple[float, str]:
+        """Under a queue: the Newton step towards the aim, unless the rise it asks is over the cap (or no knee
+        is in sight: then the rise is the cap)."""
+        new = self._newton_step(st)
+        note = f"towards the setpoint along the model's slope ({(new - st.rate) * self._mb:+.1f} MB/s)"
+        cap, free = self._rise_cap(st)
+        if new > cap or free:
+            new = max(st.rate, cap)
+            note = f"rising, at most x{self.rise:g} the rate moved ({new * self._mb:.1f} MB/s)"
+        return new, note
+
+    def _newton_step(self, st: _Step) -> float:
+        """A Smith predictor on the model's line: the window's 1/latency as it will be once the rates set but
+        not yet shown arrive (the line's slope times their change), so a step is not taken again each second
+        on evidence that is `dead` + `lag` seconds old; then a Newton step to 1/aim spread over the delay."""
+        fit = self._fit
+        z_load = fit.a if fit.n else 1.0 / st.latency_s  # the line's 1/latency with no copy
+        # The slope for a rise: `margin` standard errors steeper (an uncertain model rises carefully; with no
+        # spread of rates yet, as steep as a knee at the max rate); for a cut, the estimate.
+        slope_rise = fit.b + self.margin * min(fit.sd_b, z_load)
+        if slope_rise <= 1e-12:
+            slope_rise = z_load
+        z_predicted = 1.0 / st.latency_s - slope_rise * (st.rate - st.seen)
+        z_room = z_predicted - 1.0 / st.aim_s  # > 0: under the aim
+        slope = slope_rise if z_room > 0 else max(fit.b, 1e-12)
+        if slope <= 1e-12:
+            slope = z_load
+        new = max(0.0, st.rate + z_room / (slope * st.delay))
+        if new < st.rate:
+            # A cut under OVER x the setpoint goes no deeper than a queue's would at this latency (the rate as
+            # far down as latency is over the aim): a slope fitted too flat must not take the copy to 0 for a
+            # window a little over the aim -- the stop that starts the limit cycle.
+            from_rate = min(st.rate, st.seen if st.seen > 0 else st.rate)
+            new = max(new, from_rate * min(1.0, st.aim_s / st.latency_s))
+        return new
+
+    def _rise_cap(self, st: _Step) -> tuple[float, bool]:
+        """(the highest rate a rise may reach, whether no knee is in sight). At most `rise` x the rate the copy
+        moved over the lag -- or x its limit while the copy uses under FREE of the room to the aim (no knee in
+        sight: a copy running under its limit, the pipe being the bottleneck, goes unthrottled in a few
+        steps); the further under, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency
+        below. Never past a queue's rate remembered."""
+        worst_s = max(st.latency_s, st.newest_s, self._load_s or 0.0)  # under the load's own latency is noise
+        recent = max(st.shown, self._start)
+        base = max(recent, st.seen)  # the rate whose cost the latency shows
+        # Smith-predicted: the share of the room the rate already set will use once it shows, the copy's
+        # cost growing with its rate along the line (1/latency falls linearly with the rate).
+        # The cost is what the latency shows beyond the load's own noise (the residuals' sd: a noisy second
+        # is not the copy's cost, and extrapolated to the pending rate it would be taken many times over).
+        fit = self._fit
+        noise = fit.sd_z / fit.mean_z if fit.n >= 3 and fit.mean_z > 0 else self.NOISE
+        used_at_base = self._room_used(worst_s / (1.0 + min(noise, 1.0)), st.aim_s)
+        if self._mark in (None, "read-in") or self._used_seen is None:
+            self._used_seen = (used_at_base, base)
+        else:
+            # The tool's start, its lock, a pause: this latency is not the copy's cost; the last that was holds.
+            used_at_base, base = self._used_seen
+        used = used_at_base * max(1.0, st.rate / base)
+        gain = self.FREE / max(used, self.FREE * worst_s / st.aim_s)  # > 1 under FREE; at most aim / latency
+        if st.shown <= 0:
+            gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room
+        cap = self.rise * (max(base, st.rate) * gain if used < self.FREE else recent)
+        if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
+            self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
+        if self._queue_x is not None:
+            cap = min(cap, max(st.rate, self._queue_x * (1 - 1 / st.delay)))
+        # No knee in sight -- latency under FREE x the aim, no queue remembered, and no line that meets the
+        # aim under the cap -- the rise is the cap: the Newton step's slope is then a guess (a knee at
+        # twice the max), the cap what the copy has shown.
+        free = used < self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
+        return cap, free
+
+    def _bounded(self, st: _Step, new: float, note: str) -> tuple[float, str]:
+        """A marked second cuts no deeper than the start but for a queue; the max rate; a cut to under the
+        floor stops the copy."""
         if self._marked and self._marked[-1]:
             # Not the copy's doing: no cut under the starting rate but for a queue.
-            if self._mark != "read-in" and latency_s <= self.OVER * sp and new < min(u, self._start):
-                new = min(u, self._start)
+            floor = min(st.rate, self._start)
+            if self._mark != "read-in" and st.latency_s <= self.OVER * self.setpoint_s and new < floor:
+                new = floor
             note += f" ({self._mark}: not fitted)"
         if new >= 1.0:
             new, note = 1.0, "at max rate"
-        if new < min(self.STOP_BYTES_PER_S / self.max_rate_bytes_per_s, self.STOP_SHARE) and new <= u:
+        if new < min(self.STOP_BYTES_PER_S / self.max_rate_bytes_per_s, self.STOP_SHARE) and new <= st.rate:
             # Only a cut stops: a rise from a stop moves in the model's steps, however small, else a copy
             # whose every step from 0 is under the floor stays stopped with latency far under the aim.
             new, note = 0.0, "stopped: latency over the setpoint"
-        return new, note, new - u, 0.0, 0.0
+        return new, note
+
+    @property
+    def _mb(self) -> float:
+        """MB/s per unit of fraction (the notes' rates)."""
+        return self.max_rate_bytes_per_s / 1e6
 
     def state(self) -> dict:
         """The model: the load's own latency, the knee, the rate the setpoint allows, the loop's lag, the noise."""

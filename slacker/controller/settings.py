@@ -17,7 +17,7 @@ from .base import RateController, check_max_rate, check_positive, check_setpoint
 from .budget import DEFAULT_BUDGET, check_budget
 from .baselines import FixedRate, ThresholdThrottle
 from .model import ModelController
-from .pid import DEFAULT_GAINS, Gains, ThrottleController, parse_gains
+from .pid import DEFAULT_GAINS, Gains, PidController, parse_gains
 
 DEFAULT_MAX_RATE = 200_000_000  # the controller's scale when no --max-rate is given (unthrottled at its top)
 
@@ -38,8 +38,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("model", ModelController,
          "fits latency against the copy rate online and moves the rate along the fit to the setpoint",
          lambda s, m: ModelController(s.setpoint_s, m, step_s=s.step_s)),
-    Kind("pid", ThrottleController, "the paper's velocity PID, the baseline (--gains)",
-         lambda s, m: ThrottleController(s.setpoint_s, m, s.gains, step_s=s.step_s)),
+    Kind("pid", PidController, "the paper's velocity PID, the baseline (--gains)",
+         lambda s, m: PidController(s.setpoint_s, m, s.gains, step_s=s.step_s)),
     Kind("threshold", ThresholdThrottle, "on/off: stopped over the setpoint, full speed under it",
          lambda s, m: ThresholdThrottle(s.setpoint_s, m, step_s=s.step_s)),
     Kind("fixed", FixedRate, "a fixed rate that reads latency but does not follow it (benchmarks)",

@@ -50,7 +50,7 @@ class Flip:
                   f"waiting for the directory to answer ({why}; unreachable for {outage_s:.0f}s); the tenant is "
                   "not writable until it does (`slacker status`)")
         if outage_s > m.opts.max_freeze_s:
-            m.src.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
+            m.source.unfreeze()  # the fence alone holds writes off; writers get an error, not a hang
 
     def settle(self) -> None:
         """The compare-and-set was sent and something broke: the directory says how it ended."""
@@ -66,7 +66,7 @@ class Flip:
         """Send the flip. Returns the new ownership, or None if someone else moved the epoch first."""
         m = self.m
         target = m.node.cluster.node(m.opts.target)
-        port = m.src.tenant().port
+        port = m.source.tenant().port
         while True:
             sent = time.monotonic()
             try:

@@ -77,7 +77,7 @@ class Handover:
         m = self.m
         t0 = time.monotonic()
         while True:
-            found = m.src.blockers(older_than_s=m.opts.max_freeze_s)
+            found = m.source.blockers(older_than_s=m.opts.max_freeze_s)
             if not found:
                 m.record(WaitingFor(""))
                 return time.monotonic() - t0 > m.opts.step_s
@@ -134,16 +134,17 @@ class Handover:
             return rest
 
         def record(outcome: str, freeze_ms: float, reason: str = "") -> None:
-            m.record(AttemptEnded(HandoverAttempt(n, outcome, freeze_ms, dict(steps), reason, len(m.src.interrupted))))
+            m.record(AttemptEnded(HandoverAttempt(n, outcome, freeze_ms, dict(steps), reason,
+                                                  len(m.source.interrupted))))
 
         try:
             try:
-                m.src.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
+                m.source.freeze(lock_timeout_s=max(0.05, min(budget / 2, left("lock"))))
             except LockNotGranted as exc:
                 # Nothing was frozen: like an attempt over budget, more delta rounds and another attempt.
                 raise OverBudget("handover over budget", f"lock: {exc.why}", "", phase=Phase.HANDOVER) from None
             mark("locked")
-            final = m.src.frozen_position()
+            final = m.source.frozen_position()
             m.hold("frozen")
             try:
                 m.target("wait", {"gtid": final, "timeout_s": left("catch-up")}, timeout_s=left("catch-up") + 30)
@@ -153,14 +154,14 @@ class Handover:
                 raise OverBudget("handover over budget", f"catch-up: {exc.why}", "", phase=Phase.HANDOVER) from None
             mark("caught_up")
             # Nothing may have committed since the final position was read: the lock still holds.
-            if m.src.frozen_position() != final:
+            if m.source.frozen_position() != final:
                 raise MigrationFailed("source changed during the freeze", "its GTID position moved",
                                       "handover aborted; the source keeps serving", phase=Phase.HANDOVER)
             m.target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
             mark("target_ready")
             left("fence")
             m.journal.update(m.entry, state=SourceState.FENCED, final_gtid=final)
-            m.src.fence()
+            m.source.fence()
             mark("fenced")
             m.hold("fenced")
             left("flip")
@@ -193,7 +194,7 @@ class Handover:
         m.record(Flipped(own.epoch, freeze_ms, steps))
         record("flipped", freeze_ms)
         m.journal.update(m.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)
-        m.src.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
+        m.source.unfreeze()  # the fence holds: writers blocked by the freeze now fail as read-only
         m.hold("flipped")
 
     def release_everywhere_when_done(self) -> None:
@@ -213,10 +214,10 @@ class Handover:
         m = self.m
         m.record(StepReached(""))
         try:
-            if m.src.fenced:
-                m.src.unfence()
+            if m.source.fenced:
+                m.source.unfence()
         finally:
-            m.src.unfreeze()
+            m.source.unfreeze()
             self.release_routers()  # held statements go on to the source
             if m.entry.state != SourceState.STARTED:
                 m.journal.update(m.entry, state=SourceState.STARTED)

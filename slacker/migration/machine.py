@@ -10,7 +10,8 @@ removed. From it on the migration only goes forward: failures are retried
 Every step of the handover is journaled on disk first, so a restarted agent
 finishes what it was doing. See docs/migration.md.
 
-This class only sequences; the roles are one file each: `rounds.py` (the
+This class only sequences and keeps what happened in its record (`record.py`: phases, rounds,
+attempts, waits, timings, the migration's document); the roles are one file each: `rounds.py` (the
 delta-round policy), `handover.py` (freeze -> catch up -> fence -> flip),
 `flip.py` (the compare-and-set, fail-closed), `lease.py`, `telemetry.py` (the
 one-second step and the time series), and the states and
@@ -20,16 +21,12 @@ allowed moves in `protocol.py`.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
-from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
-from ..controller.report import StepReport
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
 from ..transfer.native import wants_splice
@@ -39,15 +36,15 @@ from .flip import Flip
 from .handover import Handover, one_line
 from .journal import Entry
 from .lease import Lease
-from .options import HandoverAttempt, MigrationAborted, MigrationOptions, PhaseTiming, RoundReport
+from .options import MigrationAborted, MigrationOptions
 from .participants import Participants
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
 from .rounds import DeltaRounds
-from .seams import (AttemptEnded, ControllerStep, Finishing, FlipNotSent, Flipped, LeftCatchUp, Outage, Result,
-                    RoundDone, Seam, StepReached, WaitingFor, Warned)
-from .steps import StepTimes
-from .telemetry import Telemetry, utc
+from .noreturn import PointOfNoReturn
+from .record import LiveFigures, MigrationRecord, new_id
+from .seams import FlipNotSent, Result, Seam
+from .telemetry import Telemetry
 from .source import SourceSide
 from ..verify.online import OnlineVerification
 
@@ -64,109 +61,86 @@ class Migration:
     def __init__(self, node, tenant_id: str, options: MigrationOptions, *, participants: Participants,
                  rate_policy=None, recovered: Entry | None = None) -> None:
         self.node = node
-        self.tenant_id = tenant_id
         self.opts = options.validate()
-        if recovered is not None:
-            self.id = recovered.id
-        else:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-            self.id = f"{tenant_id}-{stamp}-{secrets.token_hex(2)}"
-        self.source = node.name
-        self.work_dir = Path(node.config.data_root) / "migrations" / self.id
-        self.series_path = Path(node.config.data_root) / "migrations" / f"{self.id}.jsonl"
-        self.src = SourceSide(node, tenant_id)
-        self.peer = TargetPeer(node, self.opts.target, self.id)
-        self.journal = node.journal
-        self.entry = recovered or Entry(id=self.id, tenant=tenant_id, role="source", peer=self.opts.target,
+        mid = recovered.id if recovered is not None else new_id(tenant_id)
+        self.record = MigrationRecord(mid, tenant_id, node.name,
+                                      Path(node.config.data_root) / "migrations" / f"{mid}.jsonl",
+                                      protocol=getattr(node, "protocol", 2), recovered=recovered)
+        self.source = SourceSide(node, tenant_id)
+        self.peer = TargetPeer(node, self.opts.target, mid)
+        self.entry = recovered or Entry(id=mid, tenant=tenant_id, role="source", peer=self.opts.target,
                                         state=SourceState.STARTED, source_node=node.name)
-        self.recovered = recovered is not None
-        self.phase = Phase.PENDING
-        self.phases: list[PhaseTiming] = []
-        self.rounds: list[RoundReport] = []
-        self.attempts: list[HandoverAttempt] = []
-        self.delta_stats: dict = {}  # the applier's last report (MPL, apply rates, samples)
-        self.durable_ms: dict | None = None  # what leaving catch-up mode cost, before the freeze
-        self.warnings: list[str] = []
-        self.bytes_total = 0
-        self.freeze_ms: float | None = None
-        self.handover_steps_ms: dict[str, float] = {}
-        self.steps = StepTimes()  # the fixed steps' durations (steps_ms) and the copy's stages (copy_stages)
-        self.verified: bool | None = None
-        self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
-        self.ended = threading.Event()  # set with the result: GET ...?wait= returns at once (service.py)
-        self._retired_copy = None  # the old copy, set aside at retire; its files deleted after the result
-        self._result: str | None = None
-        self.result = None  # a property: setting a result also sets `ended`
-        self.error: SlackerError | None = None
-        self.epoch_before: int | None = recovered.epoch_before if recovered else None
-        self.epoch_after: int | None = recovered.epoch_after if recovered else None
-        self.finishing_reason = ""
-        self.waiting: dict | None = None  # past the flip: what a forward step waits for (see _wait_for)
-        self.waited: list[dict] = []  # the waits past the flip that are over, with their seconds
-        self.waiting_for = ""  # what the handover waits for before it may freeze (a long transaction, DDL)
-        self.handover_step = ""  # the last step the current handover attempt reached (locked, fenced, ...)
-        self.holding = ""  # the fault-injection point (hold_s) it pauses at now
-        self.outage_s: float | None = None  # directory unreachable at the flip, source fenced meanwhile
-        self.created = time.monotonic()
-        self.finished_at: float | None = None
         self.pipe = None
+        self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
         self.rate_policy = rate_policy  # None: fixed rate from options
-        self.controller_state: StepReport | None = None  # the controller's last step (slacker.controller.report)
         self.paused_rate: float | None = None  # `--set pause` without a controller: the rate `resume` restores
-        # What preflight, the copy and prepare learn on the way.
+        # What preflight learns for the copy.
         self.tool = None  # the backup tool for the source's server version (slacker.backup)
         self.transfer_token = ""  # the copy's one-time token, given to the target's receiver
         self.receiver: tuple[str, int] | None = None  # the target's receiver (host, port)
-        self.protocols: tuple[int, int] = (getattr(node, "protocol", 2), 0)  # (source, target) agent protocol
-        self.backup_position: BackupPosition | None = None  # where the prepared copy stands in the binlog
-        self._source_checksums: dict | None = None  # stop-and-copy --verify: the frozen source's checksums
-        self._abort = threading.Event()
-        self._abort_reason = ""
-        # Held while deciding to send the compare-and-set, so an abort is either before it or refused.
-        self._pnr_lock = threading.Lock()
-        self._cas_started = recovered is not None and recovered.state in (SourceState.FLIPPING, SourceState.FLIPPED)
+        # Whether an abort may still roll back: decided against the compare-and-set under one lock.
+        self.no_return = PointOfNoReturn(
+            flip_sent=recovered is not None and recovered.state in (SourceState.FLIPPING, SourceState.FLIPPED))
+        # What a rollback has to undo.
         self._incoming_created = recovered is not None
         self._source_stopped = False
+        self._retired_copy = None  # the old copy, set aside at retire; its files deleted after the result
         self._finish_now = threading.Event()
         self.finish_backoff_s = 0.5  # the first wait before a failed forward step is retried; then doubling
         # The roles the phase machine sequences, one file each; each sees the migration through one seam
         # (slacker.migration.seams) and hands back what it decides.
         self.seam = Seam(self)
-        self.lease = Lease(self.peer, self.opts.lease_ttl_s, self.id)
+        self.lease = Lease(self.peer, self.opts.lease_ttl_s, mid)
         self.flip = Flip(self.seam)
         self.handover = Handover(self.seam, participants)
         self.delta_rounds: DeltaRounds | None = None  # from the backup's binlog position, once prepared
-        self.telemetry = Telemetry(self.seam, self.series_path)
+        self.telemetry = Telemetry(self.seam, self.record.series_path)
 
     # ---- public -----------------------------------------------------------------
     @property
-    def result(self) -> str | None:
-        return self._result
+    def id(self) -> str:
+        return self.record.id
 
-    @result.setter
-    def result(self, value: str | None) -> None:
-        self._result = value
-        if value is not None:
-            self.ended.set()
+    @property
+    def tenant_id(self) -> str:
+        return self.record.tenant_id
+
+    @property
+    def source_name(self) -> str:
+        """This node, the tenant's owner before the flip (`source` is the tenant's side of the move)."""
+        return self.record.source_name
+
+    @property
+    def phase(self) -> str:
+        return self.record.phase
+
+    @property
+    def result(self) -> str | None:
+        return self.record.result
 
     @property
     def active(self) -> bool:
-        return self.result is None
+        return self.record.active
 
     @property
     def past_point_of_no_return(self) -> bool:
-        return self.epoch_after is not None
+        return self.record.past_point_of_no_return
+
+    @property
+    def journal(self):
+        return self.node.journal
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.node.config.data_root) / "migrations" / self.id
 
     def abort(self, reason: str = "aborted by the operator") -> None:
         """Abort before the compare-and-set; Conflict once it has been sent (only forward from there)."""
-        with self._pnr_lock:
-            if self._cas_started:
-                why = ("the directory already names the target" if self.epoch_after is not None
-                       else "the ownership flip was sent and the directory has not answered yet")
-                raise Conflict(f"migration {self.id} cannot be aborted", f"{why}: past the point of no return",
-                               f"it finishes forward; `slacker migrate --finish {self.tenant_id}` retries now")
-            self._abort_reason = reason
-            self._abort.set()
+        if not self.no_return.abort(reason):
+            why = ("the directory already names the target" if self.past_point_of_no_return
+                   else "the ownership flip was sent and the directory has not answered yet")
+            raise Conflict(f"migration {self.id} cannot be aborted", f"{why}: past the point of no return",
+                           f"it finishes forward; `slacker migrate --finish {self.tenant_id}` retries now")
         pipe = self.pipe
         if pipe is not None:
             pipe.abort()
@@ -215,53 +189,25 @@ class Migration:
     def eta_s(self) -> float | None:
         # No estimate while paused or crawling: the decaying throughput average would give absurd figures;
         # none for a copy its controller's verdict says cannot finish (slacker.controller.verdict).
-        total = self.verification.bytes_total if self._verifying() else self.bytes_total
+        total = self.verification.bytes_total if self._verifying() else self.record.bytes_total
         if (self.phase not in (Phase.SNAPSHOT, Phase.COPY, Phase.VERIFY)
                 or self.telemetry.throughput < MIN_ETA_THROUGHPUT_BYTES_PER_S
-                or (self.controller_state is not None and self.controller_state.verdict)
+                or (self.record.controller_state is not None and self.record.controller_state.verdict)
                 or not total or self.current_rate() == 0):
             return None
         return max(0.0, (total - self.bytes_done()) / self.telemetry.throughput)
 
     def to_dict(self) -> dict:
-        err = self.error.to_dict() if self.error else None
-        rate = self.current_rate()
-        return {
-            "id": self.id, "tenant": self.tenant_id, "source": self.source, "target": self.opts.target,
-            "mode": self.opts.mode, "phase": self.phase, "active": self.active, "result": self.result,
-            "protocol": {"source": self.protocols[0], "target": self.protocols[1] or None},
-            "error": err, "phases": [asdict(p) for p in self.phases],
-            "bytes_done": self.bytes_done(), "bytes_total": self.bytes_total,
-            # the backup tool's program read into memory before it started (slacker.pagecache)
-            "preread_bytes": self.pipe.preread_bytes if self.pipe is not None else 0,
-            "prereading": bool(self.pipe is not None and self.pipe.prereading),
-            "rate_bytes_per_s": rate, "unthrottled": rate is None,
-            "throughput_bytes_per_s": round(self.telemetry.throughput, 1), "eta_s": self.eta_s(),
-            "rounds": [asdict(r) for r in self.rounds], "freeze_ms": self.freeze_ms,
-            "handover_steps_ms": self.handover_steps_ms, "steps_ms": self.steps.ms,
-            "copy_stages": self.steps.copy_stages(self.pipe), "handover_attempts": [asdict(a) for a in self.attempts],
-            "verified": self.verified, "verify": self.verification.to_dict() if self.verification else None,
-            "epoch_before": self.epoch_before, "epoch_after": self.epoch_after,
-            "past_point_of_no_return": self.past_point_of_no_return, "finishing_reason": self.finishing_reason,
-            "waiting": self._waiting_doc(), "waited": self.waited,
-            "waiting_for": self.waiting_for, "handover_step": self.handover_step, "holding": self.holding,
-            "directory_outage_s": self.outage_s, "warnings": self.warnings, "recovered": self.recovered,
-            "series_path": str(self.series_path), "pipe": self.opts.pipe,
-            "max_freeze_ms": self.opts.max_freeze_s * 1000,
-            "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
-            "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
-            # which latency the controller steered by, per tenant, and why (slacker.throttle.LatencyChoice)
-            "latency_source": getattr(self.rate_policy, "latency_source", None),
-            # which applier, its MPL, best apply rate; what leaving catch-up mode cost
-            "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
-                          applier=self.opts.delta_applier, durable=self.durable_ms),
-        }
-
-    def _waiting_doc(self) -> dict | None:
-        w = self.waiting
-        if w is None:
-            return None
-        return {k: v for k, v in w.items() if k != "since"} | {"seconds": round(time.monotonic() - w["since"], 1)}
+        pipe = self.pipe
+        live = LiveFigures(
+            bytes_done=self.bytes_done(), rate_bytes_per_s=self.current_rate(),
+            throughput_bytes_per_s=self.telemetry.throughput, eta_s=self.eta_s(),
+            preread_bytes=pipe.preread_bytes if pipe is not None else 0,
+            prereading=bool(pipe is not None and pipe.prereading),
+            copy_stages=self.record.steps.copy_stages(pipe),
+            verify=self.verification.to_dict() if self.verification else None,
+            latency_source=getattr(self.rate_policy, "latency_source", None))
+        return self.record.to_dict(self.opts, live)
 
     def run(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -287,7 +233,7 @@ class Migration:
                 self.verification.run()
             finally:  # its verdict, equal or not (a failure on the way leaves it None)
                 if self.verification.result is not None:
-                    self.verified = self.verification.result == "equal"
+                    self.record.verified = self.verification.result == "equal"
             if self.opts.verify_only:
                 return  # _drive rolls back: the source was never touched
         self.handover.run()
@@ -297,7 +243,7 @@ class Migration:
         try:
             steps()
         except BaseException as exc:
-            if self._cas_started and not self.past_point_of_no_return:
+            if self.no_return.flip_sent and not self.past_point_of_no_return:
                 # The flip was sent and something broke: only the directory knows how it ended.
                 self.flip.settle()
             if self.past_point_of_no_return:
@@ -307,7 +253,7 @@ class Migration:
                 return
         if self.opts.verify_only and not self.past_point_of_no_return:
             self._rollback()  # verified, nothing else was asked: the target goes, the source never stopped
-            self.result = "verified"
+            self.record.result = "verified"
             return
         self.enter(Phase.CLEANUP)
         self._go_forward("")
@@ -325,9 +271,9 @@ class Migration:
                                            phase=Phase.RECOVERING))
                 return
             own = self.flip.directory_answer(f"recovering {self.id}")
-            if own.node == self.opts.target and own.epoch > (self.epoch_before or 0):
-                self.epoch_after = own.epoch
-                self._cas_started = True
+            if own.node == self.opts.target and own.epoch > (self.record.epoch_before or 0):
+                self.record.epoch_after = own.epoch
+                self.no_return.flip_sent = True
                 self._go_forward("the source agent restarted after the flip")
             else:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
@@ -340,8 +286,7 @@ class Migration:
 
     # ---- endings ------------------------------------------------------------------
     def _end(self) -> None:
-        self._end_phase()
-        self.finished_at = time.monotonic()
+        self.record.finish()
         discard(self.work_dir, TrashName("work", self.id, "finished"))
 
     def remove_retired_copy(self) -> None:
@@ -359,9 +304,9 @@ class Migration:
         log.info("migration %s: the retired copy's files removed in %.2fs", self.id, time.monotonic() - t0)
 
     def _fail(self, exc: BaseException) -> None:
-        if self._abort.is_set() and not isinstance(exc, MigrationAborted):
+        if self.no_return.aborted and not isinstance(exc, MigrationAborted):
             # An abort tears the pipeline down; what broke as a consequence is not the story.
-            exc = MigrationAborted(f"migration {self.id} aborted", self._abort_reason,
+            exc = MigrationAborted(f"migration {self.id} aborted", self.no_return.abort_reason,
                                    "the source keeps serving", phase=self.phase)
         err = exc if isinstance(exc, SlackerError) else MigrationFailed(
             "migration failed", f"{type(exc).__name__}: {exc}", "see the source agent's log", phase=self.phase)
@@ -370,9 +315,9 @@ class Migration:
         if not err.phase:
             err.phase = self.phase
         log.warning("migration %s failed in %s: %s", self.id, self.phase, err.one_line())
-        self.error = err
+        self.record.error = err
         self._rollback()
-        self.result = "aborted" if isinstance(exc, MigrationAborted) else "failed"
+        self.record.result = "aborted" if isinstance(exc, MigrationAborted) else "failed"
 
     def _rollback(self) -> None:
         """Before the flip: the source unfenced and serving, nothing of the migration anywhere."""
@@ -382,7 +327,7 @@ class Migration:
                 self.pipe.abort()
             except Exception:
                 log.exception("pipe abort failed")
-        self.src.unfreeze()
+        self.source.unfreeze()
         if self._incoming_created:
             try:
                 self.peer.remove()
@@ -393,9 +338,9 @@ class Migration:
                 log.warning("could not remove the partial target of %s now: %s", self.id, exc.one_line())
         try:
             if self.node.tenants.exists(self.tenant_id):
-                tenant = self.src.tenant()
-                if tenant.info.fenced or self.src.fenced:
-                    self.src.unfence()
+                tenant = self.source.tenant()
+                if tenant.info.fenced or self.source.fenced:
+                    self.source.unfence()
                 if self._source_stopped:
                     self.node.tenants.start_tenant(tenant)
         except SlackerError as exc:
@@ -410,36 +355,36 @@ class Migration:
         (it also activates itself when it starts, slacker.migration.target), and the routers are
         released as soon as it answers."""
         self.lease.stop()
-        self.src.unfreeze()
+        self.source.unfreeze()
         backoff = self.finish_backoff_s
         holds = self._target_holds()  # fault injection: the first activation only
         active = False
         while True:
             try:
                 if not active:
-                    body, holds = {"epoch": self.epoch_after, "tenant": self.tenant_id, **holds}, {}
-                    with self.steps.timed("target_activate"):
+                    body, holds = {"epoch": self.record.epoch_after, "tenant": self.tenant_id, **holds}, {}
+                    with self.record.steps.timed("target_activate"):
                         self.peer.step("activate", body, timeout_s=120, phase=Phase.CLEANUP)
                     active = True
-                    self.end_wait()
+                    self.record.end_wait()
                     self.hold_point("activated")
                     self.handover.release_routers(after_flip=True)  # the target takes writes now
-                with self.steps.timed("retire"):
-                    pending = self.src.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
+                with self.record.steps.timed("retire"):
+                    pending = self.source.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
                 if pending is not None:
                     self._retired_copy = pending
                 self.journal.remove(self.entry)
-                self.finishing_reason = ""
-                self.end_wait()
-                self.result = "succeeded"
+                self.record.finishing_reason = ""
+                self.record.end_wait()
+                self.record.result = "succeeded"
                 return
             except BaseException as exc:  # noqa: BLE001 - every failure here is retried, never rolled back
-                self.finishing_reason = one_line(exc)
+                self.record.finishing_reason = one_line(exc)
                 self._wait_for(active)
                 if self.phase != Phase.FINISHING:
                     self.enter(Phase.FINISHING)
                 log.warning("migration %s finishing (%s): %s; retrying in %.1fs", self.id, reason,
-                            self.finishing_reason, backoff)
+                            self.record.finishing_reason, backoff)
                 self._finish_now.wait(backoff)
                 self._finish_now.clear()
                 backoff = min(FINISH_BACKOFF_MAX_S, backoff * 2)
@@ -449,9 +394,10 @@ class Migration:
         takes writes meanwhile (`waiting` in status, the progress line of `slacker migrate`)."""
         target = self.opts.target
         if active:
-            what, node = "source-retire", self.source
-            text = (f"past the flip: the tenant takes writes on {target}; retiring the old copy on {self.source} "
-                    f"failed ({self.finishing_reason}); retried every {FINISH_BACKOFF_MAX_S:.0f}s at most")
+            what, node = "source-retire", self.source_name
+            text = (f"past the flip: the tenant takes writes on {target}; retiring the old copy on "
+                    f"{self.source_name} failed ({self.record.finishing_reason}); retried every "
+                    f"{FINISH_BACKOFF_MAX_S:.0f}s at most")
         elif self._target_down() is not None:
             what, node = "target-agent", target
             text = (f"past the flip: waiting for the target agent {target} to come back; the tenant is not "
@@ -459,75 +405,25 @@ class Migration:
         else:
             what, node = "target-activation", target
             text = (f"past the flip: the target agent {target} could not activate the tenant "
-                    f"({self.finishing_reason}); retried every {FINISH_BACKOFF_MAX_S:.0f}s at most; the tenant is "
-                    f"not writable until it does")
-        self.wait_on(what, node, active, text)
+                    f"({self.record.finishing_reason}); retried every {FINISH_BACKOFF_MAX_S:.0f}s at most; the "
+                    f"tenant is not writable until it does")
+        self.record.wait_on(what, node, active, text)
 
-    def wait_on(self, what: str, node: str, writable: bool, text: str) -> None:
-        """Say what the migration waits for (`waiting`); a new kind of wait ends the one before."""
-        if self.waiting is None or self.waiting["for"] != what:
-            self.end_wait()
-            self.waiting = {"for": what, "node": node, "writable": writable, "message": text,
-                            "since": time.monotonic()}
-            log.warning("migration %s: %s", self.id, text)
+    # ---- what the roles decide (slacker.migration.seams) ----------------------------------------
+    def decided(self, result: Result) -> None:
+        """The one place the roles' decisions land: in the record, or (FlipNotSent) the machine's own state."""
+        if isinstance(result, FlipNotSent):
+            self.no_return.flip_not_sent()
         else:
-            self.waiting["message"] = text
-
-    def end_wait(self) -> None:
-        """The wait past the flip is over: kept in the record (`waited` in the migration's document)."""
-        if self.waiting is not None:
-            w, self.waiting = self.waiting, None
-            self.waited.append({"for": w["for"], "node": w["node"], "writable": w["writable"],
-                                "message": w["message"], "seconds": round(time.monotonic() - w["since"], 1)})
-
-    # ---- what the roles decide, recorded (slacker.migration.seams) ------------------------
-    def record(self, result: Result) -> None:
-        """The one place the roles' decisions become the migration's fields."""
-        match result:
-            case RoundDone(report, applier):
-                self.delta_stats = applier
-                self.rounds.append(report)
-            case LeftCatchUp(durable):
-                self.durable_ms = durable
-                self.delta_stats["catchup"] = durable.get("catchup", False)
-            case AttemptEnded(attempt):
-                self.attempts.append(attempt)
-            case StepReached(step):
-                self.handover_step = step
-            case WaitingFor(what):
-                self.waiting_for = what
-            case Flipped(epoch, freeze_ms, steps_ms):
-                self.epoch_after = epoch
-                if freeze_ms is not None:
-                    self.freeze_ms = freeze_ms
-                if steps_ms is not None:
-                    self.handover_steps_ms = steps_ms
-            case FlipNotSent():
-                self._cas_started = False
-            case Outage(seconds, at_least):
-                self.outage_s = max(self.outage_s or 0.0, seconds) if at_least else seconds
-            case Finishing(reason):
-                self.finishing_reason = reason
-            case ControllerStep(report):
-                self.controller_state = report
-            case Warned(text):
-                if text not in self.warnings:
-                    self.warnings.append(text)
-                    log.warning("migration %s: %s", self.id, text)
-            case _:
-                raise TypeError(f"not a result of a role: {result!r}")
+            self.record.apply(result)
 
     # ---- what the roles ask of the machine ------------------------------------------------
     def wait_abortable(self, seconds: float) -> None:
-        self._abort.wait(seconds)
+        self.no_return.wait(seconds)
 
     def begin_flip(self, guard=None) -> None:
         """Mark the compare-and-set as sent, atomically with an abort: refused if aborted or if `guard` raises."""
-        with self._pnr_lock:
-            self.check_abort()
-            if guard is not None:
-                guard()
-            self._cas_started = True
+        self.no_return.send_flip(self.check_abort, guard)
 
     def more_rounds(self) -> None:
         self.delta_rounds.run()
@@ -537,9 +433,7 @@ class Migration:
         if name == self.phase:
             return  # more of the same phase (delta rounds again after leaving catch-up mode)
         check(PHASE_MOVES, self.phase, name, f"migration {self.id}")
-        self._end_phase()
-        self.phase = name
-        self.phases.append(PhaseTiming(name, utc(), round(time.monotonic() - self.created, 3)))
+        self.record.begin_phase(name)
         log.info("migration %s: %s", self.id, name)
         self.hold_point(name)
 
@@ -547,14 +441,14 @@ class Migration:
         hold = (self.opts.hold_s or {}).get(point)
         if hold and getattr(self.node.config, "fault_injection", False):
             log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
-            self.holding = point
+            self.record.holding = point
             try:
                 if self.past_point_of_no_return:
                     time.sleep(float(hold))
                 else:
-                    self._abort.wait(float(hold))
+                    self.no_return.wait(float(hold))
             finally:
-                self.holding = ""
+                self.record.holding = ""
             if not self.past_point_of_no_return:
                 self.check_abort()
 
@@ -563,69 +457,67 @@ class Migration:
         holds = {k: v for k, v in (self.opts.hold_s or {}).items() if k in TARGET_HOLD_POINTS}
         return {"hold_s": holds} if holds else {}
 
-    def _end_phase(self) -> None:
-        if self.phases and self.phases[-1].duration_s is None:
-            p = self.phases[-1]
-            p.duration_s = round(time.monotonic() - self.created - p.start_s, 3)
-
     def check_abort(self) -> None:
-        if self._abort.is_set():
-            raise MigrationAborted(f"migration {self.id} aborted", self._abort_reason,
+        if self.no_return.aborted:
+            raise MigrationAborted(f"migration {self.id} aborted", self.no_return.abort_reason,
                                    "the source keeps serving", phase=self.phase)
 
     def target_step(self, name: str, body: dict | None = None, timeout_s: float = 60.0):
         self.check_abort()
-        with self.steps.timed(f"target_{name}"):
+        with self.record.steps.timed(f"target_{name}"):
             return self.peer.step(name, body, timeout_s=timeout_s, phase=self.phase)
 
     def _preflight(self) -> None:
-        if self.opts.target == self.source:
-            raise InvalidInput(f"tenant {self.tenant_id} is already on {self.source}",
+        if self.opts.target == self.source_name:
+            raise InvalidInput(f"tenant {self.tenant_id} is already on {self.source_name}",
                                "source and target are the same node", "pick another --to node")
         self.node.cluster.node(self.opts.target)
         if self.node.config.tls is not None and not TLS_PIPES.get(self.opts.pipe):
             raise InvalidInput(f"the {self.opts.pipe} pipe cannot be used: this cluster requires TLS",
                                "pv | nc sends the backup in plain text", "use --pipe native (the default)")
-        with self.steps.timed("lookup"):
+        with self.record.steps.timed("lookup"):
             own = self.node.directory.lookup(self.tenant_id)
-        if own.node != self.source:
-            raise Conflict(f"tenant {self.tenant_id} is owned by {own.node}", f"not by {self.source}",
+        if own.node != self.source_name:
+            raise Conflict(f"tenant {self.tenant_id} is owned by {own.node}", f"not by {self.source_name}",
                            "ask the owner's agent")
-        self.epoch_before = own.epoch
-        with self.steps.timed("inspect"):
-            version, self.warnings = self.src.inspect(live=self.opts.mode == "live")
-        for w in self.warnings:
+        self.record.epoch_before = own.epoch
+        with self.record.steps.timed("inspect"):
+            version, warnings = self.source.inspect(live=self.opts.mode == "live")
+        self.record.warnings = warnings
+        for w in self.record.warnings:
             log.warning("migration %s: %s", self.id, w)
         self.tool = select_tool(version)
-        tenant = self.src.tenant()
-        with self.steps.timed("accounts"):
+        tenant = self.source.tenant()
+        with self.record.steps.timed("accounts"):
             tenant.ensure_service_accounts()
         binlog_bytes = sum(p.stat().st_size for p in tenant.datadir.glob("binlog.*"))
         data_bytes = directory_bytes(tenant.datadir)
-        self.bytes_total = data_bytes if self.opts.mode == "stop-and-copy" else max(0, data_bytes - binlog_bytes)
+        self.record.bytes_total = (data_bytes if self.opts.mode == "stop-and-copy"
+                                   else max(0, data_bytes - binlog_bytes))
         self.transfer_token = new_token()
         target_url = self.node.cluster.node(self.opts.target).url
         if not url_may_carry_secrets(target_url, self.node.cluster.local_subnet):
             raise MigrationFailed(f"refusing to send {self.tenant_id}'s account passwords to {self.opts.target}",
                                   f"{target_url} is plain HTTP to another host",
                                   "give the agents TLS (https:// URLs in the cluster file)", phase=Phase.PREFLIGHT)
-        with self.steps.timed("target_status"):
+        with self.record.steps.timed("target_status"):
             self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
         # Both agents' protocol versions (the API refuses a pair too far apart, in one line); the stream
         # speaks the older one's dialect.
-        self.protocols = (getattr(self.node, "protocol", 2),
-                          getattr(self.node.peer(self.opts.target), "peer_protocol", None) or 1)
+        self.record.protocols = (getattr(self.node, "protocol", 2),
+                                 getattr(self.node.peer(self.opts.target), "peer_protocol", None) or 1)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True
-        with self.steps.timed("target_create"):
+        with self.record.steps.timed("target_create"):
             doc = self.peer.create({
-            "migration_id": self.id, "tenant": self.tenant_id, "port": tenant.port, "source_node": self.source,
+            "migration_id": self.id, "tenant": self.tenant_id, "port": tenant.port,
+            "source_node": self.source_name,
             "source_host": tenant.host, "epoch_before": own.epoch, "lease_ttl_s": self.opts.lease_ttl_s,
             "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
-            "expected_bytes": self.bytes_total, "data_path": self.opts.data_path,
+            "expected_bytes": self.record.bytes_total, "data_path": self.opts.data_path,
             **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self.lease.granted_now()
         self.lease.start()
@@ -639,17 +531,17 @@ class Migration:
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
                               commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context(),
-                              preread_program=True, protocol_version=self.protocols[0],
-                              protocol_dialect=min(self.protocols) if self.protocols[1] else None,
+                              preread_program=True, protocol_version=self.record.protocols[0],
+                              protocol_dialect=min(self.record.protocols) if self.record.protocols[1] else None,
                               **self._data_path())
         try:
-            with self.steps.timed("pipe_start"):
+            with self.record.steps.timed("pipe_start"):
                 self.pipe.start()  # reads the backup tool in first (slacker.pagecache): an abort can land there
         except MigrationFailed as exc:
             self.check_abort()
             raise self._copy_failure(exc) from None
         deadline = time.monotonic() + timeout_s
-        with self.steps.timed("copy"):
+        with self.record.steps.timed("copy"):
             while not self.pipe.done:
                 self.check_abort()
                 if time.monotonic() > deadline:
@@ -659,8 +551,8 @@ class Migration:
             result = self.pipe.wait(timeout=max(1.0, deadline - time.monotonic()))
         except MigrationFailed as exc:
             raise self._copy_failure(exc) from None
-        self.steps.receiver = self.target_step("stream", {"timeout_s": 120}, timeout_s=180).get("stages")
-        self.bytes_total = result.bytes_sent
+        self.record.steps.receiver = self.target_step("stream", {"timeout_s": 120}, timeout_s=180).get("stages")
+        self.record.bytes_total = result.bytes_sent
 
     def _data_path(self) -> dict:
         """The native pipe's data path (slacker.transfer.native.wants_splice); pv has only its own."""
@@ -670,7 +562,7 @@ class Migration:
 
     def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
         """The pipe's error, saying which side broke: the target's agent is asked (transfer/blame.py)."""
-        return blame.explain(exc, tenant=self.tenant_id, source=self.source, target=self.opts.target,
+        return blame.explain(exc, tenant=self.tenant_id, source=self.source_name, target=self.opts.target,
                              bytes_sent=self.pipe.bytes_sent, target_down=self._target_down)
 
     def _target_down(self) -> str | None:
@@ -687,7 +579,7 @@ class Migration:
         from .. import mariadb
 
         self.enter(Phase.SNAPSHOT)
-        tenant = self.src.tenant()
+        tenant = self.source.tenant()
         defaults = self.work_dir / "backup.cnf"
         mariadb.write_secret(defaults, self.tool.backup_defaults(
             tenant.config_file.read_text(), mariadb.BACKUP_USER, tenant.backup_password(), tenant.socket))
@@ -697,51 +589,47 @@ class Migration:
     def _prepare(self) -> None:
         self.enter(Phase.PREPARE)
         pos = self.target_step("prepare", {}, timeout_s=3600)
-        self.backup_position = BackupPosition(pos["binlog_file"], int(pos["binlog_pos"]), pos["gtid"])
+        start = BackupPosition(pos["binlog_file"], int(pos["binlog_pos"]), pos["gtid"])  # the prepared copy's
         self.target_step("start", {}, timeout_s=180)
-        tenant = self.src.tenant()
+        tenant = self.source.tenant()
         self.target_step("replicate", {"source_host": tenant.host, "source_port": tenant.port,
-                                   "start_gtid": self.backup_position.gtid,
+                                   "start_gtid": start.gtid,
                                    "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl,
                                    "catchup": self.opts.delta_catchup},
                      timeout_s=60)
-        self.delta_rounds = DeltaRounds(self.seam, ((self.backup_position.binlog_file, self.backup_position.binlog_pos),
-                                               self.backup_position.gtid))
+        self.delta_rounds = DeltaRounds(self.seam, ((start.binlog_file, start.binlog_pos), start.gtid))
 
     def _stop_and_copy(self) -> None:
         self.enter(Phase.PREFLIGHT)
         self._preflight()
         self.enter(Phase.COPY)
-        tenant = self.src.tenant()
+        tenant = self.source.tenant()
         t0 = time.monotonic()
-        self.src.freeze(lock_timeout_s=max(0.05, self.opts.max_freeze_s / 2))
-        final = self.src.frozen_position()
-        if self.opts.verify:
-            self._source_checksums = self.src.frozen_checksums()
+        self.source.freeze(lock_timeout_s=max(0.05, self.opts.max_freeze_s / 2))
+        final = self.source.frozen_position()
+        source_checksums = self.source.frozen_checksums() if self.opts.verify else None
         self.journal.update(self.entry, state=SourceState.FENCED, final_gtid=final)
-        self.src.fence()
+        self.source.fence()
         # InnoDB files are only consistent on disk after a clean shutdown; writers stay blocked until then.
         self.node.tenants.stop_tenant(tenant)
         self._source_stopped = True
-        self.src.frozen = None
+        self.source.frozen = None
         self._stream(["tar", "-C", str(tenant.datadir), "-c", "-f", "-", "."], self.opts.snapshot_timeout_s)
         self.enter(Phase.HANDOVER)
         self.target_step("start", {"gtid_state": final}, timeout_s=300)
         if self.opts.verify:
             dst = self.target_step("checksums", {}, timeout_s=600)["checksums"]
-            if dst != self._source_checksums:
+            if dst != source_checksums:
                 raise MigrationFailed("verification failed", "checksums differ after the copy", "", phase=Phase.HANDOVER)
-            self.verified = True
+            self.record.verified = True
         self.target_step("ready", {"final_gtid": None}, timeout_s=120)
-        with self._pnr_lock:
-            self.check_abort()
-            self._cas_started = True
+        self.begin_flip()
         self.journal.update(self.entry, state=SourceState.FLIPPING)
         own = self.flip.compare_and_set()
         if own is None:
-            self._cas_started = False
+            self.no_return.flip_not_sent()
             raise MigrationFailed("ownership changed underneath", "the directory's epoch moved before the flip",
                                   "the source keeps serving", phase=Phase.HANDOVER)
-        self.epoch_after = own.epoch
-        self.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
+        self.record.epoch_after = own.epoch
+        self.record.freeze_ms = round((time.monotonic() - t0) * 1000, 1)
         self.journal.update(self.entry, state=SourceState.FLIPPED, epoch_after=own.epoch)

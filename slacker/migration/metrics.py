@@ -20,18 +20,19 @@ LABELS = ["node", "migration", "tenant"]
 PAST_FLIP_PHASES = (Phase.CLEANUP, Phase.FINISHING)
 
 
-def past_flip_s(m, now: float) -> float:
-    """Seconds since the directory named the target (0 before): from the first phase after the flip."""
-    if not m.past_point_of_no_return:
+def past_flip_s(rec, now: float) -> float:
+    """Seconds since the directory named the target (0 before): from the first phase after the flip.
+    `rec` is the migration's record (slacker.migration.record)."""
+    if not rec.past_point_of_no_return:
         return 0.0
-    starts = [p.start_s for p in m.phases if p.name in PAST_FLIP_PHASES]
-    start = starts[0] if starts else (m.phases[-1].start_s if m.phases else 0.0)
-    return max(0.0, now - m.created - start)
+    starts = [p.start_s for p in rec.phases if p.name in PAST_FLIP_PHASES]
+    start = starts[0] if starts else (rec.phases[-1].start_s if rec.phases else 0.0)
+    return max(0.0, now - rec.created - start)
 
 
-def last_freeze_s(m) -> float:
+def last_freeze_s(rec) -> float:
     """The last handover attempt's freeze in seconds (NaN: no attempt yet)."""
-    return m.attempts[-1].freeze_ms / 1000 if m.attempts else math.nan
+    return rec.attempts[-1].freeze_ms / 1000 if rec.attempts else math.nan
 
 
 class Tally:
@@ -43,11 +44,12 @@ class Tally:
         self.attempts: Counter[str] = Counter({"flipped": 0, "over budget": 0, "failed": 0})
         self.over_budget = 0
 
-    def finished(self, m) -> None:
-        budget_ms = m.opts.max_freeze_s * 1000
+    def finished(self, rec, max_freeze_s: float) -> None:
+        """A migration ended: its record, and the freeze budget its attempts are held against."""
+        budget_ms = max_freeze_s * 1000
         with self._lock:
-            self.results[m.result or "unknown"] += 1
-            for a in m.attempts:
+            self.results[rec.result or "unknown"] += 1
+            for a in rec.attempts:
                 self.attempts[a.outcome] += 1
                 self.over_budget += a.freeze_ms > budget_ms
 
@@ -86,20 +88,22 @@ class MigrationCollector(Collector):
                      "the flip)")
         now = time.monotonic()
         for m in self.service.active():
+            rec = m.record
             key = [self.node, m.id, m.tenant_id]
-            phase.add_metric(key + [m.opts.target, m.phase], 1)
-            phase_s.add_metric(key, now - m.created - m.phases[-1].start_s if m.phases else now - m.created)
+            phase.add_metric(key + [m.opts.target, rec.phase], 1)
+            phase_s.add_metric(key, now - rec.created - rec.phases[-1].start_s if rec.phases else now - rec.created)
             done.add_metric(key, m.bytes_done())
-            size.add_metric(key, (m.verification.bytes_total if m.phase == Phase.VERIFY and m.verification
-                                  else m.bytes_total) or 0)
+            size.add_metric(key, (m.verification.bytes_total if rec.phase == Phase.VERIFY and m.verification
+                                  else rec.bytes_total) or 0)
             r = m.current_rate()
             rate.add_metric(key, math.nan if r is None else r)
             throughput.add_metric(key, m.telemetry.throughput)
             progress.add_metric(key, m.telemetry.progress_at)
-            unreachable.add_metric(key, 1 if m.controller_state is not None and m.controller_state.verdict else 0)
-            freeze.add_metric(key, last_freeze_s(m))
+            verdict = rec.controller_state is not None and rec.controller_state.verdict
+            unreachable.add_metric(key, 1 if verdict else 0)
+            freeze.add_metric(key, last_freeze_s(rec))
             budget.add_metric(key, m.opts.max_freeze_s)
-            past.add_metric(key, past_flip_s(m, now))
+            past.add_metric(key, past_flip_s(rec, now))
         results, attempts, over = self.service.tally.snapshot()
         ended = CounterMetricFamily("slacker_migrations_finished", "Migrations this node ran as source that "
                                     "ended, by result", labels=["node", "result"])

@@ -31,7 +31,7 @@ class DeltaRounds:
     def run(self) -> None:
         m = self.m
         m.enter(Phase.DELTA)
-        conn = m.src.connect(timeout_s=10)
+        conn = m.source.connect(timeout_s=10)
         try:
             self._rounds(conn)
         finally:

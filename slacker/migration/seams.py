@@ -6,13 +6,14 @@ A role is handed a `Seam`, never the `Migration`. Through it the role
   and its live figures, read-only (the seam refuses every assignment);
 - asks: a target step, a phase begun, a fault-injection hold, an abort check or an abortable wait,
   the start of the compare-and-set (atomic with an abort), more delta rounds;
-- decides: a typed result below, handed to `record`; the machine alone keeps its fields
-  (`Migration.record`), so which role may change what is this file's list of results.
+- decides: a typed result below, handed to `record`; the machine alone writes its record
+  (`Migration.decided`, `MigrationRecord.apply`), so which role may change what is this file's list of results.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable
 
 from ..controller.report import StepReport
@@ -80,7 +81,7 @@ class Finishing:
 
 
 @dataclass(frozen=True)
-class ControllerStep:
+class ControllerStepped:
     """The rate controller's last step (Telemetry)."""
     report: StepReport
 
@@ -92,12 +93,16 @@ class Warned:
 
 
 Result = (RoundDone | LeftCatchUp | AttemptEnded | StepReached | WaitingFor | Flipped | FlipNotSent | Outage
-          | Finishing | ControllerStep | Warned)
+          | Finishing | ControllerStepped | Warned)
 
 
 # ---- the seam -----------------------------------------------------------------------------------
 def _live(name: str) -> property:
     return property(lambda self: getattr(self._m, name), doc=f"the migration's {name} (read-only)")
+
+
+def _recorded(name: str) -> property:
+    return property(attrgetter(f"_m.record.{name}"), doc=f"the migration's recorded {name} (read-only)")
 
 
 class Seam:
@@ -115,42 +120,42 @@ class Seam:
     # identity, options, collaborators
     id = _live("id")
     tenant_id = _live("tenant_id")
-    source = _live("source")
+    source_name = _live("source_name")  # this node
     opts = _live("opts")
     node = _live("node")
-    src = _live("src")
+    source = _live("source")  # the tenant's side of the move (slacker.migration.source.SourceSide)
     peer = _live("peer")
     journal = _live("journal")
     entry = _live("entry")
     lease = _live("lease")
     flip = _live("flip")
     rate_policy = _live("rate_policy")
-    created = _live("created")
-    # live figures
-    phase = _live("phase")
-    result = _live("result")
-    epoch_before = _live("epoch_before")
-    epoch_after = _live("epoch_after")
-    outage_s = _live("outage_s")
-    finishing_reason = _live("finishing_reason")
-    finished_at = _live("finished_at")
-    handover_step = _live("handover_step")
-    bytes_total = _live("bytes_total")
     pipe = _live("pipe")
     verification = _live("verification")
-    controller_state = _live("controller_state")
+    # live figures, from the migration's record (slacker.migration.record)
+    created = _recorded("created")
+    phase = _recorded("phase")
+    result = _recorded("result")
+    epoch_before = _recorded("epoch_before")
+    epoch_after = _recorded("epoch_after")
+    outage_s = _recorded("outage_s")
+    finishing_reason = _recorded("finishing_reason")
+    finished_at = _recorded("finished_at")
+    handover_step = _recorded("handover_step")
+    bytes_total = _recorded("bytes_total")
+    controller_state = _recorded("controller_state")
 
     @property
     def rounds_done(self) -> int:
-        return len(self._m.rounds)
+        return len(self._m.record.rounds)
 
     @property
     def attempts_made(self) -> int:
-        return len(self._m.attempts)
+        return len(self._m.record.attempts)
 
     @property
     def delta_stats(self) -> dict:
-        return dict(self._m.delta_stats)
+        return dict(self._m.record.delta_stats)
 
     def bytes_done(self) -> int:
         return self._m.bytes_done()
@@ -186,10 +191,10 @@ class Seam:
         self._m.more_rounds()
 
     def wait_on(self, what: str, node: str, writable: bool, text: str) -> None:
-        self._m.wait_on(what, node, writable, text)
+        self._m.record.wait_on(what, node, writable, text)
 
     def end_wait(self) -> None:
-        self._m.end_wait()
+        self._m.record.end_wait()
 
     def record(self, result: Result) -> None:
-        self._m.record(result)
+        self._m.decided(result)

@@ -73,7 +73,7 @@ class MigrationService:
             finally:
                 try:
                     if not mig.active:
-                        self.tally.finished(mig)
+                        self.tally.finished(mig.record, mig.opts.max_freeze_s)
                     self.node._release(mig.tenant_id)
                     if rate_policy is not None and hasattr(rate_policy, "close"):
                         rate_policy.close()
@@ -221,7 +221,7 @@ def attach(node, server, participants: Participants) -> None:
     def get(srv, body, q, mid):
         m = svc.get(mid)
         if q.get("wait"):  # long poll: answer as soon as it ends, or after `wait` seconds (at most 5)
-            m.ended.wait(min(max(float(q["wait"]), 0.0), MAX_WAIT_S))
+            m.record.ended.wait(min(max(float(q["wait"]), 0.0), MAX_WAIT_S))
         return m.to_dict()
 
     @server.route("POST", f"/v1/migrations/{MID}/abort")
@@ -255,7 +255,7 @@ def attach(node, server, participants: Participants) -> None:
     @server.route("GET", f"/v1/migrations/{MID}/series")
     def series(srv, body, q, mid):
         m = svc.get(mid)
-        path = Path(m.series_path)
+        path = Path(m.record.series_path)
         return {"path": str(path), "lines": path.read_text().splitlines() if path.exists() else []}
 
     # ---- target side --------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import replace
 from ..controller.marks import CopyMarks
 from ..controller.report import StepReport
 from .protocol import Phase
-from .seams import ControllerStep, Seam
+from .seams import ControllerStepped, Seam
 
 log = logging.getLogger("slacker.migration.telemetry")
 
@@ -70,21 +70,21 @@ class Telemetry:
                 elif m.pipe.prereading:
                     report = report.with_note(f"reading the backup tool into memory at this rate "
                                               f"({m.pipe.preread_bytes / 1e6:.1f} MB)")
-                m.record(ControllerStep(report))
+                m.record(ControllerStepped(report))
             elif m.phase == Phase.VERIFY and m.verification is not None and m.verification.result is None:
                 # Verification reads every row on both servers: paced like the copy, same setpoint and guard.
                 v = m.verification
                 rate, report = m.rate_policy.step(now, v.bytes_done, bytes_total=v.bytes_total)
                 v.set_rate(rate)
-                m.record(ControllerStep(report.with_note("verifying")))
+                m.record(ControllerStepped(report.with_note("verifying")))
             elif m.result is None and m.phase not in (Phase.PENDING, Phase.PREFLIGHT):
                 # Outside the copy the controller has nothing to steer, but the latency still tells
                 # what prepare, delta and the freeze cost the clients: keep recording it.
                 sample = m.rate_policy.source.read()
                 prev = m.controller_state or StepReport(t=now, setpoint_s=m.rate_policy.controller.setpoint_s,
                                                         rate_bytes_per_s=None)
-                m.record(ControllerStep(replace(prev, t=now, latency_s=sample.latency_s,
-                                                note="observing (no copy in this phase)").with_sides(
+                m.record(ControllerStepped(replace(prev, t=now, latency_s=sample.latency_s,
+                                                  note="observing (no copy in this phase)").with_sides(
                     getattr(m.rate_policy.source, "sides", None))))
         self.record()
 

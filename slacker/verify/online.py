@@ -95,7 +95,7 @@ class OnlineVerification:
     def run(self) -> None:
         m = self.m
         t0 = time.monotonic()
-        conn = m.src.connect(timeout_s=10)
+        conn = m.source.connect(timeout_s=10)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"verify-{m.id}")
         held = False
         try:

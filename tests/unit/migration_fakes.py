@@ -257,8 +257,8 @@ def migration_at_handover(world: World, root: Path, **options) -> Migration:
     node = FakeNode(world, root)
     opts = MigrationOptions(target="node-2", handover_wait_s=options.pop("handover_wait_s", 0.3), **options)
     m = Migration(node, "t1", opts, participants=NOBODY)  # no router takes part
-    m.src = FakeSource(world)
-    m.epoch_before = world.epoch
+    m.source = FakeSource(world)
+    m.record.epoch_before = world.epoch
     m._incoming_created = True
 
     def more_rounds():
@@ -269,7 +269,7 @@ def migration_at_handover(world: World, root: Path, **options) -> Migration:
     m.delta_rounds = SimpleNamespace(run=more_rounds)
     m.lease.granted_now()
     m.journal.write(m.entry)
-    m.phase = Phase.DELTA
+    m.record.phase = Phase.DELTA
     m.finish_backoff_s = 0.001
     m.flip.ask_every_s = 0.001
     return m
@@ -305,8 +305,9 @@ def settle(world: World) -> None:
 def end_state_violations(world: World, m: Migration) -> list[str]:
     """Exactly one writable server, the directory's; nothing of the migration left behind."""
     out = list(world.violations)
-    if m.error is not None and "cannot move from" in m.error.what:
-        out.append(f"an illegal transition: {m.error.what}")
+    err = m.record.error
+    if err is not None and "cannot move from" in err.what:
+        out.append(f"an illegal transition: {err.what}")
     writable = [n for n, ok in (("node-1", world.source_writable()), ("node-2", world.target_writable())) if ok]
     if writable != [world.owner]:
         out.append(f"writable {writable}, the directory names {world.owner}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slacker.controller import ModelController, RatePolicy, ThrottleController
+from slacker.controller import ModelController, RatePolicy, PidController
 from slacker.controller.report import StepReport
 from slacker.controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, ControllerSettings
 from slacker.controller.verdict import OVER_SHARE, STILL_SHARE
@@ -32,7 +32,7 @@ def test_controller_slack_is_refused_with_one_line():
 
 
 def test_the_registry_is_what_the_cli_offers_and_the_docs_list():
-    assert DEFAULT_KIND == "model" and KINDS["model"].cls is ModelController and KINDS["pid"].cls is ThrottleController
+    assert DEFAULT_KIND == "model" and KINDS["model"].cls is ModelController and KINDS["pid"].cls is PidController
     assert CLI_KINDS == ("model", "pid", "threshold")  # fixed: --rate
     help_text = subprocess.run([sys.executable, "-m", "slacker", "migrate", "--help"], capture_output=True,
                                text=True, timeout=60).stdout

@@ -81,11 +81,12 @@ def test_every_field_of_the_migration_is_set_in_its_init():
 
 def test_a_role_reads_through_the_seam_and_cannot_assign():
     recorded = []
-    machine = SimpleNamespace(phase="delta", rounds=[1, 2], delta_stats={"mpl": 4}, record=recorded.append)
+    record = SimpleNamespace(phase="delta", rounds=[1, 2], delta_stats={"mpl": 4})
+    machine = SimpleNamespace(record=record, decided=recorded.append)
     seam = Seam(machine)
     assert seam.phase == "delta" and seam.rounds_done == 2
-    seam.delta_stats["mpl"] = 9  # a copy: the machine's own is untouched
-    assert machine.delta_stats == {"mpl": 4}
+    seam.delta_stats["mpl"] = 9  # a copy: the record's own is untouched
+    assert record.delta_stats == {"mpl": 4}
     with pytest.raises(AttributeError, match="cannot set"):
         seam.phase = "handover"
     seam.record(RoundDone(report=None))

@@ -20,7 +20,7 @@ import statistics
 
 import pytest
 
-from slacker.controller import ModelController, ThrottleController
+from slacker.controller import ModelController, PidController
 from slacker.controller.loop import RatePolicy
 from slacker.errors import InvalidInput
 from slacker.latency import LatencySample
@@ -28,7 +28,7 @@ from slacker.latency import LatencySample
 from benchkit import plant as plant_mod
 
 MAX = 200e6
-MAKERS = {"model": lambda sp, m: ModelController(sp, m), "pid": lambda sp, m: ThrottleController(sp, m)}
+MAKERS = {"model": lambda sp, m: ModelController(sp, m), "pid": lambda sp, m: PidController(sp, m)}
 TUNED = (0, 1, 2)  # the seeds the law's constants were chosen on
 HELD_OUT = (7, 8)
 

@@ -35,8 +35,8 @@ def test_last_freeze_and_the_count_over_budget():
     assert last_freeze_s(m) == 0.18
     assert math.isnan(last_freeze_s(migration()))
     tally = Tally()
-    tally.finished(m)
-    tally.finished(migration(attempts=[HandoverAttempt(1, "failed", 90.0, {})], result="failed"))
+    tally.finished(m, m.opts.max_freeze_s)
+    tally.finished(migration(attempts=[HandoverAttempt(1, "failed", 90.0, {})], result="failed"), 0.5)
     results, attempts, over = tally.snapshot()
     assert results == {"succeeded": 1, "failed": 1, "aborted": 0}
     assert attempts == {"flipped": 1, "over budget": 1, "failed": 1}

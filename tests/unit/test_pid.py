@@ -15,7 +15,7 @@ from slacker.controller import (
     FixedRate,
     Gains,
     ThresholdThrottle,
-    ThrottleController,
+    PidController,
     parse_gains,
 )
 from slacker.errors import InvalidInput
@@ -44,7 +44,7 @@ def failed(t: float, why: str = "connection refused") -> LatencySample:
 @pytest.mark.parametrize("setpoint_s", [0.3, 1.0])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_converges_to_setpoint_and_stays(setpoint_s: float, seed: int) -> None:
-    trace = simulate(ThrottleController(setpoint_s, MAX_RATE), Plant(seed=seed), 400)
+    trace = simulate(PidController(setpoint_s, MAX_RATE), Plant(seed=seed), 400)
     # Settled part: after the ramp from 10% (about 15 steps) and the first overshoot.
     assert trace.mean_latency(100) == pytest.approx(setpoint_s, rel=0.10)
     for start in (100, 200, 300):  # and it stays there, not just on average
@@ -59,7 +59,7 @@ def test_converges_through_a_prometheus_scrape_of_the_plant() -> None:
     source = PrometheusHistogramSource(
         "http://plant.invalid/metrics", labels={"tenant": "t1"}, fetch=plant.metrics_text, clock=plant.clock
     )
-    trace = simulate(ThrottleController(0.3, MAX_RATE), plant, 300, source=source.read)
+    trace = simulate(PidController(0.3, MAX_RATE), plant, 300, source=source.read)
     assert all(s.ok for s in trace.samples)
     assert trace.mean_latency(100) == pytest.approx(0.3, rel=0.10)
 
@@ -67,7 +67,7 @@ def test_converges_through_a_prometheus_scrape_of_the_plant() -> None:
 def test_no_windup_after_minutes_far_below_setpoint() -> None:
     setpoint_s = 0.3
     plant = Plant(arrival_rate=lambda t: 4.0 if t < 200 else 22.5, seed=3)
-    trace = simulate(ThrottleController(setpoint_s, MAX_RATE), plant, 320)
+    trace = simulate(PidController(setpoint_s, MAX_RATE), plant, 320)
     fractions = trace.fractions()
     latencies = [s.latency_s for s in trace.steps]
     # Over three minutes pinned at max rate with latency far below the setpoint...
@@ -92,7 +92,7 @@ def test_reacts_to_a_40_percent_load_step_where_a_fixed_rate_does_not() -> None:
     def load(t: float) -> float:
         return 18.0 if t < 150 else 18.0 * 1.4
 
-    trace = simulate(ThrottleController(setpoint_s, MAX_RATE), Plant(arrival_rate=load, seed=2), 350)
+    trace = simulate(PidController(setpoint_s, MAX_RATE), Plant(arrival_rate=load, seed=2), 350)
     before = statistics.mean(trace.fractions()[100:150])
     assert trace.mean_latency(100, 150) == pytest.approx(setpoint_s, rel=0.15)
     # Within ten steps the rate is well down and latency is back near the setpoint.
@@ -106,7 +106,7 @@ def test_reacts_to_a_40_percent_load_step_where_a_fixed_rate_does_not() -> None:
 
 
 def test_setpoint_change_moves_latency_without_a_kick() -> None:
-    controller = ThrottleController(0.3, MAX_RATE)
+    controller = PidController(0.3, MAX_RATE)
     plant = Plant(seed=6)
     kicks = []
 
@@ -125,8 +125,8 @@ def test_setpoint_change_moves_latency_without_a_kick() -> None:
 # --- safety rules -----------------------------------------------------------------------
 
 
-def settled_controller() -> ThrottleController:
-    c = ThrottleController(1.0, MAX_RATE, initial_fraction=0.6)
+def settled_controller() -> PidController:
+    c = PidController(1.0, MAX_RATE, initial_fraction=0.6)
     for k in range(5):
         c.step(sample(0.9, float(k)), float(k))
     return c
@@ -185,7 +185,7 @@ def test_a_copy_stopped_by_a_load_that_then_goes_away_resumes_at_the_start_rate(
     rather than staying at 0 until the next transaction. A rate above the start rate is held."""
     from slacker.controller.model import ModelController
 
-    c = (ThrottleController(0.1, MAX_RATE, initial_fraction=0.2) if kind == "pid"
+    c = (PidController(0.1, MAX_RATE, initial_fraction=0.2) if kind == "pid"
          else ModelController(0.1, MAX_RATE, start_rate_bytes_per_s=0.2 * MAX_RATE))
     out, done = None, 0
     for k in range(10):
@@ -232,7 +232,7 @@ def test_fixed_rate_zero_means_paused() -> None:
 
 
 def test_set_max_rate_keeps_the_absolute_rate() -> None:
-    c = ThrottleController(1.0, 100, initial_fraction=0.5)
+    c = PidController(1.0, 100, initial_fraction=0.5)
     c.set_max_rate(200)
     assert c.rate_bytes_per_s == 50 and c.fraction == 0.25
     c.set_max_rate(20)
@@ -240,7 +240,7 @@ def test_set_max_rate_keeps_the_absolute_rate() -> None:
 
 
 def test_latency_far_above_setpoint_stops_the_copy() -> None:
-    c = ThrottleController(0.1, MAX_RATE, initial_fraction=0.3)
+    c = PidController(0.1, MAX_RATE, initial_fraction=0.3)
     out = None
     for k in range(5):
         out = c.step(sample(2.0, float(k)), float(k))
@@ -263,7 +263,7 @@ def test_latency_far_above_setpoint_stops_the_copy() -> None:
     dt=st.floats(min_value=0.01, max_value=10),
 )
 def test_output_never_leaves_0_to_max_rate(events, gains, initial, dt) -> None:
-    c = ThrottleController(0.5, 1_000_000, Gains(*gains), initial_fraction=initial)
+    c = PidController(0.5, 1_000_000, Gains(*gains), initial_fraction=initial)
     now = 0.0
     for ev in events:
         now += dt
@@ -370,7 +370,7 @@ def test_pid_settings_from_request_strings_build_a_controller() -> None:
                                       "gains": "0.3,0.05,0.1", "window_s": 4, "step_s": 0.5})
     assert (s.setpoint_s, s.max_rate_bytes_per_s, s.window_s, s.step_s) == (1.5, 50_000_000, 4.0, 0.5)
     c = s.build()
-    assert isinstance(c, ThrottleController)
+    assert isinstance(c, PidController)
     assert c.step_s == 0.5 and c.gains == Gains(0.3, 0.05, 0.1) and c.max_rate_bytes_per_s == 50_000_000
 
 
@@ -387,6 +387,6 @@ def test_pid_settings_from_request_strings_build_a_controller() -> None:
 )
 def test_controller_rejects_bad_arguments(kwargs: dict) -> None:
     with pytest.raises(InvalidInput):
-        ThrottleController(**kwargs)
+        PidController(**kwargs)
     with pytest.raises(InvalidInput):
-        ThrottleController(1, 1).set_setpoint(0)
+        PidController(1, 1).set_setpoint(0)

@@ -6,7 +6,7 @@ import math
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from slacker.controller import ThrottleController
+from slacker.controller import PidController
 from slacker.controller.metrics import ControllerMetrics
 from slacker.latency import LatencySample
 
@@ -15,7 +15,7 @@ def test_gauges_follow_controller_steps() -> None:
     registry = CollectorRegistry()
     metrics = ControllerMetrics.on(registry)
     assert ControllerMetrics.on(registry) is metrics  # registering twice would raise
-    c = ThrottleController(1.0, 50_000_000)
+    c = PidController(1.0, 50_000_000)
     labels = {"migration": "m1", "tenant": "t1"}
 
     step = c.step(LatencySample("x", 0.0, sum_s=50.0, count=100), 0.0)
@@ -50,7 +50,7 @@ def test_rate_policy_glue_never_raises_and_reports() -> None:
     registry = CollectorRegistry()
     policy = RatePolicy(
         Broken(),
-        ThrottleController(1.0, 1000, initial_fraction=0.5),
+        PidController(1.0, 1000, initial_fraction=0.5),
         metrics=ControllerMetrics.on(registry),
         migration="m2",
         tenant="t2",

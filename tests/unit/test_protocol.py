@@ -68,38 +68,38 @@ def _run(tmp_path, world: World, **options):
 def test_a_handover_without_faults_flips_once_and_leaves_the_target_the_only_writable(tmp_path):
     w = World()
     m = _run(tmp_path, w)
-    assert m.result == "succeeded", m.error
+    assert m.result == "succeeded", m.record.error
     assert (w.owner, w.epoch) == ("node-2", 2)
     assert w.applied == w.final and w.retired
-    assert [a.outcome for a in m.attempts] == ["flipped"]
-    assert list(m.handover_steps_ms) == ["locked", "caught_up", "target_ready", "fenced", "flipped"]
+    assert [a.outcome for a in m.record.attempts] == ["flipped"]
+    assert list(m.record.handover_steps_ms) == ["locked", "caught_up", "target_ready", "fenced", "flipped"]
     assert end_state_violations(w, m) == []
 
 
 def test_a_lock_not_granted_is_retried_after_more_rounds_then_fails_with_the_source_serving(tmp_path):
     w = World(lock_not_granted=1)
     m = _run(tmp_path, w)
-    assert m.result == "succeeded", m.error
-    assert [a.outcome for a in m.attempts] == ["over budget", "flipped"]
+    assert m.result == "succeeded", m.record.error
+    assert [a.outcome for a in m.record.attempts] == ["over budget", "flipped"]
     w = World(lock_not_granted=3)
     m = _run(tmp_path, w)
-    assert m.result == "failed" and "did not fit" in m.error.what and "lock: not granted" in m.error.why
+    assert m.result == "failed" and "did not fit" in m.record.error.what and "lock: not granted" in m.record.error.why
     assert w.owner == "node-1" and end_state_violations(w, m) == []
 
 
 def test_a_slow_catch_up_is_over_budget_and_retried(tmp_path):
     w = World(slow_catch_up=1)
     m = _run(tmp_path, w)
-    assert m.result == "succeeded", m.error
-    assert [a.outcome for a in m.attempts] == ["over budget", "flipped"]
+    assert m.result == "succeeded", m.record.error
+    assert [a.outcome for a in m.record.attempts] == ["over budget", "flipped"]
     assert w.target_state == "owned" and end_state_violations(w, m) == []
 
 
 def test_a_long_transaction_is_waited_for_outside_the_freeze_then_fails(tmp_path):
     w = World(blockers=[["connection 9 (user app): transaction open 12.0s"]] * 100)
     m = _run(tmp_path, w, handover_wait_s=0.2)
-    assert m.result == "failed" and "--handover-wait" in m.error.what and "connection 9" in m.error.why
-    assert m.attempts == [] and not w.fired  # never frozen
+    assert m.result == "failed" and "--handover-wait" in m.record.error.what and "connection 9" in m.record.error.why
+    assert m.record.attempts == [] and not w.fired  # never frozen
     assert end_state_violations(w, m) == []
 
 
@@ -116,7 +116,7 @@ def test_the_journal_refuses_a_move_the_protocol_does_not_have(tmp_path):
 def test_one_fault_at_any_step_ends_with_one_writable_owner_and_nothing_lost(tmp_path, step, kind):
     w = World(faults={step: kind})
     m = _run(tmp_path, w)
-    assert end_state_violations(w, m) == [], (w.fired, m.result, m.error)
+    assert end_state_violations(w, m) == [], (w.fired, m.result, m.record.error)
     if w.owner == "node-2":
         assert w.applied == w.final, "acknowledged commits missing on the new owner"
 
@@ -127,4 +127,4 @@ def test_one_fault_at_any_step_ends_with_one_writable_owner_and_nothing_lost(tmp
 def test_no_sequence_of_faults_yields_two_owners_or_a_rollback_past_the_flip(tmp_path, faults, not_granted, slow):
     w = World(faults=dict(faults), lock_not_granted=not_granted, slow_catch_up=slow)
     m = _run(tmp_path, w)
-    assert end_state_violations(w, m) == [], (w.fired, m.result, m.error)
+    assert end_state_violations(w, m) == [], (w.fired, m.result, m.record.error)

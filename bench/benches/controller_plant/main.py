@@ -18,9 +18,9 @@ import argparse
 import statistics
 
 from benchkit import plant
-from slacker.controller import ModelController, ThrottleController
+from slacker.controller import ModelController, PidController
 
-KINDS = {"model": lambda sp, m: ModelController(sp, m), "pid": lambda sp, m: ThrottleController(sp, m)}
+KINDS = {"model": lambda sp, m: ModelController(sp, m), "pid": lambda sp, m: PidController(sp, m)}
 
 
 def percent(x: float) -> str:

@@ -12,12 +12,17 @@ DEPLOYMENT = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"
 _MARK = re.compile(r"^<!-- operator-path: ([\w-]+) -->$")
 
 # Every marked block, in the order the integration test runs it (it asserts it ran each one).
-MARKS = ("build", "install-db", "install-router", "cluster-file", "cluster-file-mode", "mint", "copy-admin",
-         "copy-router", "agent-file", "config-check", "start-agent", "router-env", "start-router", "first-tenant",
+MARKS = ("build", "install-db", "install-router", "certs", "cluster-file", "cluster-file-mode", "mint", "copy-admin",
+         "copy-router", "agent-file", "config-check", "config-check-output", "start-agent", "router-env", "start-router", "first-tenant",
          "add-host", "replace-host", "remove-host", "upgrade")
 
-# Unmarked ```sh blocks (keyed by their first line's start): why the operator-path test does not run them.
+# Unmarked ```sh and ```python blocks (keyed by their first line's start): why the operator-path test does
+# not run them.
 NOT_RUN = {
+    "slacker cluster up --nodes 3 --tls": "the single-machine cluster, not a deployment: tests/integration/test_tls.py",
+    "from pathlib import Path": "the test makes its hosts' certificates with this same call (ensure_cluster_pki), "
+                                "naming its own hosts and addresses",
+    "openssl req -x509": "the same certificates made by openssl instead of the Python above, which the test uses",
     "etcd --name etcd-a": "the test starts its three etcd members with slacker.local_etcd on the namespace bridge "
                           "(TLS, the same timing flags); a hand-written etcd command line is etcd's, not Slacker's",
     "slacker credential etcd-auth": "etcd's own authentication is tests/integration/test_credentials.py's",

@@ -60,7 +60,7 @@ DB = ("db-a", "db-b", "db-c")
 JOINER = "db-d"  # a database host racked while the fleet runs: it joins by `node add` and its agent's first start
 APP = "app1"  # the application host: the router only, with the router credential
 DOC_ARTEFACT = "slacker-0.1.0-py3.11-x86_64"  # the artefact's name as the page shows it
-PER_HOST_BLOCKS = {"agent-file", "config-check"}  # written for db-a: on db-X, db-a's values are db-X's
+PER_HOST_BLOCKS = {"agent-file", "config-check", "certs"}  # written for db-a: on db-X, db-a's values are db-X's
 
 pytestmark = [netns_available,
               pytest.mark.skipif(shutil.which("systemd-analyze") is None or shutil.which("setpriv") is None
@@ -151,6 +151,7 @@ class OperatorPath:
         self.doc = od.marked()
         self.ran: list[str] = []
         self.skipped: list[str] = []
+        self.times: list[tuple[str, str, float]] = []  # (mark, host, seconds): where the path's time goes
         self.services: dict[tuple[str, str], subprocess.Popen] = {}
         self.run_dir = root / "net"
         self.run_dir.mkdir()
@@ -176,13 +177,12 @@ class OperatorPath:
             h.namespace, h.address = self.plan.node(h.name).namespace, self.plan.node(h.name).address
 
     def down(self) -> None:
-        t0 = time.monotonic()
         try:
             netns.teardown(self.run_dir)  # kills what runs in the namespaces: agents, tenants, the router
         finally:
-            t1 = time.monotonic()
-            local_etcd.stop(self.run_dir / "etcd", timeout_s=1)  # its data goes: no clean shutdown to wait for
-            print(f"teardown: namespaces {t1 - t0:.1f} s, etcd {time.monotonic() - t1:.1f} s")
+            # Its data goes with the test: no clean shutdown to wait for (a member that lost its quorum
+            # took 20 s to stop on SIGTERM).
+            local_etcd.stop(self.run_dir / "etcd", timeout_s=0.2)
             for pid, _ in processes_mentioning(str(self.root)):
                 kill_group(pid)
 
@@ -241,6 +241,7 @@ class OperatorPath:
     def block(self, mark: str, host: str | None, cwd: Path | None = None) -> str:
         """Runs a marked block on `host` (a line whose comment says `on HOST` runs there); its output."""
         assert mark in od.MARKS
+        t0 = time.monotonic()
         here = self.hosts[host] if host else None
         cwd = cwd or (REPO if host is None else self.xfer)
         outputs, pending, pending_host = [], [], here
@@ -272,6 +273,7 @@ class OperatorPath:
             pending.append(self.substitute(mark, target, line))
         flush()
         self.ran.append(mark)
+        self.times.append((mark, host or "build", time.monotonic() - t0))
         return "".join(outputs)
 
     def write_file(self, mark: str, host: str, dest: str) -> Path:
@@ -526,9 +528,10 @@ def test_env_file_and_exec_start_expand_as_systemd_does(tmp_path):
 
 
 def _prepare_hosts(path: OperatorPath) -> None:
-    """What the page leaves to the operator's own tools: the other database hosts' install (they share
-    db-a's here: only their /etc/slacker and /var/lib/slacker, as install-host makes them), the
-    certificates copied out (section 6), and etcd (section 3)."""
+    """The other database hosts' install (they share db-a's here: only their /etc/slacker and
+    /var/lib/slacker, as install-host makes them), the certificates made with Slacker's own code (section
+    6's Python), copied to each host and installed by the page's block, and etcd (section 3's members,
+    started by slacker.local_etcd with TLS from the same CA)."""
     for name in (*DB[1:], JOINER):
         h = path.hosts[name]
         h.etc.mkdir(parents=True)
@@ -539,16 +542,12 @@ def _prepare_hosts(path: OperatorPath) -> None:
         h.state.chmod(0o750)
     from slacker.tls import ensure_cluster_pki
     pki = ensure_cluster_pki(path.root / "pki", {h.name: [h.address, h.name] for h in path.hosts.values()})
-    for h in path.hosts.values():
-        tls = h.etc / "tls"
-        tls.mkdir()
-        os.chown(tls, 0, path.gid)
-        tls.chmod(0o750)
-        files = pki[h.name]
-        for src, dest, mode in ((files.ca, "ca.crt", 0o644), (files.cert, f"{h.name}.crt", 0o644),
-                                (files.key, f"{h.name}.key", 0o600)):
-            shutil.copy(src, tls / dest)
-            (tls / dest).chmod(mode)
+    for h in path.hosts.values():  # copied to each host (scp), then installed there as the page says
+        here = path.xfer / h.name
+        here.mkdir()
+        for src, dest in ((pki[h.name].ca, "ca.crt"), (pki[h.name].cert, f"{h.name}.crt"), (pki[h.name].key, f"{h.name}.key")):
+            shutil.copy(src, here / dest)
+        path.block("certs", h.name, cwd=here)
     members = local_etcd.plan(list(path.plan.etcd_addresses), tls_dir=path.root / "pki",
                               source_addresses=(path.plan.root_address,))
     path.endpoints = local_etcd.start(path.run_dir / "etcd", members)
@@ -584,6 +583,12 @@ def test_operator_path(path):
             path.write_file("agent-file", h, "/etc/slacker/agent.toml")
             out = path.block("config-check", h)
             assert "FAIL" not in out and "checks passed" in out, out
+            if h == "db-a":  # the page's example output names the same checks, in the same order
+                check_names = re.compile(r"(?m)^(?:ok|FAIL)\s+([^:]+):")
+                shown = check_names.findall(path.doc["config-check-output"].text)
+                assert shown == check_names.findall(out), (shown, out)
+                path.ran.append("config-check-output")
+                print(out)
         for h in DB:
             path.block("start-agent", h)
         # The router on the application host, from router.env.
@@ -677,7 +682,8 @@ def test_operator_path(path):
         assert sorted(set(path.skipped)) == sorted(line for b in path.doc.values() for line in od.command_lines(b.text)
                                                    if od.skipped(line))
         print(f"operator path: {len(writer.acked)} acknowledged writes, 0 lost, 0 failed; "
-              f"{time.monotonic() - t0:.0f} s for the fleet")
+              f"{time.monotonic() - t0:.0f} s for the fleet; "
+              + ", ".join(f"{m}@{h} {s:.1f} s" for m, h, s in path.times))
     finally:
         if writer is not None:
             writer.stop()

@@ -17,7 +17,7 @@ def test_every_mark_is_consumed_and_every_consumed_mark_exists() -> None:
 
 
 def test_every_shell_block_is_run_or_has_a_reason() -> None:
-    unmarked = [b for b in od.blocks() if b.lang == "sh" and not b.mark]
+    unmarked = [b for b in od.blocks() if b.lang in ("sh", "python") and not b.mark]
     firsts = {b.line: od.command_lines(b.text)[0] for b in unmarked}
     no_reason = {line: first for line, first in firsts.items()
                  if not any(first.startswith(k) for k in od.NOT_RUN)}

@@ -38,8 +38,8 @@ MODULE = re.compile(r"(?<![\w./-])slacker(?:\.[A-Za-z_]\w*)+")
 METRIC = re.compile(r"(?<![\w./:-])slacker_[a-z0-9_]*[a-z0-9](?:_?\*)?")
 OPTION = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
 # `slacker` as a command: at the start of a shell word, followed by a space or the end of the text.
-# Not the user of `runuser -u slacker --`, nor `user: slacker` in a command's output.
-COMMAND = re.compile(r"(?:^|(?<=[\s;&|($`]))(?<!-u )(?<!: )slacker(?=\s|$)")
+# Not the user of `runuser -u slacker --` or `install -o slacker -g slacker`, nor `user: slacker` in a command's output.
+COMMAND = re.compile(r"(?:^|(?<=[\s;&|($`]))(?<!-u )(?<!-o )(?<!-g )(?<!: )slacker(?=\s|$)")
 GLOBAL_OPTIONS = ("--cluster", "--credential", "--debug")
 # What a reader of the repository cannot open: this machine's paths, and files in git history only.
 OUTSIDE = re.compile(r"(?<![\w.])/work/[\w./-]+|\bgit show [0-9a-f]{7,40}:[\w./-]+")

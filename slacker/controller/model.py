@@ -221,9 +221,6 @@ class ModelController(GuardedController):
     def set_mark(self, mark: str | None) -> None:
         self._mark = mark or None
 
-    def set_warming(self, warming: bool) -> None:  # the old name of the read-in's mark
-        self.set_mark("read-in" if warming else None)
-
     def set_setpoint(self, setpoint_s: float) -> None:
         super().set_setpoint(setpoint_s)  # the model is of the server, not of the setpoint: kept
 

@@ -18,9 +18,7 @@ DEAD = {"ThrottleConfig", "set_warming", "is_read_only", "close_snapshot", "for_
         "operation_names"}
 # Parameters nothing passed.
 DEAD_PARAMETERS = {"warming"}
-# TODO(lead): slacker/controller/model.py is being rewritten on another branch; its two-line
-# `set_warming` goes with that rewrite. Remove this entry after the merge.
-DEAD_ALLOWED = {("slacker/controller/model.py", "set_warming"), ("slacker/controller/model.py", "warming")}
+DEAD_ALLOWED: set[tuple[str, str]] = set()
 
 ORDINAL = r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|previous|earlier|\d+(?:st|nd|rd|th))"
 HISTORY = re.compile("|".join([

@@ -6,6 +6,7 @@ server's performance_schema, and the migration's --json says which and why."""
 import json
 import threading
 import time
+from datetime import datetime, timezone
 
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
@@ -78,10 +79,23 @@ def test_the_routers_latency_is_the_clients(routed):
         assert 0.8 * client <= last.latency_s <= 1.05 * client, (last.latency_s, client)
         assert last.latency_s >= 0.015  # the statement's own 15 ms: a transaction, not a statement
 
+        # The only tenant on its node, reached through the router: the load's latency before the copy is the
+        # router's last seconds, read at once -- the copy starts without seconds of measuring first.
+        asked = datetime.now(timezone.utc)
+        rc, out, err = slacker("migrate", "lat1", "--to", "node-2", "--setpoint", "2s", "--json")
+        assert rc == 0, err
+        doc = json.loads(out)
+        assert doc["latency_source"]["kind"] == "router", doc["latency_source"]
+        assert doc["latency_source"]["load_latency_from"] == "router window", doc["latency_source"]
+        # from the request (the CLI's own start included) to the copy's first phase
+        first = datetime.fromisoformat(doc["phases"][0]["started_at"])
+        print(f"asked to first phase ({doc['phases'][0]['name']}): {(first - asked).total_seconds():.2f} s")
+        assert (first - asked).total_seconds() < 2.0, (asked, doc["phases"][0])
+
         # A tenant with no routed clients, on the same node: a migration steers by the routers' latency for the
         # routed tenant and by the server's own for the other, and says so.
-        _tenant(cluster, admin, "lat2", "node-1")
-        rc, out, err = slacker("migrate", "lat1", "--to", "node-2", "--setpoint", "2s", "--json")
+        _tenant(cluster, admin, "lat2", "node-2")
+        rc, out, err = slacker("migrate", "lat1", "--to", "node-1", "--setpoint", "2s", "--json")
         assert rc == 0, err
         doc = json.loads(out)
         chosen = doc["latency_source"]

@@ -209,3 +209,32 @@ def test_the_routers_rings_seed_the_load_latency_or_leave_it_to_a_measure():
     src = Source(0.02)
     b = measure(src, 0.03, 0.01, setpoint_s=0.04, seed=0.04)
     assert not b.from_history and src.reads > 1
+
+
+@pytest.mark.parametrize("sources, given, expect", [
+    ({"t1": "router", "t2": "router"}, (), "router window"),
+    ({"t1": "router"}, (), "router window"),
+    ({"t1": "router", "t2": "performance_schema"}, (), "measured"),  # mixed: neither window holds all
+    ({"t1": "router"}, ("router",), "measured"),  # given by hand: measured
+])
+def test_the_build_seeds_from_the_routers_only_when_every_tenant_is_routed(monkeypatch, sources, given, expect):
+    from prometheus_client import CollectorRegistry
+
+    import slacker.throttle as throttle
+    from slacker.controller.settings import ControllerSettings
+
+    def build_source(node, spec, window_s, step_s, tenant_id, choice=None):
+        if choice is not None:
+            choice.tenants.update({t: {"source": s, "why": ""} for t, s in sources.items()})
+        return Source(0.02)
+
+    seeded = []
+    monkeypatch.setattr(throttle, "build_source", build_source)
+    monkeypatch.setattr(throttle, "router_baseline", lambda *a, **k: seeded.append(a) or 0.03)
+    monkeypatch.setattr(throttle, "history_baseline", lambda *a, **k: 0.01)
+    c = ControllerSettings(setpoint_s=0.1, latency_sources=list(given), window_s=0.03, step_s=0.01)
+    node = SimpleNamespace(registry=CollectorRegistry())
+    policy = throttle.build_rate_policy(node, "t1", SimpleNamespace(controller=c, target=None))
+    assert policy.latency_source["load_latency_from"] == expect, policy.latency_source
+    assert (policy.baseline_latency_s == 0.03) == (expect == "router window")
+    assert bool(seeded) == (expect == "router window")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -174,4 +175,41 @@ func (rt *Router) writeLatency(b *strings.Builder) {
 			}
 		}
 	}
+}
+
+// serveRecentLatency: GET /v1/latency/recent?tenant=T&seconds=N&kind=transactions|statements. The tenant's
+// client-visible latency totals over the last N complete seconds (at most recentSeconds-1), from the
+// per-second ring (latency.go): what its load looks like now, without two scrapes a window apart. A tenant
+// with no traffic here answers a count of 0.
+func (rt *Router) serveRecentLatency(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	tenant, kind := q.Get("tenant"), q.Get("kind")
+	if kind == "" {
+		kind = "transactions"
+	}
+	if tenant == "" || (kind != "transactions" && kind != "statements") {
+		writeJSON(w, http.StatusBadRequest, map[string]any{
+			"error": "expected tenant=ID, seconds=N and kind=transactions or kind=statements"})
+		return
+	}
+	seconds := 10
+	if v := q.Get("seconds"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "seconds must be a whole number >= 1"})
+			return
+		}
+		seconds = n
+	}
+	var count, sumNs int64
+	used := recentSpan(seconds)
+	if _, st := rt.lookup(tenant); st != nil {
+		h := &st.latency.transactions
+		if kind == "statements" {
+			h = &st.latency.statements
+		}
+		used, count, sumNs = h.recentTotal(nowNs(), seconds)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tenant": tenant, "kind": kind, "seconds": used,
+		"count": count, "sum_s": float64(sumNs) / 1e9})
 }

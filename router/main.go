@@ -86,6 +86,7 @@ func main() {
 		mux.HandleFunc("/status", rt.serveStatus)
 		mux.HandleFunc("/hold", rt.serveHold)
 		mux.HandleFunc("/release", rt.serveRelease)
+		mux.HandleFunc("/v1/latency/recent", rt.serveRecentLatency)
 		go func() { log.Fatal(http.Serve(aln, mux)) }()
 	}
 	// The control side reads this line to learn the bound addresses (ports may be 0 = any).

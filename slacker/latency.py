@@ -7,6 +7,7 @@ count, not just the average, so several sources combine exactly.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import urllib.error
@@ -385,6 +386,14 @@ def _router_metrics_page(admin: str, timeout_s: float) -> str:
         return resp.read(PrometheusHistogramSource.MAX_BODY_BYTES).decode("utf-8")
 
 
+def _router_recent(admin: str, query: dict, timeout_s: float) -> dict:
+    """A router's GET /v1/latency/recent answer (router/admin.go) from its admin address (HOST:PORT)."""
+    url = admin if admin.startswith(("http://", "https://")) else f"http://{admin}"
+    full = f"{url.rstrip('/')}/v1/latency/recent?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(full, timeout=timeout_s) as resp:  # noqa: S310 - http only
+        return json.loads(resp.read(65536).decode("utf-8"))
+
+
 def router_traffic(tenant: str, admins: Sequence[str], kind: str = "transactions", timeout_s: float = 1.0,
                    fetch: Callable[[str], str] | None = None) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
     """Per router that answered: (`tenant`'s transactions (or statements) it measured so far, its clients'
@@ -414,13 +423,15 @@ class RouterLatencySource(CounterSource):
 
     def __init__(self, tenant: str, routers: Callable[[], Sequence[str]], *, kind: str = "transactions",
                  window_s: float = DEFAULT_WINDOW_S, step_s: float = DEFAULT_STEP_S, timeout_s: float = 1.0,
-                 fetch: Callable[[str], str] | None = None, clock: Clock = time.monotonic) -> None:
+                 fetch: Callable[[str], str] | None = None, clock: Clock = time.monotonic,
+                 fetch_recent: Callable[[str, dict], dict] | None = None) -> None:
         if kind not in ROUTER_METRICS:
             raise InvalidInput(f"invalid router latency kind {kind!r}", "expected transactions or statements")
         self.tenant, self.kind = tenant, kind
         self._routers = routers
         self.timeout_s = min(timeout_s, max(0.2, step_s / 2))  # a step must not wait on a slow router
         self._fetch = fetch or (lambda a: _router_metrics_page(a, self.timeout_s))
+        self._fetch_recent = fetch_recent or (lambda a, q: _router_recent(a, q, self.timeout_s))
         super().__init__(name=f"router:{tenant}", window_s=window_s, step_s=step_s, clock=clock)
 
     def _snapshot(self) -> tuple:
@@ -437,6 +448,29 @@ class RouterLatencySource(CounterSource):
             total_sum += s
             total_count += c
         return total_sum, total_count, tuple(admins)
+
+    def recent(self, seconds: int) -> tuple[float, float] | None:
+        """(sum of seconds, count) of the tenant's transactions (or statements) over the last `seconds` complete
+        seconds, summed over every announced router's per-second ring (GET /v1/latency/recent): the load as it
+        is now, without a window of reads. None when no router is announced or any fails to answer (its
+        clients' share is unknown), or a router keeps fewer seconds than asked."""
+        try:
+            admins = sorted(set(self._routers()))
+        except Exception:  # noqa: BLE001 - the directory's list: unknown, so no figure
+            return None
+        if not admins:
+            return None
+        total_sum = total_count = 0.0
+        for admin in admins:
+            try:
+                doc = self._fetch_recent(admin, {"tenant": self.tenant, "seconds": seconds, "kind": self.kind})
+                if int(doc["seconds"]) < seconds:
+                    return None
+                total_sum += float(doc["sum_s"])
+                total_count += float(doc["count"])
+            except Exception:  # noqa: BLE001 - a router that cannot say (down, an older build): unknown
+                return None
+        return total_sum, total_count
 
 
 class PerformanceSchemaSource(CounterSource):

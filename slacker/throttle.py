@@ -162,14 +162,20 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     else:
         holder = None
     # The load's latency before the copy: the agents' own per-tenant window (slacker.agent.tenant_stats, the last
-    # 10 s) answers at once where the source reads the servers' figures; a router's clients' latency, or a
-    # figure over the setpoint (to refuse, or admit with --force, on a fresh measure), is measured here.
-    # Only for the default source: the agents' window reads the same performance_schema figures (Slacker's own
-    # users left out), so what it saw this source sees too; a source given by hand (a user filter, another
+    # 10 s) answers at once where the source reads the servers' figures, the routers' per-second rings (the last
+    # 10 s, router/latency.go) where it reads every tenant's routers; a mixed population, or a figure over the
+    # setpoint (to refuse, or admit with --force, on a fresh measure), is measured here.
+    # Only for the default source: the agents' window and the rings hold the same figures it reads (Slacker's own
+    # users left out), so what they saw this source sees too; a source given by hand (a user filter, another
     # endpoint) may see something else -- even nothing (blind), which only reads over a window tell.
-    seed = None
-    if choice is not None and not c.latency_sources and choice.to_dict()["kind"] == "performance_schema":
-        seed = history_baseline(node, tenant_id, options.target if c.target_guard and c.steered else None, c)
+    seed, seed_from = None, "agent history"
+    kind = choice.to_dict()["kind"] if choice is not None and not c.latency_sources else None
+    guarded = options.target if c.target_guard and c.steered else None
+    if kind == "performance_schema":
+        seed = history_baseline(node, tenant_id, guarded, c)
+    elif kind == "router":
+        seed = router_baseline(node, choice, parse_latency_source_spec(specs[0]).pfs_kind, tenant_id, guarded, c)
+        seed_from = "router window"
     baseline = measure(source, c.window_s, c.step_s, setpoint_s=None if c.force else c.setpoint_s, seed=seed)
     if not baseline.ok:
         source.close()
@@ -200,7 +206,7 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
     options.step_s = c.step_s
     policy = RatePolicy(source, controller, metrics=ControllerMetrics.on(node.registry), tenant=tenant_id)
     policy.set_baseline(baseline.latency_s)
-    policy.baseline_from = "agent history" if baseline.from_history else "measured"
+    policy.baseline_from = seed_from if baseline.from_history else "measured"
     policy.baseline_idle = baseline.empty
     policy.kind = c.kind
     policy.latency_source = choice.to_dict() if choice is not None else {
@@ -247,8 +253,8 @@ def measure(source: LatencySource, window_s: float, step_s: float | None = None,
     """The load's own latency before any byte moves: one read per step for `seconds` steps (at least the
     window), the median of the steps' own means. One noisy second neither refuses nor admits a setpoint.
     Every second already under `setpoint_s` after three: no need to wait for the rest. `seed`: the latency the
-    agents' history gives, taken at once (after one read that shows the source answers) when it is under the
-    setpoint: nothing is refused on it."""
+    agents' history (or the routers' rings) gives, taken at once (after one read that shows the source answers)
+    when it is under the setpoint: nothing is refused on it."""
     first = source.read()
     if not first.ok:
         return Baseline(first, None, 0)
@@ -298,6 +304,35 @@ def history_baseline(node, tenant_id: str, target: str | None, c: ControllerSett
     if any(tid not in snap for tid in running):
         return None
     own = _weighted_latency([snap[tid].to_dict() for tid in running], set())
+    return _with_target(own, node, tenant_id, target, c)
+
+
+ROUTER_SEED_S = 10  # the routers' seconds read for the seed: as long as the agents' per-tenant window
+
+
+def router_baseline(node, choice: LatencyChoice, kind: str, tenant_id: str, target: str | None,
+                    c: ControllerSettings, fetch_recent=None) -> float | None:
+    """The load's latency from the routers' per-second rings (RouterLatencySource.recent): the source node's
+    running tenants over the last ROUTER_SEED_S seconds, one population across tenants and routers; with the
+    target guard, the target's as history_baseline reads them. None when a router does not answer or fewer
+    than 3 transactions were measured (the agents' rule)."""
+    admins = choice.admins()
+    total_sum = total_count = 0.0
+    for t in node.tenants.list():
+        if t.info.desired_state != "running":
+            continue
+        got = RouterLatencySource(t.id, lambda: admins, kind=kind, fetch_recent=fetch_recent).recent(ROUTER_SEED_S)
+        if got is None:
+            return None
+        total_sum, total_count = total_sum + got[0], total_count + got[1]
+    if total_count < 3:
+        return None
+    return _with_target(total_sum / total_count, node, tenant_id, target, c)
+
+
+def _with_target(own: float | None, node, tenant_id: str, target: str | None, c: ControllerSettings) -> float | None:
+    """`own` (the source node's load latency) and, with the target guard, the target agent's tenants' window
+    in the source's setpoint terms (as GuardedSource reads them): the larger share of its setpoint."""
     if own is None or target is None:
         return own
     try:

@@ -155,3 +155,86 @@ def test_the_agents_windows_weight_tenants_by_their_transactions():
     assert _weighted_latency(rows, {"a"}) == pytest.approx(0.050)
     assert _weighted_latency(rows[2:], set()) is None  # idle: nothing to seed from
     assert _weighted_latency(rows[:1] + [dict(rows[1], ok=False)], set()) is None  # a tenant's figures failed
+
+
+def _rings(rings: dict[str, dict[str, tuple[float, int]]], seconds_kept: int = 15):
+    """A fake GET /v1/latency/recent: router -> tenant -> (sum_s, count) over the seconds asked; a router
+    missing from `rings` does not answer."""
+    asked = []
+
+    def fetch(admin: str, query: dict) -> dict:
+        asked.append((admin, dict(query)))
+        if admin not in rings:
+            raise OSError("connection refused")
+        s, n = rings[admin].get(query["tenant"], (0.0, 0))
+        return {"tenant": query["tenant"], "kind": query["kind"], "seconds": min(int(query["seconds"]), seconds_kept),
+                "count": n, "sum_s": s}
+    fetch.asked = asked
+    return fetch
+
+
+def test_recent_sums_every_router_and_any_failure_is_unknown():
+    fetch = _rings({"a:1": {"t1": (0.2, 10)}, "b:2": {"t1": (0.6, 10)}})
+    src = RouterLatencySource("t1", lambda: ["b:2", "a:1"], kind="statements", fetch_recent=fetch)
+    assert src.recent(10) == (pytest.approx(0.8), 20)
+    assert fetch.asked[0][1] == {"tenant": "t1", "seconds": 10, "kind": "statements"}
+    assert RouterLatencySource("t1", lambda: ["a:1", "c:3"], fetch_recent=fetch).recent(10) is None
+    assert RouterLatencySource("t1", lambda: [], fetch_recent=fetch).recent(10) is None
+    # A router that keeps fewer seconds than asked cannot answer for them.
+    assert RouterLatencySource("t1", lambda: ["a:1"], fetch_recent=_rings({"a:1": {}}, 5)).recent(10) is None
+
+
+def _node(*tenants: str):
+    rows = [SimpleNamespace(id=t, info=SimpleNamespace(desired_state="running")) for t in tenants]
+    return SimpleNamespace(tenants=SimpleNamespace(list=lambda: rows))
+
+
+def test_the_routers_rings_seed_the_load_latency_or_leave_it_to_a_measure():
+    from slacker.controller.settings import ControllerSettings
+    from slacker.throttle import router_baseline
+
+    c = ControllerSettings(setpoint_s=0.1)
+    choice = _choice({"a:1": "", "b:2": ""})
+    # Every running tenant of the node, over every router: one population weighted by transactions.
+    fetch = _rings({"a:1": {"t1": (0.3, 10)}, "b:2": {"t1": (0.1, 10), "t2": (1.2, 20)}})
+    assert router_baseline(_node("t1", "t2"), choice, "transactions", "t1", None, c, fetch) == pytest.approx(0.04)
+    # A router that does not answer, or nothing measured in the last seconds: measured instead.
+    assert router_baseline(_node("t1"), choice, "transactions", "t1", None, c, _rings({"a:1": {"t1": (0.3, 10)}})) is None
+    assert router_baseline(_node("t1"), choice, "transactions", "t1", None, c, _rings({"a:1": {}, "b:2": {}})) is None
+    # The seed starts the copy at once under the setpoint, and is recorded as the routers' window...
+    src = Source(0.02)
+    b = measure(src, 3.0, 0.01, setpoint_s=0.1, seed=0.04)
+    assert b.from_history and b.latency_s == 0.04 and src.reads == 1
+    # ...and at or over it the load is measured (refused or admitted on a fresh figure), as for the agents' seed.
+    src = Source(0.02)
+    b = measure(src, 0.03, 0.01, setpoint_s=0.04, seed=0.04)
+    assert not b.from_history and src.reads > 1
+
+
+@pytest.mark.parametrize("sources, given, expect", [
+    ({"t1": "router", "t2": "router"}, (), "router window"),
+    ({"t1": "router"}, (), "router window"),
+    ({"t1": "router", "t2": "performance_schema"}, (), "measured"),  # mixed: neither window holds all
+    ({"t1": "router"}, ("router",), "measured"),  # given by hand: measured
+])
+def test_the_build_seeds_from_the_routers_only_when_every_tenant_is_routed(monkeypatch, sources, given, expect):
+    from prometheus_client import CollectorRegistry
+
+    import slacker.throttle as throttle
+    from slacker.controller.settings import ControllerSettings
+
+    def build_source(node, spec, window_s, step_s, tenant_id, choice=None):
+        if choice is not None:
+            choice.tenants.update({t: {"source": s, "why": ""} for t, s in sources.items()})
+        return Source(0.02)
+
+    seeded = []
+    monkeypatch.setattr(throttle, "build_source", build_source)
+    monkeypatch.setattr(throttle, "router_baseline", lambda *a, **k: seeded.append(a) or 0.03)
+    monkeypatch.setattr(throttle, "history_baseline", lambda *a, **k: 0.01)
+    c = ControllerSettings(setpoint_s=0.1, latency_sources=list(given), window_s=0.03, step_s=0.01)
+    node = SimpleNamespace(registry=CollectorRegistry())
+    policy = throttle.build_rate_policy(node, "t1", SimpleNamespace(controller=c, target=None))
+    assert policy.latency_source["load_latency_from"] == expect, policy.latency_source
+    assert (policy.baseline_latency_s == 0.03) == (expect == "router window")
+    assert bool(seeded) == (expect == "router window")

@@ -65,7 +65,7 @@ class Migration:
                  rate_policy=None, recovered: Entry | None = None) -> None:
         self.node = node
         self.tenant_id = tenant_id
-        self.opts = options.validate()
+        self.opts = options  # validated where the request was decoded (MigrationRequest)
         if recovered is not None:
             self.id = recovered.id
         else:
@@ -117,7 +117,7 @@ class Migration:
         self.tool = None  # the backup tool for the source's server version (slacker.backup)
         self.transfer_token = ""  # the copy's one-time token, given to the target's receiver
         self.receiver: tuple[str, int] | None = None  # the target's receiver (host, port)
-        self.protocols: tuple[int, int] = (getattr(node, "protocol", 2), 0)  # (source, target) agent protocol
+        self.protocols: tuple[int, int] = (node.protocol, 0)  # (source, target) agent protocol
         self.backup_position: BackupPosition | None = None  # where the prepared copy stands in the binlog
         self._source_checksums: dict | None = None  # stop-and-copy --verify: the frozen source's checksums
         self._abort = threading.Event()
@@ -251,7 +251,7 @@ class Migration:
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
             "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
             # which latency the controller steered by, per tenant, and why (slacker.throttle.LatencyChoice)
-            "latency_source": getattr(self.rate_policy, "latency_source", None),
+            "latency_source": self.rate_policy.latency_source if self.rate_policy is not None else None,
             # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
                           applier=self.opts.delta_applier, durable=self.durable_ms),
@@ -545,7 +545,7 @@ class Migration:
 
     def hold_point(self, point: str) -> None:
         hold = (self.opts.hold_s or {}).get(point)
-        if hold and getattr(self.node.config, "fault_injection", False):
+        if hold and self.node.config.fault_injection:
             log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
             self.holding = point
             try:
@@ -613,8 +613,7 @@ class Migration:
             self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
         # Both agents' protocol versions (the API refuses a pair too far apart, in one line); the stream
         # speaks the older one's dialect.
-        self.protocols = (getattr(self.node, "protocol", 2),
-                          getattr(self.node.peer(self.opts.target), "peer_protocol", None) or 1)
+        self.protocols = (self.node.protocol, self.node.peer(self.opts.target).peer_protocol or 1)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True

@@ -166,6 +166,17 @@ class NodeBudget:
             if sp != self.policy.controller.setpoint_s:
                 self.policy.controller.set_setpoint(sp)
 
+    def set_member_setpoint(self, member: Member, setpoint_s: float) -> None:
+        """A member's own setpoint changed (`slacker migrate --set`): the node's is the strictest again."""
+        with self._lock:
+            member.setpoint_s = float(setpoint_s)
+            self._set_setpoint()
+
+    def pause_member(self, member: Member, paused: bool) -> None:
+        """Pause or resume one member's copy; the others share the node's rate meanwhile."""
+        with self._lock:
+            member.paused = paused
+
     def leave(self, member: Member) -> None:
         with self._lock:
             if self.members.get(member.key) is not member:
@@ -321,13 +332,10 @@ class Share:
     # `slacker migrate --set` on one member: its own setpoint (the node takes the strictest), pause, resume
     # (this move only: the node's other copies share the rate).
     def set_setpoint(self, setpoint_s: float) -> None:
-        with self.budget._lock:
-            self.member.setpoint_s = float(setpoint_s)
-            self.budget._set_setpoint()
+        self.budget.set_member_setpoint(self.member, setpoint_s)
 
     def pause(self, paused: bool) -> None:
-        with self.budget._lock:
-            self.member.paused = paused
+        self.budget.pause_member(self.member, paused)
 
     def close(self) -> None:
         if self.closed:

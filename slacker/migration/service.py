@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from ..controller.budget import NodeBudget
+from ..controller.loop import CopyRate
 from ..errors import Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
 from ..trash import TrashName, as_field, discard, sweep, sweep_building
@@ -85,7 +86,7 @@ class MigrationService:
         t.start()
 
     # ---- outgoing -----------------------------------------------------------------------
-    def start(self, request: MigrationRequest, rate_policy: RatePolicy | None = None) -> Migration:
+    def start(self, request: MigrationRequest, rate_policy: CopyRate | None = None) -> Migration:
         """Start the request's migration (validated where it was decoded: MigrationRequest.from_wire)."""
         tenant_id, options = request.tenant, request.options
         with self._lock:
@@ -112,7 +113,7 @@ class MigrationService:
         self._run(mig, mig.run, rate_policy)
         return mig
 
-    def _rate_policy(self, tenant_id: str, options: MigrationOptions) -> RatePolicy:
+    def _rate_policy(self, tenant_id: str, options: MigrationOptions) -> CopyRate:
         """The move's controller: a share of the node's budget (one controller of the node's latency for
         all its outgoing copies), or with budget "own" a controller of its own (the bench baseline)."""
         from ..throttle import build_rate_policy, build_target_guard

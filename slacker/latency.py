@@ -117,6 +117,8 @@ class LatencySource(ABC):
     """
 
     name: str = "latency"
+    # A source guarding both ends (GuardedSource): after each read, each side's latency and which one binds.
+    sides: dict[str, Any] | None = None
 
     @abstractmethod
     def read(self) -> LatencySample: ...

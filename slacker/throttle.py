@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from . import mariadb
-from .controller.loop import RatePolicy
+from .controller.loop import CopyRate, RatePolicy
 from .controller.metrics import ControllerMetrics
 from .controller.settings import ControllerSettings
 from .controller.verdict import load_latency
@@ -41,10 +41,7 @@ class LatencyChoice:
     def admins(self) -> list[str]:
         from .router.control import registered_routers
 
-        directory = getattr(self.node, "directory", None)
-        if directory is None:
-            return []
-        return [r["admin"] for r in registered_routers(directory) if r.get("admin")]
+        return [r["admin"] for r in registered_routers(self.node.directory) if r.get("admin")]
 
     def maker(self, tenant, spec, window_s: float, step_s: float):
         def make() -> LatencySource:
@@ -148,7 +145,7 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
         parse_latency_source_spec(s).kind == "router" for s in specs) else None
     sources = [build_source(node, s, c.window_s, c.step_s, tenant_id, choice=choice) for s in specs]
     source = sources[0] if len(sources) == 1 else MaxOf(sources)
-    if c.target_guard and c.steered and getattr(options, "target", None):
+    if c.target_guard and c.steered and options.target:
         # Both ends guarded by default (paper §6): the target node's tenants against their own setpoint.
         holder: dict = {}
         guard = build_target_guard(node, options.target, tenant_id, c.window_s, c.step_s)
@@ -190,7 +187,7 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
                                  "check --latency-source; nothing was copied")
     if (baseline.latency_s is not None and baseline.latency_s >= c.setpoint_s and not c.force and c.steered):
         source.close()
-        sides = getattr(source, "sides", None) or {}
+        sides = source.sides or {}
         how = f"the median of {baseline.seconds} one-second means before any copying"
         if sides.get("binding") == "target":
             raise InvalidInput(f"the target node {options.target} is already over its setpoint",
@@ -296,7 +293,7 @@ def history_baseline(node, tenant_id: str, target: str | None, c: ControllerSett
     """The load's latency from the agents' per-tenant windows (slacker.agent.tenant_stats): the source node's
     tenants, and with the target guard the target's (in the source's setpoint terms, as GuardedSource reads
     them); None when either is not known (a tenant not sampled yet, an idle node, an agent that does not answer)."""
-    stats = getattr(node, "tenant_stats", None)
+    stats = node.tenant_stats
     if stats is None:
         return None
     snap = stats.snapshot()
@@ -351,7 +348,7 @@ def _with_target(own: float | None, node, tenant_id: str, target: str | None, c:
 
 def apply_settings(migration, body: dict) -> None:
     """`slacker migrate --set`: setpoint, max rate, fixed rate, pause, resume — live."""
-    policy = migration.rate_policy
+    policy: CopyRate | None = migration.rate_policy
     known = {"setpoint_s", "max_rate_bytes_per_s", "rate_bytes_per_s", "pause", "resume"}
     unknown = set(body) - known
     if unknown:
@@ -368,28 +365,17 @@ def apply_settings(migration, body: dict) -> None:
         if body.get("resume"):
             migration.resume()
         return
-    ctl = policy.controller
     if "rate_bytes_per_s" in body:
         raise InvalidInput("this migration is steered by its controller", "a fixed rate would fight it",
                            "change setpoint= or max-rate= instead")
-    shared = hasattr(policy, "member")  # a move sharing its node's budget (slacker.controller.budget)
     if "setpoint_s" in body:
-        if shared:
-            policy.set_setpoint(float(body["setpoint_s"]))  # the node's controller takes the strictest
-        else:
-            ctl.set_setpoint(float(body["setpoint_s"]))
+        policy.set_setpoint(float(body["setpoint_s"]))  # a share of the node's budget: the strictest member's
     if "max_rate_bytes_per_s" in body:
-        ctl.set_max_rate(float(body["max_rate_bytes_per_s"]))
+        policy.controller.set_max_rate(float(body["max_rate_bytes_per_s"]))
         policy.unthrottled_at_max = False  # a max the operator gives is a cap
     if body.get("pause"):
-        if shared:
-            policy.pause(True)  # this move only: the node's other copies share the rate
-        else:
-            ctl.pause()
+        policy.pause(True)
         if migration.pipe is not None:
             migration.pipe.set_rate(0)
     if body.get("resume"):
-        if shared:
-            policy.pause(False)
-        else:
-            ctl.resume()
+        policy.pause(False)

@@ -197,6 +197,9 @@ class DirectoryClient(DirectoryStore):
     def __init__(self, agent: AgentClient) -> None:
         self.agent = agent
 
+    def warm(self) -> None:
+        self.agent.warm()
+
     def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
         return Ownership.from_dict(self.agent.request(
             "POST", "/v1/directory/tenants", {"tenant": tenant, "node": node, "host": host, "port": port}))

@@ -55,6 +55,7 @@ class Node:
         self._members_stop = threading.Event()
         self._members_thread: threading.Thread | None = None
         self.migrations = None  # set by the migration service when it is loaded
+        self.tenant_stats = None  # the per-tenant latency windows, set by slacker.agent.tenant_stats.attach
 
     def peer(self, name: str) -> AgentClient:
         return self._peers[name]
@@ -152,20 +153,23 @@ class Node:
                 self.tenants.stop_tenant(t)
 
     # ---- tenants ----------------------------------------------------------------
-    def _claim(self, tenant_id: str) -> None:
+    def claim(self, tenant_id: str) -> None:
+        """Mark the tenant busy for one operation (create, delete, a migration either way); Conflict when
+        another holds it. Every claim is paired with a `release` when the operation ends."""
         with self._lock:
             if tenant_id in self.supervisor.busy:
                 raise Conflict(f"tenant {tenant_id} is busy", "another operation (create, delete or migrate) holds it",
                                "wait for it to finish")
             self.supervisor.busy.add(tenant_id)
 
-    def _release(self, tenant_id: str) -> None:
+    def release(self, tenant_id: str) -> None:
+        """End the operation `claim` started on the tenant (a tenant not claimed is left as it is)."""
         with self._lock:
             self.supervisor.busy.discard(tenant_id)
 
     def create_tenant(self, tenant_id: str, buffer_pool_bytes: int = DEFAULT_BUFFER_POOL_BYTES) -> dict:
         validate_tenant_id(tenant_id)
-        self._claim(tenant_id)
+        self.claim(tenant_id)
         try:
             try:
                 own = self.directory.lookup(tenant_id)
@@ -184,7 +188,7 @@ class Node:
                 raise
             return self.describe(tenant) | {"epoch": own.epoch}
         finally:
-            self._release(tenant_id)
+            self.release(tenant_id)
 
     REGISTER_TRIES = 32  # ports tried one by one before reading every tenant's port at once
 
@@ -206,7 +210,7 @@ class Node:
 
     def delete_tenant(self, tenant_id: str) -> None:
         validate_tenant_id(tenant_id)
-        self._claim(tenant_id)
+        self.claim(tenant_id)
         try:
             if not os.path.lexists(self.tenants.tenant_dir(tenant_id)):
                 # No files here at all, as a create killed midway leaves them (its half-built files are
@@ -225,7 +229,7 @@ class Node:
             except NotFound:
                 pass
         finally:
-            self._release(tenant_id)
+            self.release(tenant_id)
 
     def describe(self, tenant) -> dict:
         return {

@@ -7,10 +7,13 @@ import time
 
 import click
 
-from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, kind
+from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, ControllerSettings, kind
+from ..delta import DEFAULT_APPLIER, DEFAULT_MPL
 from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
+from ..migration.options import MigrationOptions, MigrationRequest
+from ..migration.remote import follow, one_rate, parse_holds, start_migration
+from ..transfer import DEFAULT_PIPE
 from ..units import format_duration, format_rate, format_size
-from ..migration.remote import follow, migration_body, start_migration
 from . import main
 from .common import DURATION, RATE, CliContext, needs_unit, option, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
 
@@ -22,6 +25,23 @@ def _controller_kind(ctx, param, value: str | None) -> str | None:
     if value is not None and kind(value).name not in CLI_KINDS:
         raise InvalidInput(f"--controller {value} is not offered here", "a fixed rate is --rate", "for example --rate 20MB/s")
     return value
+
+
+def _controller(setpoint: float | None, *, max_rate: float | None, latency_sources: tuple[str, ...],
+                kind_name: str | None, gains: str | None, window: float | None, step: float | None, force: bool,
+                target_setpoint: float | None, target_guard: bool) -> ControllerSettings | None:
+    """--setpoint and the options that tune its controller (None: the defaults); refused without --setpoint."""
+    if setpoint is None:
+        if (any(x is not None for x in (max_rate, gains, window, step, kind_name, target_setpoint))
+                or latency_sources or force or not target_guard):
+            raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, "
+                               "--step, --latency-source, --target-setpoint, --no-target-guard and --force only "
+                               "apply to a latency-targeting migration", "")
+        return None
+    return ControllerSettings.from_dict({
+        "setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate, "latency_sources": list(latency_sources),
+        "gains": gains, "window_s": window, "step_s": step, "force": force, "target_guard": target_guard,
+        "target_setpoint_s": target_setpoint, "kind": kind_name})
 
 
 @main.command("migrate")
@@ -171,15 +191,20 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     if target == own.node:
         raise InvalidInput(f"tenant {tenant_id} is already on {target}", "source and target are the same node",
                            "pick another --to node")
-    body = migration_body(tenant_id, target, mode=mode, rate=rate, unthrottled=unthrottled, setpoint=setpoint,
-                          max_rate=max_rate, latency_sources=latency_sources, controller_kind=controller_kind,
-                          gains=gains, window=window, step=step, force=force, max_freeze=max_freeze, verify=verify,
-                          verify_only=verify_only,
-                          pipe=pipe, data_path=data_path, max_rounds=max_rounds, max_stalled_rounds=max_stalled_rounds,
-                          delta_applier=delta_applier, delta_mpl=delta_mpl, handover_attempts=handover_attempts,
-                          handover_wait=handover_wait, catchup_mode=catchup_mode, target_setpoint=target_setpoint,
-                          target_guard=not no_target_guard, hold=hold)
-    doc = start_migration(source, body)
+    one_rate(rate, unthrottled, setpoint)
+    if data_path and pipe == "pv":
+        raise InvalidInput("--data-path applies to the native pipe", "pv | nc has a data path of its own",
+                           "drop --data-path or --pipe pv")
+    request = MigrationRequest.checked(tenant_id, MigrationOptions(
+        target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
+        handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
+        max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
+        hold_s=parse_holds(hold) or None, delta_applier=delta_applier or DEFAULT_APPLIER,
+        delta_mpl=delta_mpl or DEFAULT_MPL, delta_catchup=catchup_mode,
+        controller=_controller(setpoint, max_rate=max_rate, latency_sources=latency_sources,
+                               kind_name=controller_kind, gains=gains, window=window, step=step, force=force,
+                               target_setpoint=target_setpoint, target_guard=not no_target_guard)))
+    doc = start_migration(source, request)
     mid = doc["id"]
     if detach:
         if max_duration is not None:

@@ -60,6 +60,8 @@ class RateController(ABC):
     the first step so the copy can start at it.
     """
 
+    step_s: float = 1.0  # the step it expects to be called at
+
     def __init__(self) -> None:
         self._paused = False
 
@@ -86,6 +88,15 @@ class RateController(ABC):
 
     def resume(self) -> None:
         self._paused = False
+
+    @property
+    def fraction(self) -> float:
+        """The rate as a fraction of the max rate (0 for a controller without one)."""
+        return 0.0
+
+    def set_load_latency(self, latency_s: float | None) -> None:
+        """The load's own latency measured before any byte moved; a controller that does not count the copy's
+        cost from it ignores it."""
 
     def state(self) -> dict[str, Any]:
         """What the controller has learnt so far, for status and the time series (none by default)."""

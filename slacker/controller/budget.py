@@ -16,10 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Callable
 
 from ..errors import InvalidInput
 from ..latency import LatencySample, LatencySource
+from .loop import RatePolicy
 from .report import StepReport
 
 SPLITS = ("fair", "smallest")
@@ -114,7 +115,7 @@ class NodeBudget:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._join_lock = threading.Lock()  # one join at a time: the first builds (and measures), the rest join
-        self.policy = None                  # the node's RatePolicy while it has members
+        self.policy: RatePolicy | None = None  # the node's controller while it has members
         self.key: tuple = ()                # what a member must share to join (kind, sources, max rate, ...)
         self.guards: TargetGuards | None = None
         self.members: dict[str, Member] = {}
@@ -127,7 +128,7 @@ class NodeBudget:
         self.step_s = 1.0
 
     # ---- membership ---------------------------------------------------------------------
-    def join(self, tenant: str, target: str, settings, build: Callable[[TargetGuards], Any],
+    def join(self, tenant: str, target: str, settings, build: Callable[[TargetGuards], RatePolicy],
              guard: Callable[[], LatencySource] | None, split: str, metrics=None) -> "Share | None":
         """Join the node's budget (building its controller if it has none): `build(guards)` makes the
         RatePolicy a lone migration would get, its target guard read through `guards`; `guard()` makes a
@@ -164,6 +165,17 @@ class NodeBudget:
             sp = min(member.setpoint_s for member in self.members.values())
             if sp != self.policy.controller.setpoint_s:
                 self.policy.controller.set_setpoint(sp)
+
+    def set_member_setpoint(self, member: Member, setpoint_s: float) -> None:
+        """A member's own setpoint changed (`slacker migrate --set`): the node's is the strictest again."""
+        with self._lock:
+            member.setpoint_s = float(setpoint_s)
+            self._set_setpoint()
+
+    def pause_member(self, member: Member, paused: bool) -> None:
+        """Pause or resume one member's copy; the others share the node's rate meanwhile."""
+        with self._lock:
+            member.paused = paused
 
     def leave(self, member: Member) -> None:
         with self._lock:
@@ -260,16 +272,17 @@ class NodeBudget:
 
 
 class Share:
-    """A member's view of its node's budget, in the place of a RatePolicy: what the migration's
-    telemetry steps, the verification paces by and `slacker migrate --set` changes."""
+    """A member's view of its node's budget, in the place of a RatePolicy (both are a `CopyRate`): what the
+    migration's telemetry steps, the verification paces by and `slacker migrate --set` changes."""
 
     def __init__(self, budget: NodeBudget, member: Member, metrics=None) -> None:
         self.budget, self.member, self.metrics = budget, member, metrics
         self._migration = ""
-        self.kind = budget.policy.kind if budget.policy is not None else ""
-        self.baseline_latency_s = getattr(budget.policy, "baseline_latency_s", None)
-        self.baseline_idle = getattr(budget.policy, "baseline_idle", False)
-        self.latency_source = getattr(budget.policy, "latency_source", None)
+        policy = budget.policy  # the node's, built by the first member to join
+        self.kind = policy.kind if policy is not None else ""
+        self.baseline_latency_s = policy.baseline_latency_s if policy is not None else None
+        self.baseline_idle = policy.baseline_idle if policy is not None else False
+        self.latency_source = policy.latency_source if policy is not None else None
         self.closed = False
 
     @property
@@ -316,15 +329,13 @@ class Share:
             self.metrics.update(report, self.migration, self.tenant)
         return rate, report
 
-    # `slacker migrate --set` on one member: its own setpoint (the node takes the strictest), pause, resume.
+    # `slacker migrate --set` on one member: its own setpoint (the node takes the strictest), pause, resume
+    # (this move only: the node's other copies share the rate).
     def set_setpoint(self, setpoint_s: float) -> None:
-        with self.budget._lock:
-            self.member.setpoint_s = float(setpoint_s)
-            self.budget._set_setpoint()
+        self.budget.set_member_setpoint(self.member, setpoint_s)
 
     def pause(self, paused: bool) -> None:
-        with self.budget._lock:
-            self.member.paused = paused
+        self.budget.pause_member(self.member, paused)
 
     def close(self) -> None:
         if self.closed:

@@ -16,6 +16,12 @@ The migration's tick asks its `CopyMarks.mark(pipe, policy, now)` once a step an
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..transfer.base import ThrottledPipe
+    from .loop import CopyRate
+
 BACKUP_START_S = 6.0  # the longest start stall measured on a disk-bound host: 2-6 s
 
 
@@ -25,16 +31,16 @@ class CopyMarks:
     def __init__(self) -> None:
         self.started_at: float | None = None
 
-    def mark(self, pipe, policy, now: float) -> str | None:
+    def mark(self, pipe: ThrottledPipe | None, policy: CopyRate | None, now: float) -> str | None:
         """The mark of the second at `now`: the copy's pipe and its rate policy (None: no controller)."""
         if pipe is None:
             return None
-        if getattr(pipe, "prereading", False):
+        if pipe.prereading:
             self.started_at = None
             # A read-in held at rate zero reads nothing: its seconds show the load alone, not the copy.
-            rate = getattr(pipe, "rate", None)
+            rate = pipe.rate
             return "read-in" if rate is None or rate > 0 else None
-        if getattr(pipe, "commit_locked", False):
+        if pipe.commit_locked:
             return "commit lock"
         if policy is not None and policy.controller.paused:
             return "paused"

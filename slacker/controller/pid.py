@@ -33,8 +33,7 @@ class Gains:
     kd: float
 
     def __post_init__(self) -> None:
-        for name in ("kp", "ki", "kd"):
-            value = getattr(self, name)
+        for name, value in (("kp", self.kp), ("ki", self.ki), ("kd", self.kd)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidInput(f"invalid gain {name}={value!r}", "gains must be finite numbers", _GAINS_HINT)
             if value < 0:

@@ -57,7 +57,7 @@ class StepReport:
         for f in fields(self):
             if f.name == "controller":
                 continue
-            v = getattr(self, f.name)
+            v = getattr(self, f.name)  # reflective by need: every field, with the rules its metadata gives
             if (v is None and f.metadata.get("omit_none")) or (f.metadata.get("side") and not self.guarded):
                 continue
             out[f.name] = v

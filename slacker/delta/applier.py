@@ -40,6 +40,16 @@ def at_position(applied: str, want: str) -> bool:
 
 class DeltaApplier(ABC):
     name = "abstract"
+    relaxed = False  # in catch-up mode (fsyncs relaxed) now; an applier without that mode never is
+
+    def stats(self) -> dict:
+        """Apply rates and parallelism for the source's round reports; none by default."""
+        return {}
+
+    def restore_durability(self) -> dict:
+        """Leave catch-up mode before the freeze (every commit durable again); what it cost. Nothing to do
+        for an applier without that mode."""
+        return {}
 
     @abstractmethod
     def start(self, source: SourceLink, start_gtid: str) -> None:

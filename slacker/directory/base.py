@@ -179,6 +179,10 @@ class DirectoryStore(ABC):
     AgentUnavailable (or its DirectoryUnavailable) when the store cannot be reached; after that
     last one a write's outcome is unknown and the caller must read to find out."""
 
+    def warm(self) -> None:
+        """Open the connections a call will use, before a moment that must not wait on a handshake (the
+        freeze); a store reached without one has nothing to do."""
+
     # ---- ownership -----------------------------------------------------------------
     @abstractmethod
     def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:

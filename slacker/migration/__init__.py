@@ -16,5 +16,5 @@ def __getattr__(name: str):
         return Migration
     if name in __all__:
         from . import options
-        return getattr(options, name)
+        return getattr(options, name)  # reflective by need: the module's lazy attributes, named at run time
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,7 +45,7 @@ class Flip:
         m.record(Finishing(f"directory unreachable for {outage_s:.0f}s ({why}); the source stays "
                            f"fenced until it answers: {exc.why or exc.what}"))
         cluster = m.node.cluster
-        where = "etcd" if getattr(cluster, "directory_backend", "") == "etcd" else getattr(cluster, "directory_node", "")
+        where = "etcd" if cluster.directory_backend == "etcd" else cluster.directory_node
         m.wait_on("directory", where, False,
                   f"waiting for the directory to answer ({why}; unreachable for {outage_s:.0f}s); the tenant is "
                   "not writable until it does (`slacker status`)")

@@ -100,9 +100,7 @@ class Handover:
         serves it) now, so no TLS handshake happens inside the freeze. Plain text: nothing to do."""
         m = self.m
         m.node.peer(m.opts.target).warm()
-        agent = getattr(m.node.directory, "agent", None)
-        if agent is not None:
-            agent.warm()
+        m.node.directory.warm()
 
     def attempt(self, n: int) -> None:
         m = self.m

@@ -61,11 +61,11 @@ class Migration:
     def __init__(self, node, tenant_id: str, options: MigrationOptions, *, participants: Participants,
                  rate_policy=None, recovered: Entry | None = None) -> None:
         self.node = node
-        self.opts = options.validate()
+        self.opts = options  # validated where the request was decoded (MigrationRequest)
         mid = recovered.id if recovered is not None else new_id(tenant_id)
         self.record = MigrationRecord(mid, tenant_id, node.name,
                                       Path(node.config.data_root) / "migrations" / f"{mid}.jsonl",
-                                      protocol=getattr(node, "protocol", 2), recovered=recovered)
+                                      protocol=node.protocol, recovered=recovered)
         self.source = SourceSide(node, tenant_id)
         self.peer = TargetPeer(node, self.opts.target, mid)
         self.entry = recovered or Entry(id=mid, tenant=tenant_id, role="source", peer=self.opts.target,
@@ -206,7 +206,7 @@ class Migration:
             prereading=bool(pipe is not None and pipe.prereading),
             copy_stages=self.record.steps.copy_stages(pipe),
             verify=self.verification.to_dict() if self.verification else None,
-            latency_source=getattr(self.rate_policy, "latency_source", None))
+            latency_source=self.rate_policy.latency_source if self.rate_policy is not None else None)
         return self.record.to_dict(self.opts, live)
 
     def run(self) -> None:
@@ -439,7 +439,7 @@ class Migration:
 
     def hold_point(self, point: str) -> None:
         hold = (self.opts.hold_s or {}).get(point)
-        if hold and getattr(self.node.config, "fault_injection", False):
+        if hold and self.node.config.fault_injection:
             log.warning("migration %s: holding at %s for %ss (fault injection)", self.id, point, hold)
             self.record.holding = point
             try:
@@ -504,8 +504,7 @@ class Migration:
             self.peer.call("GET", "/v1/status", timeout_s=10, phase=Phase.PREFLIGHT)
         # Both agents' protocol versions (the API refuses a pair too far apart, in one line); the stream
         # speaks the older one's dialect.
-        self.record.protocols = (getattr(self.node, "protocol", 2),
-                                 getattr(self.node.peer(self.opts.target), "peer_protocol", None) or 1)
+        self.record.protocols = (self.node.protocol, self.node.peer(self.opts.target).peer_protocol or 1)
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True

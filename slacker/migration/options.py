@@ -1,8 +1,10 @@
-"""A migration's options (validated once, at the edge) and the records it reports."""
+"""A migration's options and the request that carries them from the CLI to the source agent (checked once
+at each edge: the CLI's flags, the agent's decoding of the body), and the records a migration reports."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ..controller.settings import ControllerSettings
 from ..errors import InvalidInput, MigrationFailed
@@ -87,6 +89,52 @@ class MigrationOptions:
         if not 2 <= self.lease_ttl_s <= 600:
             raise InvalidInput(f"lease {self.lease_ttl_s}s is out of range", "use 2s to 600s", "")
         return self
+
+
+# Sent on every request whatever their value: agents one protocol version apart may have other defaults.
+WIRE_ALWAYS = ("target", "mode", "max_freeze_s", "handover_attempts", "handover_wait_s", "verify", "max_rounds",
+               "max_stalled_rounds", "rate_bytes_per_s")
+_DEFAULTS = MigrationOptions(target="")
+
+
+@dataclass
+class MigrationRequest:
+    """The body of POST /v1/migrations, typed: which tenant moves and how. Made by `checked` (the CLI, the
+    rebalancer) or `from_wire` (the agent's route), each validating once; inside the agent it is passed on
+    as it is, and the service and the phase machine trust it."""
+
+    tenant: str
+    options: MigrationOptions
+
+    @classmethod
+    def checked(cls, tenant: str, options: MigrationOptions) -> "MigrationRequest":
+        return cls(tenant, options.validate())
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON body: the keys every agent takes, then only the options that differ from the defaults (an
+        agent a protocol version older refuses keys it does not know, and never gets one it was not sent)."""
+        values = vars(self.options)
+        body: dict[str, Any] = {"tenant": self.tenant}
+        for f in fields(MigrationOptions):
+            value = values[f.name]
+            if f.name in WIRE_ALWAYS or value != vars(_DEFAULTS)[f.name]:
+                body[f.name] = value.to_dict() if isinstance(value, ControllerSettings) else value
+        return body
+
+    @classmethod
+    def from_wire(cls, body: dict[str, Any]) -> "MigrationRequest":
+        """A body as it arrives at the agent: unknown keys refused, the options validated (the controller's
+        settings typed before anything is measured)."""
+        tenant = body.get("tenant")
+        if not tenant:
+            raise InvalidInput("migration needs a tenant", "", "")
+        allowed = {f.name for f in fields(MigrationOptions)}
+        unknown = set(body) - allowed - {"tenant"}
+        if unknown:
+            raise InvalidInput(f"unknown migration option(s) {', '.join(sorted(unknown))}", "", "")
+        if "target" not in body:
+            raise InvalidInput("migration needs a target node", "", "pass --to NODE")
+        return cls.checked(str(tenant), MigrationOptions(**{k: v for k, v in body.items() if k in allowed}))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Starting and following a migration from outside the agents (the `slacker migrate` CLI, the rebalancer).
 
-The request body is built (and checked) in one place, so `slacker migrate` and
-`slacker rebalance --execute` start migrations the same way.
+The request is a MigrationRequest (slacker.migration.options), checked where it is made and put on the wire
+by `start_migration`, so `slacker migrate` and `slacker rebalance --execute` start migrations the same way.
 """
 
 from __future__ import annotations
@@ -9,57 +9,31 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..controller.budget import DEFAULT_BUDGET
 from ..controller.settings import ControllerSettings
-from ..delta import parse_mpl
 from ..errors import AgentUnavailable, InvalidInput
+from .options import MigrationOptions, MigrationRequest
 
 POLL_S = 0.5
 
 
-def migration_body(tenant_id: str, target: str, *, mode: str = "live", rate: float | None = None,
-                   unthrottled: bool = False, setpoint: float | None = None, max_rate: float | None = None,
-                   latency_sources: tuple[str, ...] = (), controller_kind: str | None = None,
-                   gains: str | None = None, window: float | None = None, step: float | None = None,
-                   force: bool = False, max_freeze: float = 0.5, verify: bool = False, verify_only: bool = False,
-                   pipe: str | None = None, data_path: str | None = None,
-                   max_rounds: int = 20, max_stalled_rounds: int = 3, delta_applier: str | None = None,
-                   delta_mpl: str | int | None = None, handover_attempts: int = 3,
-                   handover_wait: float = 60.0, catchup_mode: bool = True, target_setpoint: float | None = None,
-                   target_guard: bool = True, hold: tuple[str, ...] = (), budget: str | None = None) -> dict:
-    """The body of POST /v1/migrations on the source agent."""
+def one_rate(rate: float | None, unthrottled: bool, setpoint: float | None) -> None:
+    """--rate, --unthrottled and --setpoint: at most one way to set the copy rate."""
     chosen = [name for name, on in (("--rate", rate is not None), ("--unthrottled", unthrottled),
                                     ("--setpoint", setpoint is not None)) if on]
     if len(chosen) > 1:
         raise InvalidInput(f"{' and '.join(chosen)} exclude each other", "pick one way to set the copy rate", "")
-    body: dict = {"tenant": tenant_id, "target": target, "mode": mode, "max_freeze_s": max_freeze,
-                  "handover_attempts": handover_attempts, "handover_wait_s": handover_wait,
-                  "verify": verify or verify_only, **({"verify_only": True} if verify_only else {}),
-                  "max_rounds": max_rounds, "max_stalled_rounds": max_stalled_rounds,
-                  **({"delta_applier": delta_applier} if delta_applier else {}),
-                  **({"delta_mpl": parse_mpl(delta_mpl)} if delta_mpl else {}),
-                  **({} if catchup_mode else {"delta_catchup": False}),
-                  "rate_bytes_per_s": rate}
-    if pipe:
-        body["pipe"] = pipe
-    if data_path:
-        if pipe == "pv":
-            raise InvalidInput("--data-path applies to the native pipe", "pv | nc has a data path of its own",
-                               "drop --data-path or --pipe pv")
-        body["data_path"] = data_path
-    if hold:
-        body["hold_s"] = parse_holds(hold)
-    if setpoint is not None:
-        # Checked here too, so the CLI refuses a bad setting (an unknown --controller) before any agent is asked.
-        body["controller"] = ControllerSettings.from_dict({
-            "setpoint_s": setpoint, "max_rate_bytes_per_s": max_rate, "latency_sources": list(latency_sources),
-            "gains": gains, "window_s": window, "step_s": step, "force": force, "target_guard": target_guard,
-            "target_setpoint_s": target_setpoint, "kind": controller_kind, "budget": budget}).to_dict()
-    elif (any(x is not None for x in (max_rate, gains, window, step, controller_kind, target_setpoint))
-          or latency_sources or force or not target_guard):
-        raise InvalidInput("controller options need --setpoint", "--controller, --max-rate, --gains, --window, --step, "
-                           "--latency-source, --target-setpoint, --no-target-guard and --force only apply to a "
-                           "latency-targeting migration", "")
-    return body
+
+
+def latency_move(tenant_id: str, target: str, setpoint_s: float, *, max_rate_bytes_per_s: float | None,
+                 max_freeze_s: float, budget: str = DEFAULT_BUDGET) -> MigrationRequest:
+    """A move the rebalancer, a drain or a bench starts: latency-targeting at `setpoint_s`, started even if the
+    load is over it now (it chose the move knowing the load), sharing the node's budget split `budget`."""
+    max_rate = None if max_rate_bytes_per_s is None else float(max_rate_bytes_per_s)
+    controller = ControllerSettings(setpoint_s=float(setpoint_s), max_rate_bytes_per_s=max_rate,
+                                    force=True, budget=budget)
+    return MigrationRequest.checked(tenant_id, MigrationOptions(target=target, max_freeze_s=max_freeze_s,
+                                                                controller=controller))
 
 
 def parse_holds(holds: tuple[str, ...]) -> dict:
@@ -75,9 +49,9 @@ def parse_holds(holds: tuple[str, ...]) -> dict:
     return out
 
 
-def start_migration(source_agent, body: dict) -> dict:
+def start_migration(source_agent, request: MigrationRequest) -> dict:
     """Start it on the source agent; returns the migration's first document (with its id)."""
-    return source_agent.request("POST", "/v1/migrations", body, timeout_s=120)
+    return source_agent.request("POST", "/v1/migrations", request.to_wire(), timeout_s=120)
 
 
 def follow(source_agent, doc: dict, on_poll: Callable[[dict], None] | None = None,

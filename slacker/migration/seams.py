@@ -98,6 +98,7 @@ Result = (RoundDone | LeftCatchUp | AttemptEnded | StepReached | WaitingFor | Fl
 
 # ---- the seam -----------------------------------------------------------------------------------
 def _live(name: str) -> property:
+    # Reflective by need: one read-only property per attribute the seam shows, made from its name.
     return property(lambda self: getattr(self._m, name), doc=f"the migration's {name} (read-only)")
 
 

@@ -8,12 +8,13 @@ import threading
 from pathlib import Path
 
 from ..controller.budget import NodeBudget
+from ..controller.loop import CopyRate
 from ..errors import Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
 from ..trash import TrashName, as_field, discard, sweep, sweep_building
 from .machine import Migration
 from .metrics import MigrationCollector, Tally
-from .options import MigrationOptions
+from .options import MigrationOptions, MigrationRequest
 from .participants import Participants
 from .reconcile import Reconciler
 from .target import IncomingRegistry
@@ -62,7 +63,7 @@ class MigrationService:
             opts = MigrationOptions(target=entry.peer)
             mig = Migration(self.node, entry.tenant, opts, participants=self.participants, recovered=entry)
             log.warning("migration %s was in state %s when the agent stopped: recovering", entry.id, entry.state)
-            self.node._claim(entry.tenant)
+            self.node.claim(entry.tenant)
             self._outgoing[mig.id] = mig
             self._run(mig, mig.recover, None)
 
@@ -74,8 +75,8 @@ class MigrationService:
                 try:
                     if not mig.active:
                         self.tally.finished(mig.record, mig.opts.max_freeze_s)
-                    self.node._release(mig.tenant_id)
-                    if rate_policy is not None and hasattr(rate_policy, "close"):
+                    self.node.release(mig.tenant_id)
+                    if rate_policy is not None:
                         rate_policy.close()
                 finally:  # the old copy, set aside under another name: nothing waits on its deletion
                     mig.remove_retired_copy()
@@ -85,7 +86,9 @@ class MigrationService:
         t.start()
 
     # ---- outgoing -----------------------------------------------------------------------
-    def start(self, tenant_id: str, options: MigrationOptions, rate_policy=None) -> Migration:
+    def start(self, request: MigrationRequest, rate_policy: CopyRate | None = None) -> Migration:
+        """Start the request's migration (validated where it was decoded: MigrationRequest.from_wire)."""
+        tenant_id, options = request.tenant, request.options
         with self._lock:
             for m in self._outgoing.values():
                 if m.tenant_id == tenant_id and m.active:
@@ -98,20 +101,19 @@ class MigrationService:
         if options.hold_s and not self.node.config.fault_injection:
             raise InvalidInput("fault injection is disabled on this agent",
                                "hold_s is a test and rehearsal aid", "set fault_injection = true in agent.toml")
-        options.validate()  # the controller's settings typed before anything is measured
         if rate_policy is None and options.controller:
             rate_policy = self._rate_policy(tenant_id, options)
         mig = Migration(self.node, tenant_id, options, participants=self.participants, rate_policy=rate_policy)
         if rate_policy is not None:
             rate_policy.migration = mig.id
-        self.node._claim(tenant_id)
+        self.node.claim(tenant_id)
         with self._lock:
             self._outgoing[mig.id] = mig
             self._trim()
         self._run(mig, mig.run, rate_policy)
         return mig
 
-    def _rate_policy(self, tenant_id: str, options: MigrationOptions):
+    def _rate_policy(self, tenant_id: str, options: MigrationOptions) -> CopyRate:
         """The move's controller: a share of the node's budget (one controller of the node's latency for
         all its outgoing copies), or with budget "own" a controller of its own (the bench baseline)."""
         from ..throttle import build_rate_policy, build_target_guard
@@ -182,16 +184,6 @@ class MigrationService:
         self.incoming.shutdown()
 
 
-def options_from_body(body: dict) -> MigrationOptions:
-    allowed = set(MigrationOptions.__dataclass_fields__)
-    unknown = set(body) - allowed - {"tenant"}
-    if unknown:
-        raise InvalidInput(f"unknown migration option(s) {', '.join(sorted(unknown))}", "", "")
-    if "target" not in body:
-        raise InvalidInput("migration needs a target node", "", "pass --to NODE")
-    return MigrationOptions(**{k: v for k, v in body.items() if k in allowed})
-
-
 def attach(node, server, participants: Participants) -> None:
     """Give a node its migration service and add the migration routes to its API server. `participants`
     take part in every handover of this node's tenants (the routers: slacker.router.freeze.Routers)."""
@@ -203,10 +195,7 @@ def attach(node, server, participants: Participants) -> None:
 
     @server.route("POST", "/v1/migrations")
     def start(srv, body, q):
-        tenant = body.get("tenant")
-        if not tenant:
-            raise InvalidInput("migration needs a tenant", "", "")
-        return svc.start(str(tenant), options_from_body(body)).to_dict()
+        return svc.start(MigrationRequest.from_wire(body)).to_dict()  # the body checked here, once
 
     @server.route("GET", "/v1/migrations")
     def list_(srv, body, q):

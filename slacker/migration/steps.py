@@ -32,7 +32,7 @@ class StepTimes:
                 self.ms[name] = round(self.ms.get(name, 0.0) + ms, 1)
 
     def copy_stages(self, pipe) -> dict | None:
-        sender = getattr(pipe, "stages", None)
+        sender = pipe.stages if pipe is not None else None
         if sender is None and self.receiver is None:
             return None
         return {"sender": sender.as_dict() if sender is not None else None, "receiver": self.receiver}

@@ -133,7 +133,7 @@ class IncomingMigration:
         assert self.receiver is not None
         result = self.receiver.wait(timeout_s)
         self._move(TargetState.RECEIVED)
-        return {"bytes_received": getattr(result, "bytes_received", self.receiver.bytes_received),
+        return {"bytes_received": result.bytes_received,
                 "stages": self.receiver.stages.as_dict()}
 
     def prepare(self) -> dict:
@@ -184,11 +184,11 @@ class IncomingMigration:
         return self.applier.wait_for(gtid, timeout_s)
 
     def applier_stats(self) -> dict:
-        return self.applier.stats() if self.applier is not None and hasattr(self.applier, "stats") else {}
+        return self.applier.stats() if self.applier is not None else {}
 
     def make_durable(self) -> dict:
         """Leave catch-up mode before the freeze: durable commits, everything so far on disk."""
-        if self.applier is None or not hasattr(self.applier, "restore_durability"):
+        if self.applier is None:
             return {"durable": True, "catchup": False}
         out = self.applier.restore_durability()
         return dict(out, durable=True, catchup=self.applier.relaxed)
@@ -351,7 +351,7 @@ class IncomingMigration:
     def _pause(self, step: str) -> None:
         """Fault injection (tests): hold inside the removal of the partial copy, at `remove-STEP`."""
         hold = (self.hold_s or {}).get(f"remove-{step}")
-        if hold and getattr(self.node.config, "fault_injection", False):
+        if hold and self.node.config.fault_injection:
             log.warning("incoming migration %s: holding at remove-%s for %ss (fault injection)", self.id, step, hold)
             time.sleep(float(hold))
 
@@ -426,7 +426,7 @@ class IncomingRegistry:
             inc.recovered = True
             if e.state != TargetState.PROMOTED:
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
-            self.node._claim(t.id)
+            self.node.claim(t.id)
             self._items[e.id] = inc
 
     def create(self, body: dict) -> dict:
@@ -441,11 +441,11 @@ class IncomingRegistry:
         if not port_is_free(self.node.config.tenant_host, port):
             raise Conflict(f"port {port} is in use on {self.node.config.tenant_host}", "the tenant needs its port",
                            "stop whatever listens there")
-        self.node._claim(tid)
+        self.node.claim(tid)
         try:
             inc = IncomingMigration.create(self.node, body, self.participants)
         except BaseException:
-            self.node._release(tid)
+            self.node.release(tid)
             raise
         with self._lock:
             self._items[inc.id] = inc
@@ -461,7 +461,7 @@ class IncomingRegistry:
     def _drop(self, inc: IncomingMigration) -> None:
         with self._lock:
             if self._items.pop(inc.id, None) is not None:
-                self.node._release(inc.tenant_id)
+                self.node.release(inc.tenant_id)
 
     def activate(self, mid: str, tenant_id: str, hold_s: dict | None = None) -> dict:
         with self._lock:

@@ -85,7 +85,7 @@ class Telemetry:
                                                         rate_bytes_per_s=None)
                 m.record(ControllerStepped(replace(prev, t=now, latency_s=sample.latency_s,
                                                   note="observing (no copy in this phase)").with_sides(
-                    getattr(m.rate_policy.source, "sides", None))))
+                    m.rate_policy.source.sides)))
         self.record()
 
     def _note_progress(self, done: int) -> None:

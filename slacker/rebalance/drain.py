@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..controller.budget import check_budget
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
-from ..migration.remote import migration_body
+from ..migration.remote import latency_move
 from .moves import MIN_SHARE_BYTES_PER_S, MoveRunner, Running
 from .placement import Item, PlacementPlan, items_of, node_loads, place
 from .planner import Settings, setpoint_for
@@ -368,11 +368,11 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
             continue  # its target already receives a copy: the next tenant, to another target
         t = res.tenants[pl.tenant]
         t.target, t.data_bytes, t.setpoint_s = pl.target, pl.data_bytes, setpoint
-        body = migration_body(pl.tenant, pl.target, setpoint=setpoint, max_rate=opts.max_rate_bytes_per_s,
-                              force=True, max_freeze=opts.max_freeze_s, budget=opts.split)
+        request = latency_move(pl.tenant, pl.target, setpoint, max_rate_bytes_per_s=opts.max_rate_bytes_per_s,
+                               max_freeze_s=opts.max_freeze_s, budget=opts.split)
         t.attempts += 1
         t.migration = t.migration or "(starting)"
-        batch.append((pl.tenant, node, pl.target, body))
+        batch.append((pl.tenant, node, pl.target, request))
     if not batch:
         return
     record()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ..errors import AgentUnavailable, NotFound, SlackerError
 from ..latency import DEFAULT_WINDOW_S
 from ..migration.protocol import Phase
+from ..migration.options import MigrationRequest
 from ..migration.remote import start_migration
 
 log = logging.getLogger("slacker.rebalance")
@@ -149,21 +150,21 @@ class MoveRunner:
         self._stalled_since.pop(source, None)
         return victim
 
-    def start(self, tenant: str, source: str, target: str, body: dict) -> Running:
-        doc = start_migration(self.agents[source], body)
+    def start(self, tenant: str, source: str, target: str, request: MigrationRequest) -> Running:
+        doc = start_migration(self.agents[source], request)
         r = Running(tenant, source, target, doc["id"], doc)
         self.running[tenant] = r
         return r
 
-    def start_all(self, moves: list[tuple[str, str, str, dict]]) -> dict[str, Running | SlackerError]:
-        """Start several moves at once (tenant, source, target, body): a start measures the source's
+    def start_all(self, moves: list[tuple[str, str, str, MigrationRequest]]) -> dict[str, Running | SlackerError]:
+        """Start several moves at once (tenant, source, target, request): a start measures the source's
         latency for a few seconds before it answers, and moves started one after another would lose that
         time each. Returns tenant -> its Running, or the error that refused it."""
         out: dict[str, Running | SlackerError] = {}
 
-        def one(tenant: str, source: str, target: str, body: dict) -> None:
+        def one(tenant: str, source: str, target: str, request: MigrationRequest) -> None:
             try:
-                out[tenant] = self.start(tenant, source, target, body)
+                out[tenant] = self.start(tenant, source, target, request)
             except SlackerError as exc:
                 out[tenant] = exc
 

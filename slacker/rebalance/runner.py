@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import AgentUnavailable, Conflict, NotFound, SlackerError
-from ..migration.remote import follow, migration_body, start_migration
+from ..migration.remote import follow, latency_move, start_migration
 from .planner import Move, NodeInput, Plan, Sample, Settings, State, plan_pass
 
 log = logging.getLogger("slacker.rebalance")
@@ -199,11 +199,11 @@ def _make_the_move(agents: dict, directory, settings: Settings, opts: RunOptions
     record = Move(mv.tenant, mv.source, mv.target, started_at=time.time(), load=mv.tenant_load)
     _put_move(directory, record)
     res.executed = True
-    body = migration_body(mv.tenant, mv.target, setpoint=mv.setpoint_s, max_rate=opts.max_rate_bytes_per_s,
-                          force=True, max_freeze=opts.max_freeze_s)
+    request = latency_move(mv.tenant, mv.target, mv.setpoint_s, max_rate_bytes_per_s=opts.max_rate_bytes_per_s,
+                           max_freeze_s=opts.max_freeze_s)
     say(f"moving {mv.tenant}: {mv.source} -> {mv.target} with setpoint {mv.setpoint_s * 1000:.0f}ms")
     try:
-        doc = start_migration(source, body)
+        doc = start_migration(source, request)
     except SlackerError as exc:
         res.result, res.error = "failed", exc.one_line()
         _put_move(directory, Move(**{**record.to_dict(), "finished_at": time.time(), "result": "failed"}))
@@ -249,9 +249,9 @@ def _make_the_moves(agents: dict, directory, settings: Settings, opts: RunOption
         mv = p.move
         records[mv.tenant] = Move(mv.tenant, mv.source, mv.target, started_at=time.time(), load=mv.tenant_load)
         _put_move(directory, records[mv.tenant])
-        body = migration_body(mv.tenant, mv.target, setpoint=mv.setpoint_s, max_rate=opts.max_rate_bytes_per_s,
-                              force=True, max_freeze=opts.max_freeze_s)
-        batch.append((mv.tenant, mv.source, mv.target, body))
+        request = latency_move(mv.tenant, mv.target, mv.setpoint_s, max_rate_bytes_per_s=opts.max_rate_bytes_per_s,
+                               max_freeze_s=opts.max_freeze_s)
+        batch.append((mv.tenant, mv.source, mv.target, request))
         say(f"moving {mv.tenant}: {mv.source} -> {mv.target} with setpoint {mv.setpoint_s * 1000:.0f}ms")
     res.executed = True
     outcome: dict[str, tuple[str, str, dict | None]] = {}

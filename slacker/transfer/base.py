@@ -15,7 +15,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .stages import StageClock
 
 from .. import pagecache
 from ..errors import InvalidInput, MigrationFailed
@@ -85,6 +88,8 @@ class ThrottledPipe(ABC):
     """
 
     kind: ClassVar[str] = "?"
+    # The sender's stage clock (slacker.transfer.stages.StageClock) for a pipe that keeps one (native).
+    stages: "StageClock | None" = None
 
     def __init__(
         self,

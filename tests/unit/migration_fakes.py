@@ -142,6 +142,8 @@ class FakeSource:
 class FakeTargetAgent:
     """The target agent's routes (slacker.migration.target.IncomingMigration) behind one request()."""
 
+    peer_protocol: int | None = None  # as an AgentClient that has not heard the agent's version yet
+
     def __init__(self, world: World) -> None:
         self.w = world
 
@@ -227,10 +229,14 @@ class FakeDirectory:
     def state_list(self, prefix: str) -> dict:
         return {}  # no router announced: the handover holds none (slacker/router/freeze.py)
 
+    def warm(self) -> None:
+        pass  # a store in the same process: no connection to open
+
 
 class FakeNode:
     def __init__(self, world: World, root: Path) -> None:
         self.name = "node-1"
+        self.protocol = 2
         self.token = "fake-token"
         self.config = SimpleNamespace(data_root=str(root), fault_injection=False, tls=None)
         self.journal = Journal(root / "journal")
@@ -238,7 +244,8 @@ class FakeNode:
         self.target = FakeTargetAgent(world)
         nodes = {n: SimpleNamespace(name=n, tenant_host=h, url=f"http://{h}:1")
                  for n, h in (("node-1", "127.0.0.2"), ("node-2", "127.0.0.3"))}
-        self.cluster = SimpleNamespace(node=lambda n: nodes[n], local_subnet=None)
+        self.cluster = SimpleNamespace(node=lambda n: nodes[n], local_subnet=None, directory_backend="sqlite",
+                                       directory_node="node-1")
         self.tenants = SimpleNamespace(exists=lambda tid: not world.retired)
         self.supervisor = SimpleNamespace(forget=lambda tid: None, busy=set())
 

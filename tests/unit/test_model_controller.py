@@ -367,7 +367,7 @@ def test_the_migration_marks_the_read_in_the_backups_start_the_lock_and_a_pause(
 
     from slacker.controller.marks import BACKUP_START_S, CopyMarks
 
-    pipe = SimpleNamespace(prereading=True, commit_locked=False)
+    pipe = SimpleNamespace(prereading=True, commit_locked=False, rate=None)  # a ThrottledPipe's attributes
     ctl = ModelController(0.1, MAX)
     policy = SimpleNamespace(controller=ctl)
     marks = CopyMarks()

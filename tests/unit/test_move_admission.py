@@ -3,7 +3,12 @@ read the latency with the ones already started, and only while the rate leaves e
 
 from __future__ import annotations
 
+from slacker.migration.options import MigrationOptions, MigrationRequest
 from slacker.rebalance.moves import ADMIT_AFTER_S, MoveRunner
+
+
+def _request(tenant: str, target: str) -> MigrationRequest:
+    return MigrationRequest(tenant, MigrationOptions(target=target))
 
 
 class _Agent:
@@ -37,7 +42,7 @@ def test_an_idle_node_takes_one_copy_not_a_batch():
 def test_the_next_copy_waits_until_the_controller_has_measured_the_newest():
     agent = _Agent()
     r = _runner(agent)
-    first = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    first = r.start("a", "node-1", "node-2", _request("a", "node-2"))
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6}
     assert not r.may_start("node-1", "node-3")
     assert "not yet measured" in r.why_not
@@ -52,7 +57,7 @@ def test_the_next_copy_waits_until_the_controller_has_measured_the_newest():
 def test_a_move_past_its_copy_does_not_hold_the_next_copy_back():
     agent = _Agent()
     r = _runner(agent)
-    first = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    first = r.start("a", "node-1", "node-2", _request("a", "node-2"))
     first.doc["phase"] = "prepare"  # its copy ended: the target prepares, the source's budget is free
     assert r.may_start("node-1", "node-3")
 
@@ -60,7 +65,7 @@ def test_a_move_past_its_copy_does_not_hold_the_next_copy_back():
 def test_moves_with_controllers_of_their_own_are_counted_only():
     agent = _Agent()
     r = MoveRunner({"node-1": agent}, max_parallel=2, budget=False)
-    r.start("a", "node-1", "node-2", {"tenant": "a"})
+    r.start("a", "node-1", "node-2", _request("a", "node-2"))
     assert r.may_start("node-1", "node-3", pending=0)
     assert not r.may_start("node-1", "node-4", pending=1, pending_targets=("node-3",))
     assert "--max-parallel 2" in r.why_not
@@ -83,8 +88,8 @@ def test_a_node_whose_copies_are_all_held_at_zero_sheds_its_newest_and_takes_one
 
     agent = _AbortingAgent()
     r = _runner(agent)
-    old = r.start("a", "node-1", "node-2", {"tenant": "a"})
-    new = r.start("b", "node-1", "node-3", {"tenant": "b"})
+    old = r.start("a", "node-1", "node-2", _request("a", "node-2"))
+    new = r.start("b", "node-1", "node-3", _request("b", "node-3"))
     old.started_at, new.started_at = 100.0, 110.0
     for m in (old, new):
         m.doc["phase"] = "snapshot"
@@ -106,7 +111,7 @@ def test_a_node_whose_copies_are_all_held_at_zero_sheds_its_newest_and_takes_one
 def test_one_copy_held_at_zero_is_not_shed():
     agent = _AbortingAgent()
     r = _runner(agent)
-    only = r.start("a", "node-1", "node-2", {"tenant": "a"})
+    only = r.start("a", "node-1", "node-2", _request("a", "node-2"))
     only.doc["phase"] = "snapshot"
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 0}
     assert r.shed_one("node-1", now=0.0) is None and r.shed_one("node-1", now=1000.0) is None

@@ -24,6 +24,9 @@ class FakePolicy:
         self.metrics = "node"
         self.kind = "model"
         self.unthrottled_at_max = True
+        self.baseline_latency_s = None  # what a RatePolicy measured before the copy (none here)
+        self.baseline_idle = False
+        self.latency_source = None
 
     def _sp(self, v: float) -> None:
         self.controller.setpoint_s = v

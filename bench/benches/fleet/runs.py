@@ -8,7 +8,8 @@ import threading
 import time
 
 from slacker.migration.protocol import Phase
-from slacker.migration.remote import migration_body, start_migration
+from slacker.migration.options import MigrationOptions, MigrationRequest
+from slacker.migration.remote import latency_move, start_migration
 from slacker.rebalance.drain import DrainOptions, drain
 from slacker.rebalance.planner import Settings
 
@@ -113,8 +114,8 @@ def move_back(fleet: Fleet, node: str, tenants: list[str]) -> None:
         src = owners[t]
         if src == node:
             continue
-        body = migration_body(t, node, max_freeze=2.0)
-        docs.append((src, start_migration(fleet.agents[src], body)))
+        request = MigrationRequest.checked(t, MigrationOptions(target=node, max_freeze_s=2.0))
+        docs.append((src, start_migration(fleet.agents[src], request)))
     for src, doc in docs:
         wait_until(lambda: not fleet.agents[src].request("GET", f"/v1/migrations/{doc['id']}")["active"], 1800, 1.0)
     left = [t for t, n in fleet.owners().items() if t in tenants and n != node]
@@ -135,8 +136,8 @@ def pair_once(fleet: Fleet, node: str, budget: str, setpoint_s: float, pair: lis
     docs: list = [None, None]
 
     def start(i: int, t: str, tgt: str) -> None:
-        body = migration_body(t, tgt, setpoint=setpoint_s, force=True, max_freeze=2.0, budget=budget)
-        docs[i] = start_migration(fleet.agents[node], body)
+        request = latency_move(t, tgt, setpoint_s, max_rate_bytes_per_s=None, max_freeze_s=2.0, budget=budget)
+        docs[i] = start_migration(fleet.agents[node], request)
     threads = [threading.Thread(target=start, args=(i, t, tgt)) for i, (t, tgt) in enumerate(zip(pair, targets))]
     for th in threads:
         th.start()

@@ -10,7 +10,9 @@ import time
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
 from slacker.latency import RouterLatencySource
-from slacker.migration.remote import follow, migration_body, start_migration
+from slacker.controller.settings import ControllerSettings
+from slacker.migration.options import MigrationOptions, MigrationRequest
+from slacker.migration.remote import follow, start_migration
 from slacker.router.control import registered_routers
 
 from .test_cli import slacker
@@ -84,7 +86,8 @@ def test_the_routers_latency_is_the_clients(routed):
         # controller is built) without seconds of measuring first.
         agents, _ = cluster_clients(cluster)
         t0 = time.monotonic()
-        doc = start_migration(agents["node-1"], migration_body("lat1", "node-2", setpoint=2.0))
+        doc = start_migration(agents["node-1"], MigrationRequest.checked(
+            "lat1", MigrationOptions(target="node-2", controller=ControllerSettings(setpoint_s=2.0))))
         took = time.monotonic() - t0
         doc = follow(agents["node-1"], doc)
         assert doc["result"] == "succeeded", doc["error"]

@@ -11,6 +11,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
+from typing import Iterable
 
 from ..errors import InvalidInput
 
@@ -195,6 +196,12 @@ class DirectoryStore(ABC):
     @abstractmethod
     def list(self) -> list[Ownership]:
         """All tenants."""
+
+    def owners(self, tenants: Iterable[str]) -> dict[str, Ownership]:
+        """The owners of `tenants` the directory knows (unknown ones left out). An agent asks this for its own
+        tenants on every tick: a store whose list() grows with the fleet answers it with reads of those keys."""
+        wanted = set(tenants)
+        return {o.tenant: o for o in self.list() if o.tenant in wanted} if wanted else {}
 
     @abstractmethod
     def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:

@@ -184,3 +184,18 @@ def test_a_snapshot_reads_every_tenant_in_pages_at_one_revision(store):
     snap = store.changes(None, 0)
     assert snap.reset and [o.tenant for o in snap.owners] == [f"p{i}" for i in range(7)]
     assert not store.changes(snap.revision, 0.3).owners
+
+
+def test_owners_reads_only_the_tenants_asked_for_in_txns_of_point_reads(store, monkeypatch):
+    import slacker.directory.etcd as etcd_store
+
+    for i in range(7):
+        store.register(f"o{i}", "node-1" if i % 2 else "node-2", "127.0.0.2", 22000 + i)
+    monkeypatch.setattr(etcd_store, "OWNERS_PER_TXN", 3)
+    calls = []
+    real = store.gw.call
+    monkeypatch.setattr(store.gw, "call", lambda path, *a, **k: calls.append(path) or real(path, *a, **k))
+    got = store.owners(["o1", "o2", "o5", "o6", "gone"])
+    assert {t: o.node for t, o in got.items()} == {"o1": "node-1", "o2": "node-2", "o5": "node-1", "o6": "node-2"}
+    assert calls == ["/kv/txn", "/kv/txn"]  # 5 keys in txns of 3: never a range over the fleet
+    assert store.owners([]) == {}

@@ -20,6 +20,7 @@ import threading
 import time
 import tomllib
 from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -50,6 +51,11 @@ DIRECTORY_BACKENDS = ("sqlite", "etcd")
 
 @dataclass
 class Cluster:
+    # How a cluster reaches its directory to learn the members (cluster, token) -> DirectoryStore. Set by
+    # slacker.agent.client, which holds the clients, when it is imported (the CLI, agents and routers all
+    # import it): this module needs nothing above it. None: only the file's seeds are known.
+    directory_factory: ClassVar[Callable[["Cluster", str], Any] | None] = None
+
     path: Path
     token_file: Path  # the credential file this host presents (`credential_file` or `token_file`)
     directory_node: str
@@ -99,9 +105,11 @@ class Cluster:
 
     def _follow_from_file(self) -> bool:
         from .errors import SlackerError
+        factory = Cluster.directory_factory
+        if factory is None:
+            return False
         try:
-            from .agent.client import directory_for
-            self.follow_members(directory_for(self, self.token()))
+            self.follow_members(factory(self, self.token()))
             return True
         except SlackerError as exc:
             log.debug("cannot reach the directory for the members: %s", exc.one_line())

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode, urlparse
 
 from .. import protocol_version
+from ..config import Cluster
 from ..directory import DirectoryStore, EtcdStore, LockInfo, Member, OwnerChanges, Ownership, SQLiteStore
 from ..errors import AgentUnavailable, NotFound, SlackerError, Unauthorized, error_from_dict
 
@@ -339,6 +340,9 @@ def directory_for(cluster, token: str, caller: str = "this slacker CLI") -> Dire
         return _etcd(cluster)
     d = cluster.directory
     return DirectoryClient(AgentClient(d.url, token, d.name, ca_file=cluster.tls_ca, caller=caller))
+
+
+Cluster.directory_factory = staticmethod(directory_for)  # how a Cluster file without [[nodes]] learns its members
 
 
 def cluster_clients(cluster) -> tuple[AgentPool, DirectoryStore]:

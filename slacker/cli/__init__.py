@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from ..agent import client as _agent_client  # noqa: F401 -- a cluster file learns its members through it
 from ..errors import SlackerError
 from .common import CliContext, option
 

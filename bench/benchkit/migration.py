@@ -55,7 +55,8 @@ def wait_until(cluster, mid: str, what: str, done, source: str = "node-1", timeo
     agents, _ = cluster_clients(cluster)
     deadline = time.monotonic() + timeout_s
     while not done(doc := agents[source].request("GET", f"/v1/migrations/{mid}")):
-        assert time.monotonic() < deadline, f"{what} never happened"
+        assert time.monotonic() < deadline, (f"{what} never happened (phase {doc.get('phase')}, waiting for "
+                                             f"{doc.get('waiting_for') or 'nothing'}, step {doc.get('handover_step')})")
         time.sleep(0.05)
     return doc
 

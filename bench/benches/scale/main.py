@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import sys
@@ -73,12 +72,7 @@ def main() -> None:
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--plot", help="write a PNG plot here")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    if sizes != sorted(sizes) or sizes[0] < 1:
-        ap.error("--sizes must be ascending positive counts")
-    if args.nodes < 3:
-        ap.error("--nodes must be at least 3 (the etcd directory runs on the first three node addresses)")
-    machine = f"{platform.node()} {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, {platform.platform()}"
+    sizes, machine = measure.sizes_and_machine(ap, args)
     print(f"machine: {machine}")
     run_dir = Path(tempfile.mkdtemp(prefix="scale-", dir="/tmp"))
     block = random.Random(os.getpid()).randrange(2, 99)

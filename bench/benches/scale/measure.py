@@ -4,6 +4,8 @@ threads, etcd's requests and watchers (from its /metrics)."""
 
 from __future__ import annotations
 
+import os
+import platform
 import random
 import statistics
 import subprocess
@@ -141,3 +143,14 @@ def window(cluster: ScaleCluster, seconds: float) -> dict:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
+
+
+def sizes_and_machine(ap, args) -> tuple[list[int], str]:
+    """--sizes checked (ascending, positive) and --nodes (etcd needs three), and the machine line both modes print."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if sizes != sorted(sizes) or sizes[0] < 1:
+        ap.error("--sizes must be ascending positive counts")
+    if args.nodes < 3:
+        ap.error("--nodes must be at least 3 (the etcd directory runs on the first three node addresses)")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return sizes, f"{platform.node()} {os.cpu_count()} cores, {memory:.0f} GiB, {platform.platform()}"

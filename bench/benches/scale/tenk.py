@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -226,13 +225,7 @@ def main() -> None:
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--plot", help="write a PNG plot here")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    if sizes != sorted(sizes) or sizes[0] < 1:
-        ap.error("--sizes must be ascending positive counts")
-    if args.nodes < 3:
-        ap.error("--nodes must be at least 3 (the etcd directory runs on the first three node addresses)")
-    machine = (f"{platform.node()} {os.cpu_count()} cores, "
-               f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, {platform.platform()}")
+    sizes, machine = measure.sizes_and_machine(ap, args)
     say(f"machine: {machine}")
     # A first guess of each size's fixed part; replaced by what the first size took.
     per_size_s = args.settle_s + args.window_s + 40 + args.logins * 0.01 + (0 if args.no_move else 25) \

@@ -34,7 +34,7 @@ LOCAL_CLUSTER_FILE = Path("run/cluster.toml")
 # stands in must not redirect commands meant for the fleet.
 DEFAULT_CLUSTER_PATHS = ((SYSTEM_CLUSTER_FILE, "the system file"), (LOCAL_CLUSTER_FILE, "the working directory"))
 log = logging.getLogger("slacker.config")
-# An unknown node name makes a reader ask the directory again, at most this often.
+# An unknown node name makes a reader ask the directory again, at most this often (it waits out the rest).
 MEMBER_MISS_REFRESH_S = 1.0
 
 
@@ -122,13 +122,22 @@ class Cluster:
         if spec is None and self.member_source is None:
             self._follow_from_file()
             spec = self.nodes.get(name)
-        elif spec is None and time.monotonic() - self.members_read_at >= MEMBER_MISS_REFRESH_S:
-            self.refresh_members()
+        elif spec is None:
+            # A view read before the node joined (`cluster up` registers every node just after the
+            # agents' first reads) must not answer: read once more, after the miss, no sooner than
+            # MEMBER_MISS_REFRESH_S after the last read (so unknown names cannot hammer the directory).
+            missed_at = time.monotonic()
+            time.sleep(max(0.0, self.members_read_at + MEMBER_MISS_REFRESH_S - missed_at))
+            if self.members_read_at <= missed_at:
+                self.refresh_members()
             spec = self.nodes.get(name)
         if spec is None:
             where = "the directory" if self.member_source is not None else f"{self.path}"
-            raise NotFound(f"node {name!r} is not a member of the cluster",
-                           f"{where} lists {', '.join(sorted(self.nodes)) or 'no nodes'}",
+            listed = f"{where} lists {', '.join(sorted(self.nodes)) or 'no nodes'}"
+            if self.member_source is not None and self.members_error:
+                listed = f"the directory could not be read ({self.members_error}); the last view lists " \
+                         f"{', '.join(sorted(self.nodes)) or 'no nodes'}"
+            raise NotFound(f"node {name!r} is not a member of the cluster", listed,
                            "start its agent (it registers itself) or `slacker node add`; see `slacker node list`")
         return spec
 

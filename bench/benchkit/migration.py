@@ -55,10 +55,23 @@ def wait_until(cluster, mid: str, what: str, done, source: str = "node-1", timeo
     agents, _ = cluster_clients(cluster)
     deadline = time.monotonic() + timeout_s
     while not done(doc := agents[source].request("GET", f"/v1/migrations/{mid}")):
-        assert time.monotonic() < deadline, (f"{what} never happened (phase {doc.get('phase')}, waiting for "
-                                             f"{doc.get('waiting_for') or 'nothing'}, step {doc.get('handover_step')})")
+        if time.monotonic() >= deadline:
+            dump_agent_stacks(cluster)
+            raise AssertionError(f"{what} never happened (phase {doc.get('phase')}, waiting for "
+                                 f"{doc.get('waiting_for') or 'nothing'}, step {doc.get('handover_step')}; "
+                                 "the agents' thread stacks are in their agent.log)")
         time.sleep(0.05)
     return doc
+
+
+def dump_agent_stacks(cluster) -> None:
+    """Ask every local agent of `cluster` to write its threads' stacks to its agent.log (SIGUSR1)."""
+    import signal
+    from slacker.procs import alive, read_pid
+    for pid_file in cluster.path.parent.glob("*/agent.pid"):
+        pid = read_pid(pid_file)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGUSR1)
 
 
 def wait_flipped(cluster, mid: str, source: str = "node-1", timeout_s: float = 90) -> dict:

@@ -10,6 +10,7 @@ a known one outside its scope 403 with one line.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import logging
 import re
@@ -475,6 +476,8 @@ def run_forever(node: Node) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1 <agent>` writes every thread's stack to stderr (the agent's log): what a stuck step waits on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     log.info("agent %s listening on %s:%d (%s)", node.name, node.config.listen_host, server.server_address[1],
              "https" if server.ssl_context is not None else "http, plain text")
     while not stop.wait(1.0):

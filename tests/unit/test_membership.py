@@ -3,10 +3,12 @@ leaving on a SQLite directory, the new-form cluster file, and the protocol versi
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from slacker import protocol_version
-from slacker.config import NodeSpec, load_agent_config, load_cluster, merge_members
+from slacker.config import MEMBER_MISS_REFRESH_S, NodeSpec, load_agent_config, load_cluster, merge_members
 from slacker.directory import Member, SQLiteStore
 from slacker.errors import Conflict, InvalidInput, NotFound, VersionSkew
 from slacker.membership import join, leave
@@ -88,11 +90,17 @@ def test_a_follower_finds_a_node_that_joined_later(tmp_path, store):
     f.write_text(f'token_file = "{token}"\ndirectory = "node-1"\n[[nodes]]\nname = "node-1"\nurl = "http://a:1"\n')
     c = load_cluster(str(f)).follow_members(store)
     assert list(c.nodes) == ["node-1"]  # the seed, nobody registered yet
-    join(store, Member("node-4", "http://d:1", "d", 2))
-    c.members_read_at = 0.0  # as if the last read were old
+    join(store, Member("node-4", "http://d:1", "d", 2))  # just after the read: the view is stale
     assert c.node("node-4").url == "http://d:1"
-    with pytest.raises(NotFound, match="node 'node-9' is not a member"):
-        c.node("node-9")
+    reads = []
+    real = store.members
+    store.members = lambda: reads.append(time.monotonic()) or real()
+    t0 = time.monotonic()
+    for _ in range(3):  # unknown names read the directory again, but at most once per MEMBER_MISS_REFRESH_S
+        with pytest.raises(NotFound, match="node 'node-9' is not a member"):
+            c.node("node-9")
+    assert len(reads) == 3 and all(b - a >= MEMBER_MISS_REFRESH_S * 0.99 for a, b in zip(reads, reads[1:]))
+    assert reads[0] - t0 < MEMBER_MISS_REFRESH_S + 0.2
 
 
 def test_advertised_url_derived_from_listen(tmp_path):

@@ -94,6 +94,42 @@ def choose_port(tenant_id: str, port_range: tuple[int, int], taken: Iterable[int
                    "widen the node's port_range or delete unused tenants")
 
 
+def port_holders(port: int) -> list[str]:
+    """Who listens on TCP `port` (any address), as "NAME[PID]" (or "inode N" when no process of this
+    host's /proc shows the socket): for the error that says a tenant's port is taken."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f[9])
+    found: list[str] = []
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    inodes.discard(target[8:-1])
+                    found.append(f"{(pid_dir / 'comm').read_text().strip()}[{pid_dir.name}]")
+        except OSError:
+            continue
+    return found + [f"inode {i}" for i in sorted(inodes)]
+
+
+def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
+    """Until `port` can be bound on `host` (a server just stopped may still hold it for a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def port_is_free(host: str, port: int) -> bool:
     s = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_STREAM)
     try:

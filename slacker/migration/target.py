@@ -26,13 +26,15 @@ from ..mariadb import ops, replication
 from ..mariadb.rowsums import table_sums
 from ..procs import kill_group, kill_orphan
 from ..tenants import DEFAULT_BUFFER_POOL_BYTES
-from ..tenants import Tenant, port_is_free, validate_tenant_id
+from ..tenants import Tenant, port_holders, validate_tenant_id, wait_port_free
 from ..transfer import Receiver
 from .journal import Entry
 from .participants import Participants
 from .protocol import TARGET_MOVES, Phase, TargetState, check
 
 log = logging.getLogger("slacker.migration.target")
+# How long a target waits for the tenant's port to free up (a server of it that just stopped) before refusing.
+PORT_FREE_WAIT_S = 10.0
 
 
 class IncomingMigration:
@@ -438,9 +440,13 @@ class IncomingRegistry:
         if self.node.tenants.exists(tid):
             raise Conflict(f"node {self.node.name} already has a tenant {tid}",
                            "a tenant with that id exists there", "delete it first or pick another target")
-        if not port_is_free(self.node.config.tenant_host, port):
-            raise Conflict(f"port {port} is in use on {self.node.config.tenant_host}", "the tenant needs its port",
-                           "stop whatever listens there")
+        # A copy of this tenant this node just retired (a move back right after a move away) may hold the
+        # port for a moment while its server exits: wait that out before refusing.
+        if not wait_port_free(self.node.config.tenant_host, port, PORT_FREE_WAIT_S):
+            holders = port_holders(port)
+            raise Conflict(f"port {port} is in use on {self.node.config.tenant_host}",
+                           f"the tenant needs its port; {', '.join(holders) or 'a process'} listens there "
+                           f"(still after {PORT_FREE_WAIT_S:g}s)", "stop whatever listens there")
         self.node.claim(tid)
         try:
             inc = IncomingMigration.create(self.node, body, self.participants)

@@ -91,3 +91,30 @@ def test_own_clock_sums_the_threads_lines_per_second(tmp_path):
     assert resp == {1700000001: (10.0, pytest.approx(0.4)), 1700000002: (2.0, pytest.approx(0.04))}
     assert own_clock(log, service=True)[1700000001] == (10.0, pytest.approx(0.2))
     assert own_clock(tmp_path / "none.log") == {}
+
+
+def test_the_bench_posts_a_checked_request(monkeypatch):
+    """The bench starts its moves through the same typed request as the CLI (a plain dict is refused)."""
+    from types import SimpleNamespace
+
+    from benches.setpoint import runner
+    from slacker.migration.options import MigrationRequest
+
+    sent = []
+
+    class Posted(Exception):
+        pass
+
+    def start(agent, request):
+        sent.append(request)
+        raise Posted
+
+    monkeypatch.setattr(runner, "start_migration", start)
+    bench = SimpleNamespace(node_of=lambda t: "node-1", agents={"node-1": None})
+    with pytest.raises(Posted):
+        runner.Bench.migrate(bench, "t1", controller={"kind": "model", "setpoint_s": 0.02, "force": True})
+    with pytest.raises(Posted):
+        runner.Bench.migrate(bench, "t1", rate=5e6)
+    assert all(isinstance(r, MigrationRequest) for r in sent)
+    assert sent[0].to_wire()["controller"]["kind"] == "model" and sent[0].to_wire()["target"] == "node-2"
+    assert sent[1].to_wire()["rate_bytes_per_s"] == 5e6 and "controller" not in sent[1].to_wire()

@@ -30,6 +30,7 @@ from slacker.agent.tenant_stats import data_bytes
 from slacker.client import resolve
 from slacker.config import load_cluster
 from slacker.errors import SlackerError
+from slacker.migration.options import MigrationOptions, MigrationRequest
 from slacker.migration.remote import follow, start_migration
 from slacker.units import parse_server_size
 from slacker.ycsb.process import BenchmarkProcess
@@ -464,13 +465,10 @@ class Bench:
                 abort_after_s: float | None = None, name: str = "", keep_series: bool = True) -> dict:
         src = self.node_of(tenant)
         target = "node-2" if src == "node-1" else "node-1"
-        body: dict = {"tenant": tenant, "target": target}
-        if rate is not None:
-            body["rate_bytes_per_s"] = rate
-        if controller is not None:
-            body["controller"] = controller
+        request = MigrationRequest.checked(tenant, MigrationOptions(target=target, rate_bytes_per_s=rate,
+                                                                   controller=controller))
         posted = time.time()
-        doc = start_migration(self.agents[src], body)
+        doc = start_migration(self.agents[src], request)
         mid = doc["id"]
         try:
             doc, aborted_at = self._follow(src, doc, abort_after_s)

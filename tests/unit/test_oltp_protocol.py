@@ -29,6 +29,24 @@ def test_best_oracle_is_the_fastest_rate_that_met_the_setpoint():
     assert pr.best_oracle(fixed + [(200 * MB, 0.025)], 0.028) == 200 * MB
     assert pr.best_oracle(fixed, 0.010) is None
     assert pr.oracle_rates(200 * MB, [0.85, 0.35, 0.6]) == [70 * MB, 120 * MB, 170 * MB]
+    # the warm-up's latency known: around where the line (0, own) -> (unthrottled, its mean) crosses the setpoint
+    got = pr.oracle_rates(130 * MB, [1, 2, 4], own_s=0.013, unthrottled_mean_s=0.093, setpoint_s=0.021)
+    assert got == pytest.approx([13 * MB, 26 * MB, 52 * MB])
+    # a factor at or over the unthrottled rate is dropped; the unthrottled copy under the setpoint: fractions
+    assert pr.oracle_rates(130 * MB, [1, 8, 16], 0.013, 0.093, 0.021) == pytest.approx([13 * MB, 104 * MB])
+    assert pr.oracle_rates(100 * MB, [0.5, 2], 0.013, 0.018, 0.021) == pytest.approx([50 * MB, 95 * MB])
+
+
+def test_a_nonbinding_setpoint_sits_above_the_unthrottled_copy():
+    assert pr.nonbinding_setpoint(0.013, 4, 0.030) == pytest.approx(0.052)  # 4x binds nothing here
+    assert pr.nonbinding_setpoint(0.013, 4, 0.094) == pytest.approx(0.1175)  # the copy took it to 94 ms
+    assert pr.nonbinding_setpoint(0.013, 4, None) == pytest.approx(0.052)
+    runs = {"unthrottled": {"rate": 150, "mean_s": 0.094, "time_s": 10.0},
+            "model-router:nb": {"rate": 110, "mean_s": 0.05, "time_s": 13.0, "setpoint_s": 0.0535}}
+    f = pr.block_ratios(runs, 0.02, [])
+    assert f["model-router:nb:bound"] is True and f["model-router:nb:time/unthr"] == pytest.approx(1.3)
+    runs["model-router:nb"]["setpoint_s"] = 0.1175
+    assert pr.block_ratios(runs, 0.02, [])["model-router:nb:bound"] is False
 
 
 def test_block_ratios_pair_each_arm_with_the_blocks_own_oracle_and_unthrottled_move():
@@ -118,3 +136,18 @@ def test_the_bench_posts_a_checked_request(monkeypatch):
     assert all(isinstance(r, MigrationRequest) for r in sent)
     assert sent[0].to_wire()["controller"]["kind"] == "model" and sent[0].to_wire()["target"] == "node-2"
     assert sent[1].to_wire()["rate_bytes_per_s"] == 5e6 and "controller" not in sent[1].to_wire()
+
+
+def test_step_recovery_counts_from_the_step_end():
+    """The doubled load alone fills the tenant: the clock starts when the load returns to its level."""
+    from benches.setpoint.oltp import step_recovery
+
+    c0 = 1000.0
+    # rows: [s from the copy's start, client response ms, service ms, router ms, server ms]
+    lat = {**{s: 15.0 for s in range(0, 4)}, **{s: 300.0 for s in range(4, 24)}, 24: 60.0, 25: 30.0,
+           **{s: 16.0 for s in range(26, 40)}}
+    m = {"copy": [c0, c0 + 38], "setpoint_s": 0.02, "step": {"at": c0 + 4, "until": c0 + 24},
+         "seconds": [[s, v, v, v, v] for s, v in sorted(lat.items())]}
+    assert step_recovery(m) == pytest.approx(2.0)  # over at 24 and 25 s, back at 26 s
+    m["step"]["until"] = None  # the step outlasted the copy: nothing after it within the copy
+    assert step_recovery(m) is None

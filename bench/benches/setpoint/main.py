@@ -47,8 +47,10 @@ migrates it back and forth between the two nodes:
              sysbench closed loop, or the harness at --capacity-probe-tps), the load at
              --load-fraction of it (sysbench at constant arrivals with its own clock per second,
              or the harness), the load's own latency over --pre-window after --warmup, the
-             setpoints --binding-mult and --nonbinding-mult times it; --warmup-moves unthrottled
-             moves (not judged; the last one's rate times --oracle-factors gives the fixed rates);
+             binding setpoint --binding-mult times it; --warmup-moves unthrottled moves (not
+             judged): the fixed rates are --oracle-factors times the rate where the line from the
+             load's own latency to the warm-up's crosses the setpoint, and the non-binding setpoint
+             is --nonbinding-mult times the own latency, or 1.25x the warm-up's if higher;
              then in an order rotated each block: the fixed rates (each a move aborted after
              --level: the oracle), the model with the router's source (the default), the model
              with the server's, PID with the router's, all at the binding setpoint; unthrottled;
@@ -56,7 +58,7 @@ migrates it back and forth between the two nodes:
              (--step-factor - 1) x the rate for --step-s, from --step-delay into the copy),
              model with each source. Per block: mean / setpoint, speed / the fastest fixed
              rate (or the unthrottled move) that met the setpoint, non-binding time /
-             unthrottled, seconds until back under the setpoint after the step, and per second
+             unthrottled, seconds until back under the setpoint after the step ends, and per second
              the router's and the server's latency against the load's own clock (correlation,
              ratio); the median and 90 % interval over blocks. --until HH:MM starts no block that
              would end after it (bench/benches/setpoint/oltp.py, protocol.py):
@@ -215,8 +217,10 @@ def parse_args(argv=None):
     g.add_argument("--binding-mult", type=float, default=1.6,
                    help="the binding setpoint: this times the load's own latency measured at the block's start")
     g.add_argument("--nonbinding-mult", type=float, default=4.0, help="the non-binding setpoint's multiple (default 4)")
-    g.add_argument("--oracle-factors", default="0.35,0.6,0.85",
-                   help="the block's fixed rates, as multiples of its warm-up move's unthrottled rate")
+    g.add_argument("--oracle-factors", default="1,2,4",
+                   help="the block's fixed rates: multiples of the rate where the line from the load's own latency "
+                        "to the unthrottled warm-up's crosses the binding setpoint (below the unthrottled rate); "
+                        "fractions of the unthrottled rate where the warm-up stayed under it")
     g.add_argument("--warmup-moves", type=int, default=1, help="unthrottled moves at a block's start, not judged")
     g.add_argument("--capacity-s", type=parse_duration, default=8.0,
                    help="how long the capacity probe before each block runs (default 8s)")
@@ -342,7 +346,7 @@ def main(argv=None) -> int:
         if (res.get("oltp") or {}).get("blocks"):
             for blk in res["oltp"]["blocks"]:
                 if blk.get("figures"):
-                    oltp.refigure(blk)
+                    oltp.refigure(blk, (res.get("config") or {}).get("judge_clock") or "response")
             res["oltp"]["summary"] = oltp.summary(res["oltp"])
         print(report(res, args.head_exclude))
         print(stable.report(res))

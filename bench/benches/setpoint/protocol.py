@@ -230,10 +230,29 @@ def best_oracle(fixed: list[tuple[float, float]], setpoint_s: float) -> float | 
     return max(met_rates) if met_rates else None
 
 
-def oracle_rates(unthrottled_rate: float, factors: list[float]) -> list[float]:
-    """The block's fixed rates: multiples of the previous unthrottled move's achieved rate (below 1:
-    the knee lies between them and the unthrottled rate on a plant where the setpoint binds)."""
-    return sorted({unthrottled_rate * f for f in factors if f > 0})
+def oracle_rates(unthrottled_rate: float, factors: list[float], own_s: float | None = None,
+                 unthrottled_mean_s: float | None = None, setpoint_s: float | None = None) -> list[float]:
+    """The block's fixed rates, around where the setpoint should bind. With the warm-up's latency known
+    (the load's own `own_s`, `unthrottled_mean_s` during the unthrottled copy): multiples of the rate where
+    the line from (0, own) to (unthrottled rate, its mean) crosses the setpoint -- latency rises faster
+    than that line near the knee, so the crossing is a low estimate and the factors spread above it;
+    rates at or above the unthrottled one are dropped (it is a candidate of its own). Without it (or where
+    the unthrottled copy stayed under the setpoint): `factors` are fractions of the unthrottled rate."""
+    if (own_s is not None and unthrottled_mean_s is not None and setpoint_s is not None
+            and unthrottled_mean_s > setpoint_s > own_s):
+        crossing = unthrottled_rate * (setpoint_s - own_s) / (unthrottled_mean_s - own_s)
+        rates = sorted({crossing * f for f in factors if f > 0 and crossing * f < 0.95 * unthrottled_rate})
+        if rates:
+            return rates
+        return [crossing]
+    return sorted({unthrottled_rate * min(f, 0.95) for f in factors if f > 0})
+
+
+def nonbinding_setpoint(own_s: float, mult: float, unthrottled_mean_s: float | None, margin: float = 1.25) -> float:
+    """A setpoint that does not bind: `mult` times the load's own latency, raised to `margin` times the
+    latency the unthrottled warm-up copy caused where that is higher (on a load whose latency an
+    unthrottled copy multiplies, a fixed multiple of its own would bind)."""
+    return max(mult * own_s, margin * unthrottled_mean_s if unthrottled_mean_s else 0.0)
 
 
 def block_ratios(runs: dict[str, dict], setpoint_s: float, arms: list[str]) -> dict:
@@ -252,15 +271,18 @@ def block_ratios(runs: dict[str, dict], setpoint_s: float, arms: list[str]) -> d
     for m, r in runs.items():
         if m.endswith(":nb"):
             out[f"{m}:time/unthr"] = r["time_s"] / u["time_s"] if r and u and u.get("time_s") else None
+            # a non-binding setpoint the unthrottled move went over did bind: its time is not comparable
+            out[f"{m}:bound"] = bool(u and u.get("mean_s") and r.get("setpoint_s") and u["mean_s"] > r["setpoint_s"])
     return out
 
 
 def recovery_s(seconds: list[tuple[float, float | None]], setpoint_s: float, step_at: float,
                hold: int = 3) -> float | None:
-    """Seconds from the load step (`step_at`) until the latency is back under the setpoint and stays
-    there `hold` seconds in a row ((second's end, mean latency s) each, in order): the end of the first
-    second of that run, minus step_at. 0 when it never left; None when it was not back by the last
-    second (the copy ended first, or it never came back)."""
+    """Seconds from `step_at` (the oltp bench passes the load step's end: while the doubled load alone
+    fills the tenant no copy rate keeps the setpoint) until the latency is back under the setpoint and
+    stays there `hold` seconds in a row ((second's end, mean latency s) each, in order): the end of the
+    first second of that run, minus step_at. 0 when it never left; None when it was not back by the
+    last second (the copy ended first, or it never came back)."""
     after = [(t, v) for t, v in seconds if t > step_at and v is not None]
     if not after:
         return None

@@ -132,11 +132,13 @@ class Cluster:
                 self.refresh_members()
             spec = self.nodes.get(name)
         if spec is None:
-            where = "the directory" if self.member_source is not None else f"{self.path}"
-            listed = f"{where} lists {', '.join(sorted(self.nodes)) or 'no nodes'}"
-            if self.member_source is not None and self.members_error:
-                listed = f"the directory could not be read ({self.members_error}); the last view lists " \
-                         f"{', '.join(sorted(self.nodes)) or 'no nodes'}"
+            names = ', '.join(sorted(self.nodes)) or 'no nodes'
+            if self.member_source is None:
+                listed = f"{self.path} lists {names}"
+            elif self.members_error:
+                listed = f"the directory could not be read ({self.members_error}); the last view lists {names}"
+            else:
+                listed = f"the directory lists {names}"
             raise NotFound(f"node {name!r} is not a member of the cluster", listed,
                            "start its agent (it registers itself) or `slacker node add`; see `slacker node list`")
         return spec

@@ -107,6 +107,8 @@ def port_holders(port: int) -> list[str]:
             f = line.split()
             if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                 inodes.add(f[9])
+    if not inodes:
+        return []
     found: list[str] = []
     for pid_dir in Path("/proc").glob("[0-9]*"):
         try:

@@ -6,7 +6,9 @@ metrics only (there "slacker" is the project's name)."""
 
 from __future__ import annotations
 
+import functools
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,7 +161,15 @@ def path_exists(path: str) -> bool:
     path = re.sub(r"[A-Z]{3,}", "*", path.rstrip(".,:;"))  # bench/benches/NAME/main.py: a placeholder
     if re.search(r"[*{]", path):
         return any(REPO.glob(re.sub(r"\{[^}]*\}", "*", path)))
-    return (REPO / path).exists()
+    return (REPO / path).exists() and not ignored(path)
+
+
+@functools.lru_cache(maxsize=None)
+def ignored(path: str) -> bool:
+    """A file git ignores (bench/out/, .venv/) exists only on the machine that made it, not in a clean clone."""
+    if not (REPO / ".git").exists():
+        return False
+    return subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", path], check=False).returncode == 0
 
 
 def module_exists(dotted: str) -> bool:

@@ -294,6 +294,12 @@ class TenantManager:
             # Data, sockets and secrets are the agent's user's alone (its tenants run as that user).
             with contextlib.suppress(PermissionError):
                 os.chmod(d, 0o700)
+        # Tenants whose running server may not be fenced as their tenant.json says: a fence is persisted
+        # before the server is told, so an agent killed in between (or a server that could not be told)
+        # leaves the two apart. At start that may be any tenant; the reconciler checks each once
+        # (slacker.migration.reconcile) and `apply_fence` brings the server in line.
+        self.fence_unsure: set[str] = {d.name for d in self.tenants_dir.iterdir()
+                                       if not d.name.startswith(".") and (d / "tenant.json").exists()}
 
     # ---- lookup -----------------------------------------------------------------
     def tenant_dir(self, tenant_id: str) -> Path:
@@ -516,17 +522,22 @@ class TenantManager:
             _wait_gone(pid, 10)
 
     # ---- fence / retire ---------------------------------------------------------------
-    def set_fenced(self, tenant: Tenant, fenced: bool, desired_state: str | None = None, conn=None) -> None:
+    def set_fenced(self, tenant: Tenant, fenced: bool, desired_state: str | None = None, conn=None,
+                   live: bool = True) -> None:
         """Fence (read_only) or unfence a tenant: persisted first, so a restart keeps it, then live
         (on `conn` when given: the connection holding a freeze).
 
-        Raises TenantError if the running server cannot be told; the persisted state stands.
+        Raises TenantError if the running server cannot be told; the persisted state stands. With
+        live=False only the persisted state changes: the caller brings the server in line (`apply_fence`).
         """
         tenant.info.fenced = fenced
         if desired_state is not None:
             tenant.info.desired_state = desired_state
+        self.fence_unsure.add(tenant.id)
         tenant.save()
         tenant.write_config()
+        if not live:
+            return
         if conn is not None:
             ops.set_read_only(conn, fenced)
         elif tenant.is_running():
@@ -535,6 +546,22 @@ class TenantManager:
                 ops.set_read_only(own, fenced)
             finally:
                 own.close()
+        self.fence_unsure.discard(tenant.id)
+
+    def apply_fence(self, tenant: Tenant) -> bool | None:
+        """Bring a running server's `read_only` in line with the fence its tenant.json holds. Returns
+        whether it had to change (None: the server is not running; it starts with its persisted fence).
+        Raises TenantError (and the tenant stays unsure) if the server cannot be asked."""
+        if not tenant.is_running():
+            self.fence_unsure.discard(tenant.id)
+            return None
+        own = tenant.admin_connect(timeout_s=5)
+        try:
+            changed = ops.ensure_read_only(own, tenant.info.fenced)
+        finally:
+            own.close()
+        self.fence_unsure.discard(tenant.id)
+        return changed
 
     def retire(self, tenant: Tenant, migration: str = "", pause: trash.Pause | None = None) -> trash.SetAside | None:
         """A migration source past the flip: marked retired (and fenced) on disk before it is

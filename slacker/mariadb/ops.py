@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pymysql
+
+from ..errors import TenantError
+
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 TRANSACTIONAL_ENGINES = ("InnoDB",)
@@ -71,6 +75,20 @@ def tables_without_primary_key(conn) -> list[str]:
             f"WHERE t.table_type = 'BASE TABLE' AND t.table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))}) "
             "AND c.constraint_name IS NULL ORDER BY 1", SYSTEM_SCHEMAS)
         return [r[0] for r in cur.fetchall()]
+
+
+def ensure_read_only(conn, on: bool) -> bool:
+    """Set `read_only` to `on` unless it is already; returns whether it changed. A server that cannot
+    be asked raises TenantError."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.read_only")
+            if bool(cur.fetchone()[0]) == on:
+                return False
+        set_read_only(conn, on)
+        return True
+    except pymysql.err.Error as exc:
+        raise TenantError("cannot set read_only", str(exc), "") from exc
 
 
 def set_read_only(conn, on: bool) -> None:

@@ -52,7 +52,7 @@ log = logging.getLogger("slacker.migration")
 
 MIN_ETA_THROUGHPUT_BYTES_PER_S = 1000.0
 FINISH_BACKOFF_MAX_S = 2.0  # past the flip: the longest pause between two retries of a forward step
-TARGET_HOLD_POINTS = ("activating", "started", "unfenced")  # hold_s points honoured by the target's activation
+TARGET_HOLD_POINTS = ("activating", "started", "unfencing", "unfenced")  # hold_s points honoured by the target's activation
 
 
 class Migration:

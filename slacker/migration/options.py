@@ -45,7 +45,7 @@ class MigrationOptions:
     # {"delta": 5} holds 5 s when that phase begins; {"frozen": 2} with the source frozen;
     # {"fenced": 2} fenced, before the compare-and-set; {"flipped": 2} right after it; {"activated": 2} after
     # the target took writes, before the routers are released. The target's activation pauses at
-    # "activating", "started" and "unfenced" (slacker.migration.target.IncomingMigration.activate).
+    # "activating", "started", "unfencing" and "unfenced" (slacker.migration.target.IncomingMigration.activate).
     hold_s: dict | None = None
     delta_applier: str = DEFAULT_APPLIER  # serial | concurrent (see docs/delta.md)
     delta_mpl: int | str = DEFAULT_MPL    # auto | parallel appliers

@@ -83,6 +83,12 @@ class Reconciler:
         local = [t for t in local if t.info.desired_state != "retired"]
         if not local:
             return
+        # A fence persisted but maybe not applied (the agent died in between): fencing a running server as
+        # its tenant.json says is always safe, so it is done at once; unfencing waits for the directory below.
+        unsure = {t.id for t in local if t.id in self.node.tenants.fence_unsure}
+        for t in local:
+            if t.id in unsure and t.info.fenced:
+                self._apply_fence(t)
         try:  # this node's tenants only: a tick costs the same in a fleet of ten or of ten thousand
             owners = self.node.directory.owners(t.id for t in local)
         except AgentUnavailable:
@@ -99,5 +105,16 @@ class Reconciler:
                     log.error("tenant %s runs writable here but the directory names %s: fencing it", t.id,
                               own.node)
                     self.node.tenants.set_fenced(t, True)
+                elif t.id in unsure and not t.info.fenced:
+                    self._apply_fence(t)
             except SlackerError as exc:
                 log.warning("reconciling tenant %s: %s", t.id, exc.one_line())
+
+    def _apply_fence(self, t) -> None:
+        try:
+            if self.node.tenants.apply_fence(t):
+                log.warning("tenant %s: its server was %s although its tenant.json says %s (an agent stopped "
+                            "between the two): now %s", t.id, "writable" if t.info.fenced else "read-only",
+                            "fenced" if t.info.fenced else "unfenced", "read-only" if t.info.fenced else "writable")
+        except SlackerError as exc:
+            log.warning("reconciling tenant %s: %s", t.id, exc.one_line())

@@ -264,8 +264,8 @@ class IncomingMigration:
     def activate(self, hold_s: dict | None = None) -> None:
         """The directory names this node: make the tenant writable and ours. Checked here, not trusted.
         `hold_s` (fault injection): pause at "activating" (the directory checked, nothing changed yet),
-        "started" (the server runs without replication, still fenced) or "unfenced" (writable, the
-        journal not yet cleared)."""
+        "started" (the server runs without replication, still fenced), "unfencing" (unfenced in its
+        tenant.json, the server not told yet) or "unfenced" (writable, the journal not yet cleared)."""
         with self._lock:
             if self.state == TargetState.OWNED:
                 return
@@ -296,7 +296,9 @@ class IncomingMigration:
             finally:
                 conn.close()
             self._hold(hold_s, "started")
-            self.node.tenants.set_fenced(self.tenant, False, desired_state="running")
+            self.node.tenants.set_fenced(self.tenant, False, desired_state="running", live=False)
+            self._hold(hold_s, "unfencing")
+            self.node.tenants.apply_fence(self.tenant)
             self._hold(hold_s, "unfenced")
             # It takes writes: routers still holding the tenant's statements send them here now, whoever
             # asked for this activation (the source, or this agent on its own after a restart).
@@ -410,9 +412,14 @@ class IncomingRegistry:
                 journaled[e.tenant] = e
                 continue
             if self.node.tenants.exists(e.tenant) and e.state == TargetState.PROMOTED:
-                info = self.node.tenants.get(e.tenant).info
-                if info.desired_state == "running" and not info.fenced:
-                    # An activation cut short after it unfenced: the routers may still hold the tenant.
+                t = self.node.tenants.get(e.tenant)
+                if t.info.desired_state == "running" and not t.info.fenced:
+                    # An activation cut short after it unfenced on disk: the running server may not have
+                    # been told yet (the fence is persisted first), and the routers may still hold the tenant.
+                    try:
+                        self.node.tenants.apply_fence(t)
+                    except SlackerError as exc:  # the reconciler tries again on every tick
+                        log.warning("unfencing tenant %s after a restart: %s", t.id, exc.one_line())
                     self.participants.held_anywhere(e.tenant).release(after_flip=True)
             self.node.journal.remove(e)
         for t in self.node.tenants.list():
@@ -478,6 +485,8 @@ class IncomingRegistry:
                 t = self.node.tenants.get(tenant_id)
                 own = self.node.directory.lookup(tenant_id)
                 if t.info.desired_state == "running" and not t.info.fenced and own.node == self.node.name:
+                    if t.id in self.node.tenants.fence_unsure:
+                        self.node.tenants.apply_fence(t)  # TenantError: the source asks again
                     return {"activated": True, "already": True}
             raise NotFound(f"no incoming migration {mid} on {self.node.name}", "", "")
         inc.activate(hold_s)

@@ -46,8 +46,9 @@ SOURCE, TARGET = os.environ.get("SLACKER_TEST_MOVE", "node-1:node-2").split(":")
 
 # Where the target agent dies, past the flip: (the side that pauses there, its hold_s, --max-freeze).
 # flipped: the directory names the target, the source has not asked it to take over yet;
-# activating / started / unfenced: inside the target's activation (the directory checked; the server
-# running without replication, still fenced; writable, the journal not yet cleared);
+# activating / started / unfencing / unfenced: inside the target's activation (the directory checked; the
+# server running without replication, still fenced; unfenced in tenant.json, the running server not told
+# yet -- it must be told when the agent is back; writable, the journal not yet cleared);
 # activated: the target took over, the source has not released the routers yet.
 # The routers' hold lasts 2 x --max-freeze + 5 s: with 0.5 s it ends while the agent is down (new and
 # held statements then meet the fenced target until it is activated); with 10 s it outlasts the fault,
@@ -56,6 +57,7 @@ STEPS = {
     "flipped": ("source", {"flipped": 2}, 0.5),
     "activating": ("target", {"activating": 30}, 0.5),
     "started": ("target", {"started": 30}, 10),
+    "unfencing": ("target", {"unfencing": 30}, 10),
     "unfenced": ("target", {"unfenced": 30}, 10),
     "activated": ("source", {"activated": 2}, 10),
 }

@@ -222,7 +222,16 @@ class ModelController(GuardedController):
         self._mark = mark or None
 
     def set_setpoint(self, setpoint_s: float) -> None:
-        super().set_setpoint(setpoint_s)  # the model is of the server, not of the setpoint: kept
+        """The model is of the server, not of the setpoint: kept. The account of the mean starts again: a
+        mean run up under another setpoint owes nothing to this one (a node's budget keeps one controller
+        through a drain; one that kept the account of copies under a laxer setpoint held the next copies at
+        0 B/s for 17 minutes while latency was under the new setpoint)."""
+        with self._lock:
+            changed = setpoint_s != self.setpoint_s
+        super().set_setpoint(setpoint_s)
+        if changed:
+            with self._lock:
+                self._sum_y, self._n_y = 0.0, 0
 
     def set_load_latency(self, latency_s: float | None) -> None:
         """The load's own latency, measured before any byte moved (slacker.throttle.measure): the zero of
@@ -265,7 +274,9 @@ class ModelController(GuardedController):
         if self._mark == "read-in":
             flow = self._fraction  # the read-in: the pipe reads the tool's program at the rate, no data counted
         elif flow is None:
-            flow = 0.0  # the first step: nothing has been seen to move yet
+            # The first step: what the pipe moved since it began, at most one step ago (at most the rate set).
+            # Read as 0 ("the pipe has not answered") it gave every copy a dead time of one step.
+            flow = min(bytes_done / self.step_s / self.max_rate_bytes_per_s, self._fraction)
         self._flows.append(flow)
         self._sets.append(self._fraction)
         self._marked.append(self._mark is not None or self._paused)
@@ -292,7 +303,7 @@ class ModelController(GuardedController):
         if self._queue_x is not None and self._queue_t > self.horizon_s:
             self._queue_x = None
         if not marked:
-            self._sum_y += y
+            self._sum_y += y  # the account the aim steers by: the seconds at this setpoint (set_setpoint)
             self._n_y += 1
         if self._mark == "read-in":
             return  # no data moves in the read-in: the rate is not known

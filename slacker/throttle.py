@@ -9,7 +9,7 @@ they answer and that the setpoint is above the latency measured before the copy
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import mariadb
 from .controller.loop import CopyRate, RatePolicy
@@ -185,6 +185,11 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
                                      "nothing was copied; check the target agent, or pass --no-target-guard")
         raise LatencySourceError("cannot read the latency source", baseline.error or "no answer",
                                  "check --latency-source; nothing was copied")
+    # A drain's or the rebalancer's move: its setpoint, chosen from the servers' figures, at least the load's own
+    # latency as this source reads it (+ the headroom): a setpoint under what the load alone reads stops the copy.
+    setpoint_s, raised = c.setpoint_over(baseline.latency_s) if c.steered else (c.setpoint_s, "")
+    if raised:
+        c = replace(c, setpoint_s=setpoint_s)
     if (baseline.latency_s is not None and baseline.latency_s >= c.setpoint_s and not c.force and c.steered):
         source.close()
         sides = source.sides or {}
@@ -210,6 +215,8 @@ def build_rate_policy(node, tenant_id: str, options, guards=None) -> RatePolicy:
         "kind": "given", "why": "--latency-source " + " ".join(specs), "tenants": {}}
     # where the load's own latency before the copy came from: the agents' windows (at once) or measured here
     policy.latency_source["load_latency_from"] = policy.baseline_from
+    if raised:
+        policy.latency_source["setpoint"] = {"setpoint_s": round(c.setpoint_s, 6), "why": raised}
     # No --max-rate given: the controller's max is a nominal scale, not a cap the operator asked for,
     # so at its maximum the pipe runs at full speed (the copy is never slower than unthrottled
     # when nothing binds). A --max-rate the operator gave stays a cap.

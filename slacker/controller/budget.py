@@ -154,7 +154,9 @@ class NodeBudget:
                 self.guards.add(tenant, guard())
             with self._lock:
                 self.split = split
-                member = Member(tenant, tenant, target, settings.setpoint_s)
+                # The load's latency the node's controller measured before its first copy: a move with a headroom
+                # (a drain's, the rebalancer's) steers at least that far over it (ControllerSettings.setpoint_over).
+                member = Member(tenant, tenant, target, settings.setpoint_over(self.policy.baseline_latency_s)[0])
                 self.members[tenant] = member
                 self._set_setpoint()
                 return Share(self, member, metrics)

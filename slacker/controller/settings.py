@@ -78,6 +78,10 @@ class ControllerSettings:
     # The node's one controller for its outgoing copies, split fair or smallest-first (slacker.controller.budget);
     # "own": a controller of this move's own that ignores the node's other copies (a benchmark baseline).
     budget: str = DEFAULT_BUDGET
+    # Set by the moves a drain or the rebalancer starts: a setpoint under the load's own latency, as this move's
+    # latency source reads it before the copy, is raised to that latency x (1 + headroom). The caller chose the
+    # setpoint from the servers' figures; the source may read what clients see through a router, which is more.
+    setpoint_headroom: float | None = None
 
     def __post_init__(self) -> None:
         kind(self.kind)
@@ -87,6 +91,9 @@ class ControllerSettings:
             check_max_rate(self.max_rate_bytes_per_s)
         if self.target_setpoint_s is not None:
             check_positive("target setpoint", self.target_setpoint_s, "for example --target-setpoint 50ms")
+        if self.setpoint_headroom is not None and not 0.0 <= self.setpoint_headroom <= 10.0:
+            raise InvalidInput(f"invalid setpoint headroom {self.setpoint_headroom!r}",
+                               "expected a fraction of the load's latency from 0 to 10", "for example 0.25")
         if not isinstance(self.gains, Gains):
             raise InvalidInput(f"invalid gains {self.gains!r}", "expected Gains(kp, ki, kd)", "")
         validate_window(self.window_s, self.step_s)
@@ -96,6 +103,15 @@ class ControllerSettings:
     @property
     def steered(self) -> bool:
         return KINDS[self.kind].steered
+
+    def setpoint_over(self, load_latency_s: float | None) -> tuple[float, str]:
+        """The setpoint to steer at, given the load's own latency before the copy: the setpoint asked, or with a
+        headroom and a load already over it, the load's latency x (1 + headroom); and why (empty: as asked)."""
+        h = self.setpoint_headroom
+        if h is None or load_latency_s is None or load_latency_s * (1 + h) <= self.setpoint_s:
+            return self.setpoint_s, ""
+        return load_latency_s * (1 + h), (f"raised from {self.setpoint_s * 1000:.1f}ms: the load alone reads "
+                                          f"{load_latency_s * 1000:.1f}ms here, + {h:.0%}")
 
     @property
     def scale_bytes_per_s(self) -> float:
@@ -121,7 +137,7 @@ class ControllerSettings:
                 given["gains"] = parse_gains(given["gains"])
             elif isinstance(given.get("gains"), (list, tuple)):
                 given["gains"] = Gains(*given["gains"])
-            for k in ("setpoint_s", "window_s", "step_s", "target_setpoint_s"):
+            for k in ("setpoint_s", "window_s", "step_s", "target_setpoint_s", "setpoint_headroom"):
                 if k in given:
                     given[k] = float(given[k])
             for k in ("max_rate_bytes_per_s", "rate_bytes_per_s"):
@@ -142,4 +158,6 @@ class ControllerSettings:
         d = asdict(self)
         d["gains"] = [self.gains.kp, self.gains.ki, self.gains.kd]
         d["latency_sources"] = list(self.latency_sources)
+        if self.setpoint_headroom is None:
+            del d["setpoint_headroom"]  # not sent unless set: a request an agent before it also takes
         return d

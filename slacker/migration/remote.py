@@ -26,12 +26,15 @@ def one_rate(rate: float | None, unthrottled: bool, setpoint: float | None) -> N
 
 
 def latency_move(tenant_id: str, target: str, setpoint_s: float, *, max_rate_bytes_per_s: float | None,
-                 max_freeze_s: float, budget: str = DEFAULT_BUDGET) -> MigrationRequest:
+                 max_freeze_s: float, budget: str = DEFAULT_BUDGET,
+                 setpoint_headroom: float | None = None) -> MigrationRequest:
     """A move the rebalancer, a drain or a bench starts: latency-targeting at `setpoint_s`, started even if the
-    load is over it now (it chose the move knowing the load), sharing the node's budget split `budget`."""
+    load is over it now (it chose the move knowing the load), sharing the node's budget split `budget`. With
+    `setpoint_headroom`, the source agent raises a setpoint under the load's own latency, as the move's latency
+    source reads it, to that latency x (1 + headroom) (ControllerSettings.setpoint_over)."""
     max_rate = None if max_rate_bytes_per_s is None else float(max_rate_bytes_per_s)
     controller = ControllerSettings(setpoint_s=float(setpoint_s), max_rate_bytes_per_s=max_rate,
-                                    force=True, budget=budget)
+                                    force=True, budget=budget, setpoint_headroom=setpoint_headroom)
     return MigrationRequest.checked(tenant_id, MigrationOptions(target=target, max_freeze_s=max_freeze_s,
                                                                 controller=controller))
 

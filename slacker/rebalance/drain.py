@@ -369,7 +369,8 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
         t = res.tenants[pl.tenant]
         t.target, t.data_bytes, t.setpoint_s = pl.target, pl.data_bytes, setpoint
         request = latency_move(pl.tenant, pl.target, setpoint, max_rate_bytes_per_s=opts.max_rate_bytes_per_s,
-                               max_freeze_s=opts.max_freeze_s, budget=opts.split)
+                               max_freeze_s=opts.max_freeze_s, budget=opts.split,
+                               setpoint_headroom=settings.setpoint_margin)
         t.attempts += 1
         t.migration = t.migration or "(starting)"
         batch.append((pl.tenant, node, pl.target, request))

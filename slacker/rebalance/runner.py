@@ -200,7 +200,7 @@ def _make_the_move(agents: dict, directory, settings: Settings, opts: RunOptions
     _put_move(directory, record)
     res.executed = True
     request = latency_move(mv.tenant, mv.target, mv.setpoint_s, max_rate_bytes_per_s=opts.max_rate_bytes_per_s,
-                           max_freeze_s=opts.max_freeze_s)
+                           max_freeze_s=opts.max_freeze_s, setpoint_headroom=res.plan.settings.setpoint_margin)
     say(f"moving {mv.tenant}: {mv.source} -> {mv.target} with setpoint {mv.setpoint_s * 1000:.0f}ms")
     try:
         doc = start_migration(source, request)
@@ -250,7 +250,7 @@ def _make_the_moves(agents: dict, directory, settings: Settings, opts: RunOption
         records[mv.tenant] = Move(mv.tenant, mv.source, mv.target, started_at=time.time(), load=mv.tenant_load)
         _put_move(directory, records[mv.tenant])
         request = latency_move(mv.tenant, mv.target, mv.setpoint_s, max_rate_bytes_per_s=opts.max_rate_bytes_per_s,
-                               max_freeze_s=opts.max_freeze_s)
+                               max_freeze_s=opts.max_freeze_s, setpoint_headroom=p.settings.setpoint_margin)
         batch.append((mv.tenant, mv.source, mv.target, request))
         say(f"moving {mv.tenant}: {mv.source} -> {mv.target} with setpoint {mv.setpoint_s * 1000:.0f}ms")
     res.executed = True

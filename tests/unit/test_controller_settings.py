@@ -133,3 +133,16 @@ def test_a_guarded_steps_sides_are_all_shown_even_with_no_evidence_on_one():
     assert {"binding", "source_latency_s"} <= set(series)
     _, alone = RatePolicy(Fixed(busy), ModelController(0.05, 100e6, stale_after_s=1e9)).step(1.0, 0)
     assert not {"binding", "target_latency_s", "target_setpoint_s"} & set(alone.series())
+
+
+def test_a_setpoint_headroom_raises_only_a_setpoint_under_the_load_and_travels_only_when_set():
+    c = ControllerSettings(setpoint_s=0.010, setpoint_headroom=0.25)
+    assert c.setpoint_over(None) == (0.010, "")
+    assert c.setpoint_over(0.006) == (0.010, "")            # 6 ms x 1.25 is under 10 ms: as asked
+    sp, why = c.setpoint_over(0.013)
+    assert sp == pytest.approx(0.01625) and "13.0ms" in why and "+ 25%" in why
+    assert ControllerSettings(setpoint_s=0.010).setpoint_over(0.013) == (0.010, "")
+    assert "setpoint_headroom" not in ControllerSettings(setpoint_s=0.01).to_dict()  # an older agent takes it
+    assert ControllerSettings.from_dict(c.to_dict()) == c
+    with pytest.raises(InvalidInput, match="invalid setpoint headroom"):
+        ControllerSettings(setpoint_s=0.01, setpoint_headroom=-0.1)

@@ -122,3 +122,23 @@ def test_moves_with_other_controller_settings_do_not_join():
     _join(b, "a", p)
     other = ControllerSettings(setpoint_s=0.05, kind="pid")
     assert b.join("z", "node-3", other, lambda g: FakePolicy(), None, "fair") is None
+
+
+def test_a_drains_move_steers_over_the_load_its_source_reads_not_under_it():
+    """A drain chose its setpoint from the servers' figures (10 ms); the node's controller reads the routers'
+    (what clients see), where the load alone is 13 ms. Steering at 10 ms would hold every copy at 0 B/s for
+    good; with the drain's headroom the members steer at 13 ms x 1.25, and a move without one as asked."""
+    b, p = NodeBudget(), FakePolicy()
+    p.baseline_latency_s = 0.013
+    c = ControllerSettings(setpoint_s=0.010, setpoint_headroom=0.25)
+    a = b.join("a", "node-2", c, lambda guards: p, None, "fair")
+    assert p.controller.setpoint_s == pytest.approx(0.01625)
+    b.join("b", "node-3", ControllerSettings(setpoint_s=0.030, setpoint_headroom=0.25), lambda g: p, None, "fair")
+    assert p.controller.setpoint_s == pytest.approx(0.01625)  # the strictest, each raised on its own
+    a.close()
+    assert p.controller.setpoint_s == pytest.approx(0.030)   # already over the load: as asked
+    b2 = NodeBudget()
+    p2 = FakePolicy()
+    p2.baseline_latency_s = 0.013
+    b2.join("x", "node-2", ControllerSettings(setpoint_s=0.010), lambda g: p2, None, "fair")
+    assert p2.controller.setpoint_s == pytest.approx(0.010)  # no headroom (an operator's own move): as asked

@@ -21,8 +21,9 @@ from benchkit import REPO as ROOT  # noqa: E402  (the repository, wherever the b
 
 class Fleet:
     def __init__(self, run_dir: Path, nodes: int, stats_interval_s: float = 1.0,
-                 cpu_per_node: float | None = None) -> None:
+                 cpu_per_node: float | None = None, latency_terms: str = "router") -> None:
         self.run_dir = run_dir
+        self.latency_terms = latency_terms  # how node_latency reads a node: "router" or "server"
         last = None
         for block in range(8):  # a subnet no other run holds (like tests/integration/conftest.py)
             subnet = f"10.{88 + block}.{(os.getpid() + block * 37) % 250}.0/24"
@@ -114,7 +115,26 @@ def slacker(*args: str, timeout_s: float = 900) -> str:
     return p.stdout
 
 
-def node_latency(agent, exclude: set[str] = frozenset()) -> tuple[float | None, float]:
+def node_latency(fleet: "Fleet", node: str, exclude: set[str] = frozenset()) -> tuple[float | None, float]:
+    """The node's tenants' transaction-weighted mean latency, and their txn/s, in the fleet's terms: "router"
+    (what the routed clients saw over the last complete second: what the migrations' default latency source
+    reads for a tenant reached through a router) or "server" (the agent's last interval, performance_schema)."""
+    if fleet.latency_terms == "router":
+        return router_node_latency(fleet, node, exclude)
+    return server_node_latency(fleet.agents[node], exclude)
+
+
+def router_node_latency(fleet: "Fleet", node: str, exclude: set[str] = frozenset()) -> tuple[float | None, float]:
+    from slacker.latency import _router_recent
+
+    total_s = count = 0.0
+    for tenant in sorted(t for t, n in fleet.owners().items() if n == node and t not in exclude):
+        doc = _router_recent(fleet.admin, {"tenant": tenant, "seconds": 1, "kind": "transactions"}, 2.0)
+        total_s, count = total_s + float(doc["sum_s"]), count + float(doc["count"])
+    return (total_s / count if count else None), count
+
+
+def server_node_latency(agent, exclude: set[str] = frozenset()) -> tuple[float | None, float]:
     """The node's tenants' transaction-weighted mean latency over the agent's last interval, and their txn/s."""
     doc = agent.request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=5)
     rows = [t for t in doc.get("tenants", []) if t.get("latency_s") is not None and t.get("transactions_per_s")

@@ -58,6 +58,10 @@ def parse(argv=None):
     ap.add_argument("--cpu-per-node", type=float, default=None,
                     help="each node's CPU quota (cluster up --cpu-per-node): copies and queries then share a "
                          "node's cores, so its latency rises with the copy rate and the setpoint binds")
+    ap.add_argument("--latency-terms", choices=["router", "server"], default="router",
+                    help="how node-1's latency (at rest, the SLA from it, latency/setpoint) is read: as the routed "
+                         "clients saw it (what a migration's default source reads for a tenant reached through a "
+                         "router) or the servers' own (performance_schema, the agents' windows)")
     ap.add_argument("--only", choices=["drain", "pair", "interrupted"], default=None,
                     help="one experiment (default: the drains and the pairs each repeat, then the interrupted drain once)")
     ap.add_argument("--report", nargs="+", metavar="JSON", default=None,
@@ -84,7 +88,7 @@ def main(argv=None) -> None:
         print(table(doc))
         return
     run_dir = Path(tempfile.mkdtemp(prefix="sl-fleet-bench-", dir="/tmp"))
-    fleet = Fleet(run_dir, args.nodes, cpu_per_node=args.cpu_per_node)
+    fleet = Fleet(run_dir, args.nodes, cpu_per_node=args.cpu_per_node, latency_terms=args.latency_terms)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
         nodes = fleet.nodes()
@@ -123,12 +127,13 @@ def main(argv=None) -> None:
         drained_bytes = sum(int(h[-1].get("data_bytes") or 0) for h in (stats.get("history") or {}).values() if h)
         base = baseline_latency(fleet, "node-1", seconds=20)
         sla = base * args.sla_factor
-        print(f"node-1: {drained_bytes / 1e6:.0f} MB in {len(drained)} tenants, latency {base * 1000:.1f} ms "
+        print(f"node-1: {drained_bytes / 1e6:.0f} MB in {len(drained)} tenants, latency ({args.latency_terms}) {base * 1000:.1f} ms "
               f"before; --sla {sla * 1000:.1f} ms", flush=True)
         doc = {"meta": {"started": started, "nodes": args.nodes, "tenants": len(layout), "drained": len(drained),
                         "drained_bytes": drained_bytes, "records": args.records, "repeats": args.repeats,
                         "ycsb_rate": args.ycsb_rate, "other_rate": args.other_rate, "max_parallel": args.max_parallel, "oltp": args.oltp,
                         "cpu_per_node": args.cpu_per_node, "machine": machine(), "baseline_latency_s": base, "sla_s": sla,
+                        "latency_terms": args.latency_terms,
                         "command": "bench/fleet " + " ".join(argv or __import__("sys").argv[1:])},
                "drains": [], "pairs": [], "interrupted": [], "lost_acks": None, "oltp_check": None}
         variants = list(DRAIN_VARIANTS)

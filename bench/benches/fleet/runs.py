@@ -43,7 +43,7 @@ class Sampler:
         t0 = time.monotonic()
         while not self._stop.wait(1.0):
             try:
-                lat, tps = node_latency(self.fleet.agents[self.node], self.exclude)
+                lat, tps = node_latency(self.fleet, self.node, self.exclude)
             except Exception:  # noqa: BLE001 - an agent busy for a second: a gap in the series
                 continue
             self.samples.append((time.monotonic() - t0, lat, tps))
@@ -270,7 +270,7 @@ def settle(fleet: Fleet, node: str, base_s: float, factor: float = 1.25, hold_s:
     t0, ok = time.monotonic(), 0
     while ok < hold_s and time.monotonic() - t0 < timeout_s:
         try:
-            lat, _ = node_latency(fleet.agents[node])
+            lat, _ = node_latency(fleet, node)
         except Exception:  # noqa: BLE001 - a busy agent: not settled yet
             lat = None
         ok = ok + 1 if lat is not None and lat <= factor * base_s else 0

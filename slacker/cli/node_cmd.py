@@ -250,7 +250,7 @@ def _row(t) -> list:
     rate = format_rate(t.rate_bytes_per_s) if t.rate_bytes_per_s else "-"
     state = t.state + (f" ({t.phase})" if t.state == "moving" and t.phase else "")
     note = t.error if t.state in ("failed", "unplaced", "waiting") and t.error else (
-        "resumed" if t.resumed else "")
+        t.verdict if t.state == "moving" and t.verdict else "resumed" if t.resumed else "")
     return [t.tenant, t.target or "-", state, done if t.state != "waiting" else "-", rate, t.attempts, note]
 
 

@@ -76,6 +76,7 @@ class TenantMove:
     duration_s: float | None = None
     freeze_ms: float | None = None
     error: str = ""
+    verdict: str = ""                    # the move's controller says it cannot finish as set (what: why; hint)
 
 
 @dataclass
@@ -310,7 +311,10 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
             if t.state == "waiting" and tid not in on_node and tid not in runner.running:
                 t.state, t.error = "moved", "left the node by another move"
         for tid, r in runner.running.items():
+            had = res.tenants[tid].verdict
             _show(res.tenants[tid], r)
+            if res.tenants[tid].verdict and not had:
+                say(f"{tid}: {res.tenants[tid].verdict}")
         waiting = sorted(t for t, m in res.tenants.items() if m.state == "waiting" and t in on_node)
         if res.outcome != "stopped" and waiting and runner.may_start(node, ""):
             # Each start is recorded before it is made: a run killed right after still leaves it.
@@ -338,6 +342,8 @@ def _show(t: TenantMove, r: Running) -> None:
     t.bytes_done = int(d.get("bytes_done") or 0)
     t.bytes_total = int(d.get("bytes_total") or 0)
     t.rate_bytes_per_s = d.get("throughput_bytes_per_s")
+    v = (d.get("controller") or {}).get("verdict") or {}
+    t.verdict = f"{v.get('what')}: {v.get('why')}; {v.get('hint')}" if v.get("what") else ""
 
 
 def _start_some(agents, directory, node, settings, opts, res, runner, waiting: set[str], say, record) -> None:

@@ -98,3 +98,24 @@ def test_invariants(nodes, loads, quantum, drain):
         for t in targets:
             for n in eligible:
                 assert final[t] <= final[n.name] + biggest + quantum + 1e-6
+
+
+def test_a_moving_tenants_cannot_finish_verdict_reaches_the_drains_view():
+    """A lone copy held at 0 B/s because the node with it present reads over its setpoint is not stopped by
+    the drain: the operator must see why it does not progress, in the row and once as an event."""
+    from slacker.cli.node_cmd import _row
+    from slacker.rebalance.drain import TenantMove, _show
+    from slacker.rebalance.moves import Running
+
+    verdict = {"what": "cannot finish: the load alone is over the setpoint",
+               "why": "latency 13ms with the copy stopped (26 of the last 45s), against a setpoint of 10ms",
+               "hint": "raise the setpoint above 17ms"}
+    r = Running("d1", "node-1", "node-2", "d1-x", {"phase": "snapshot", "bytes_done": 5, "bytes_total": 10,
+                                                  "controller": {"verdict": verdict}})
+    t = TenantMove("d1", target="node-2", state="moving")
+    _show(t, r)
+    assert t.verdict.startswith("cannot finish") and "above 17ms" in t.verdict
+    assert _row(t)[-1] == t.verdict
+    r.doc["controller"] = {"verdict": None}
+    _show(t, r)
+    assert t.verdict == "" and _row(t)[-1] == ""

@@ -643,3 +643,46 @@ def test_following_tenants_drops_a_tenant_that_left_and_adds_one_that_arrived() 
     # A member list that cannot be read keeps the population it had.
     src._members = lambda: (_ for _ in ()).throw(RuntimeError("node busy"))
     assert src.read().latency_s == pytest.approx(0.04)
+
+
+def _reference_totals(text, metric_name, labels):
+    """prometheus_client's own parser: what parse_histogram_totals must agree with."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total_sum = total_count = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if any(s.labels.get(k) != v for k, v in labels.items()):
+                continue
+            if s.name == f"{metric_name}_sum":
+                total_sum += s.value
+            elif s.name == f"{metric_name}_count":
+                total_count += s.value
+    return total_sum, total_count
+
+
+_label_values = st.text(alphabet=st.sampled_from('ab1_-."\\\n {}=,'), min_size=0, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(series=st.lists(st.tuples(st.sampled_from(["lat_seconds", "lat_seconds_x", "other"]), _label_values,
+                                 st.integers(0, 10**6), st.floats(0, 1e6, allow_nan=False)), max_size=12),
+       want=_label_values)
+def test_the_fast_parse_agrees_with_prometheus_clients_parser(series, want) -> None:
+    """The scan that reads only the metric's own lines sums what the full parser sums, for label values with
+    quotes, backslashes, newlines, braces and commas, and a metric whose name is a prefix of another's."""
+    def esc(v):
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    lines = []
+    for i, (name, tenant, count, total) in enumerate(series):
+        lines += [f"# HELP {name} h", f"# TYPE {name} histogram",
+                  f'{name}_bucket{{tenant="{esc(tenant)}",le="+Inf"}} {count}',
+                  f'{name}_count{{tenant="{esc(tenant)}",i="{i}"}} {count}',
+                  f'{name}_sum{{i="{i}",tenant="{esc(tenant)}"}} {total!r}']
+    page = "\n".join(lines) + "\n"
+    ref = _reference_totals(page, "lat_seconds", {"tenant": want})
+    if any(name == "lat_seconds" for name, *_ in series):
+        assert parse_histogram_totals(page, "lat_seconds", {"tenant": want}) == pytest.approx(ref)
+    else:
+        with pytest.raises(LookupError):
+            parse_histogram_totals(page, "lat_seconds", {"tenant": want})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -224,3 +225,17 @@ def binding_text(ctl: dict) -> str:
         return ""
     sp = ctl.get("target_setpoint_s")
     return f" (target binds: {ctl['target_latency_s'] * 1000:.0f}ms" + (f"/{sp * 1000:.0f}ms)" if sp else ")")
+
+
+def stop_like_ctrl_c(sigterm: bool = False) -> None:
+    """SIGINT ends the command like Ctrl-C (KeyboardInterrupt: it stops cleanly and says what goes on) even
+    when the caller started it with SIGINT ignored -- a background job of a script (`cmd &` runs with SIGINT
+    and SIGQUIT ignored, and Python then leaves them so) -- so that `kill -INT` still stops it; with
+    `sigterm`, SIGTERM too (systemd, timeout). Call from the main thread."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if sigterm:
+        signal.signal(signal.SIGTERM, interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, interrupt)

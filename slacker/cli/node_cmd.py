@@ -10,7 +10,7 @@ import click
 from ..errors import MigrationFailed, SlackerError
 from ..units import format_duration, format_rate, format_size
 from . import main
-from .common import CPU, DURATION, FRACTION, RATE, CliContext, option, pass_cli, print_json, print_table
+from .common import CPU, DURATION, FRACTION, RATE, CliContext, option, pass_cli, print_json, print_table, stop_like_ctrl_c
 from .tenant_cmd import _clients
 
 INTERRUPTED_EXIT = 130
@@ -224,6 +224,7 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, s
         if not as_json:
             view.event(f"{time.strftime('%H:%M:%S')} {msg}")
 
+    stop_like_ctrl_c()  # `kill -INT` stops a drain a script started in the background, as Ctrl-C does
     res = drain(agents, directory, node_name, settings, opts, on_update=view.draw, say=say)
     view.close()
     if as_json:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import click
 
 from ..errors import InvalidInput
 from . import main
-from .common import DURATION, CliContext, option, pass_cli, print_json
+from .common import DURATION, CliContext, option, pass_cli, print_json, stop_like_ctrl_c
 
 
 def _endpoint_options(f):
@@ -170,7 +169,7 @@ def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, da
                     seed=seed, driver=driver, database=database, retry_timeout_s=retry_timeout,
                     drain_timeout_s=drain_timeout, on_interval=None if (quiet or as_json) else on_interval)
     interrupted = False
-    _stop_on_signals()
+    stop_like_ctrl_c(sigterm=True)  # SIGTERM (systemd, timeout, a bench stopping its load): the summary still prints
     with Harness(cfg) as h:
         h.start()
         if h.metrics_url and not as_json:
@@ -191,13 +190,3 @@ def run_cmd(cli: CliContext, tenants: str, workload_files, overrides, driver, da
         sys.exit(130)
 
 
-def _stop_on_signals() -> None:
-    """SIGTERM (systemd, timeout, a bench stopping its load) ends the run like Ctrl-C: the summary is
-    still printed. SIGINT too when the caller started us with it ignored (a background job of a
-    script), so a load started that way can still be stopped cleanly."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, interrupt)

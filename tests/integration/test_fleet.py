@@ -148,7 +148,10 @@ def test_cordon_keeps_tenants_away_and_drain_moves_every_tenant_live(fleet):
 
 
 def _drain_proc(*extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "slacker", "node", "drain", "node-1", "--sla", "5s",
+    """The drain as a script's background job starts it: with SIGINT ignored (`cmd &` without job control;
+    a CI runner may start the whole suite so). `kill -INT` must still stop it cleanly."""
+    return subprocess.Popen(["bash", "-c", 'trap "" INT; exec "$@"', "drain",
+                             sys.executable, "-m", "slacker", "node", "drain", "node-1", "--sla", "5s",
                              "--max-parallel", "2", "--max-freeze", "3s", "--lock-ttl", "5s", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 

@@ -45,3 +45,19 @@ def test_one_layout_a_package_per_bench_with_main_py():
     assert not list((REPO / "bench").glob("*lib"))
     assert not list((REPO / "bench" / "benches").glob("*.py"))  # no flat bench files beside the packages
     assert not list((REPO / "bench").rglob("cli.py"))
+
+
+def test_every_repository_path_a_bench_module_names_exists():
+    """A bench that moved must not point at the old place (the setpoint runner's workload did)."""
+    missing = []
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        rel = path.relative_to(REPO / "bench").with_suffix("")
+        if "__pycache__" in rel.parts:
+            continue
+        module = importlib.import_module(".".join(p for p in rel.parts if p != "__init__"))
+        for name, value in vars(module).items():
+            if not name.startswith("__") and isinstance(value, (str, Path)) \
+                    and str(value).startswith(str(REPO) + "/") \
+                    and not Path(value).exists():
+                missing.append(f"{rel}.{name} = {value}")
+    assert missing == []

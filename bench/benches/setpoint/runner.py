@@ -24,6 +24,7 @@ import time
 import traceback
 from pathlib import Path
 
+from benchkit import REPO as ROOT
 from slacker import cgroups, local_cluster
 from slacker.agent.client import cluster_clients
 from slacker.agent.tenant_stats import data_bytes
@@ -38,7 +39,6 @@ from slacker.ycsb.process import BenchmarkProcess
 from . import log
 from .analysis import MB, harness_records, latency_stats, mbs, ms, ts_of
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = str(ROOT / "workloads" / "slacker")
 SETTLED_DIRTY_PAGES = 200  # 16 KiB pages: ~3 MB (in practice the wait runs to its 4 min cap after a 1 GB load)
 

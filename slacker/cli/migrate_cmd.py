@@ -92,6 +92,10 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
                    "agents' memory), copy (read and write through the agents), splice-send (splice on the source, "
                    "copy on the target), auto (the fastest measured for a plain stream, copy under "
                    "TLS). For comparisons; see docs/transfer.md.", show_default="auto")
+@option("--plain-stream", is_flag=True,
+              help="On a TLS cluster, send the snapshot stream unencrypted (the agents' API, replication and the "
+                   "routers keep TLS): for a private link where the copy's CPU matters more than its secrecy. "
+                   "The result's copy_stages.*.path says tls or copy.")
 @option("--max-rounds", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="Give up if the delta has not converged after this many rounds.")
 @option("--max-stalled-rounds", type=click.IntRange(1, 100), default=3, show_default=True,
@@ -131,7 +135,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, verify_only: bool,
             mode: str,
-            pipe: str | None, data_path: str | None, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
+            pipe: str | None, data_path: str | None, plain_stream: bool, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
@@ -199,6 +203,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
         handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
         max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
+        plain_stream=plain_stream,
         hold_s=parse_holds(hold) or None, delta_applier=delta_applier or DEFAULT_APPLIER,
         delta_mpl=delta_mpl or DEFAULT_MPL, delta_catchup=catchup_mode,
         controller=_controller(setpoint, max_rate=max_rate, latency_sources=latency_sources,

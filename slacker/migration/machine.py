@@ -472,7 +472,7 @@ class Migration:
             raise InvalidInput(f"tenant {self.tenant_id} is already on {self.source_name}",
                                "source and target are the same node", "pick another --to node")
         self.node.cluster.node(self.opts.target)
-        if self.node.config.tls is not None and not TLS_PIPES.get(self.opts.pipe):
+        if self._stream_tls() and not TLS_PIPES.get(self.opts.pipe):
             raise InvalidInput(f"the {self.opts.pipe} pipe cannot be used: this cluster requires TLS",
                                "pv | nc sends the backup in plain text", "use --pipe native (the default)")
         with self.record.steps.timed("lookup"):
@@ -517,6 +517,7 @@ class Migration:
             "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
             "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
             "expected_bytes": self.record.bytes_total, "data_path": self.opts.data_path,
+            **({"plain_stream": True} if self.opts.plain_stream else {}),
             **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self.lease.granted_now()
         self.lease.start()
@@ -529,7 +530,8 @@ class Migration:
             initial = self.rate_policy.initial_rate()
         self.pipe = make_pipe(self.opts.pipe, producer_argv, self.receiver[0], self.receiver[1], self.id,
                               self.transfer_token, rate_bytes_per_s=initial, finish_timeout_s=timeout_s,
-                              commit_lock_events=commit_lock_event, ssl_context=self.node.tls_client_context(),
+                              commit_lock_events=commit_lock_event,
+                              ssl_context=self.node.tls_client_context() if self._stream_tls() else None,
                               preread_program=True, protocol_version=self.record.protocols[0],
                               protocol_dialect=min(self.record.protocols) if self.record.protocols[1] else None,
                               **self._data_path())
@@ -557,7 +559,11 @@ class Migration:
         """The native pipe's data path (slacker.transfer.native.wants_splice); pv has only its own."""
         if self.opts.pipe != "native" or self.opts.data_path == "auto":
             return {}
-        return {"use_splice": wants_splice(self.opts.data_path, self.node.config.tls is not None, "send")}
+        return {"use_splice": wants_splice(self.opts.data_path, self._stream_tls(), "send")}
+
+    def _stream_tls(self) -> bool:
+        """Whether the snapshot stream goes over TLS: on a TLS cluster unless --plain-stream."""
+        return self.node.config.tls is not None and not self.opts.plain_stream
 
     def _copy_failure(self, exc: MigrationFailed) -> MigrationFailed:
         """The pipe's error, saying which side broke: the target's agent is asked (transfer/blame.py)."""

@@ -35,6 +35,9 @@ class MigrationOptions:
     pipe: str = DEFAULT_PIPE
     # The native pipe's data path (slacker.transfer.native.DATA_PATHS): auto, splice, copy, splice-send.
     data_path: str = "auto"
+    # On a TLS cluster, send the snapshot stream in plain text (an operator's opt-out for a private link;
+    # the agents' API, replication and the routers keep TLS). Off a TLS cluster the stream is plain anyway.
+    plain_stream: bool = False
     step_s: float = 1.0
     round_timeout_s: float = 600.0
     snapshot_timeout_s: float = 24 * 3600.0
@@ -84,6 +87,8 @@ class MigrationOptions:
         if self.data_path != "auto" and self.data_path not in DATA_PATHS:
             raise InvalidInput(f"unknown data path {self.data_path!r}", f"known: auto, {', '.join(DATA_PATHS)}",
                                "omit it for auto")
+        if not isinstance(self.plain_stream, bool):
+            raise InvalidInput("plain_stream must be true or false", f"got {self.plain_stream!r}", "")
         if not 0.1 <= self.step_s <= 60:
             raise InvalidInput(f"step {self.step_s}s is out of range", "use 0.1s to 60s", "")
         if not 2 <= self.lease_ttl_s <= 600:

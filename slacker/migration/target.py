@@ -102,7 +102,8 @@ class IncomingMigration:
             else:
                 extract = select_tool().extract_argv(tenant.datadir)
             inc.receiver = Receiver(inc.id, body["token"], extract, bind_host=node.config.tenant_host,
-                                    ssl_context=node.tls_server_context(), data_path=body.get("data_path"))
+                                    ssl_context=None if body.get("plain_stream") else node.tls_server_context(),
+                                    data_path=body.get("data_path"))
             inc.receiver.start()
         except BaseException:
             inc.remove()

@@ -23,6 +23,7 @@ from . import protocol
 from ._proc import StreamTail, env_or_none, kill_group, spawn
 from ..errors import InvalidInput
 from .base import ThrottledPipe, stage_error
+from .overlap import PipeReader
 from .bucket import DEFAULT_BURST_S, DEFAULT_MIN_BURST_BYTES, Aborted, TokenBucket
 from .stages import StageClock, exited_child_cpu_s
 
@@ -200,20 +201,23 @@ class NativePipe(ThrottledPipe):
                 clock.add(k, v)
 
     def _pump_copy(self) -> None:
-        """read(chunk) -> bucket -> sendall, through this process (TLS, or data_path="copy")."""
-        fd, sock = self._proc.stdout.fileno(), self._sock
+        """producer's pipe -> (a reader thread, a few buffers ahead) -> bucket -> sendall, through this
+        process (TLS, or data_path="copy"); the read overlaps the encryption and the send (overlap.py)."""
+        sock = self._sock
         clock, now = self.stages, time.monotonic
         clock.path = "tls" if self.ssl_context is not None else "copy"
-        buf = bytearray(self.chunk_bytes)
-        view = memoryview(buf)
+        reader = PipeReader(self._proc.stdout.fileno(), self.chunk_bytes, name=f"pipe-reader-{self.migration_id}")
+        reader.start()
         waited = {"producer_wait_s": 0.0, "throttle_wait_s": 0.0, "send_s": 0.0}
         try:
             while not self._aborted.is_set():
                 t0 = now()
-                n = os.readv(fd, [buf])
+                item = reader.take()
                 waited["producer_wait_s"] += now() - t0
-                if n == 0:
+                if item is None:
                     return
+                buf, n = item
+                view = memoryview(buf)
                 if not self._sent:
                     clock.mark("first_byte")
                 off = 0
@@ -226,7 +230,11 @@ class NativePipe(ThrottledPipe):
                     waited["send_s"] += now() - t2
                     off += k
                     self._sent += k
+                view.release()
+                reader.give_back(buf)
         finally:
+            reader.close()
+            clock.helper_cpu_s += reader.cpu_s
             for k, v in waited.items():
                 clock.add(k, v)
 

@@ -33,6 +33,7 @@ from ..errors import InvalidInput, MigrationFailed, SlackerError
 from . import protocol
 from .. import protocol_version
 from ._proc import StreamTail, check_argv, env_or_none, kill_group, spawn
+from .overlap import PipeWriter
 from .stages import StageClock, exited_child_cpu_s
 
 log = logging.getLogger("slacker.transfer")
@@ -426,43 +427,51 @@ class Receiver:
             os.close(w)
 
     def _copy_buffered(self, conn: socket.socket, out_fd: int) -> bytes:
-        """recv -> write, always keeping the last TRAILER_LEN bytes back; returns them at EOF."""
+        """recv -> (a writer thread, a few buffers behind) -> the extractor, always keeping the last
+        TRAILER_LEN bytes back; returns them at EOF. The write overlaps the next receive and its
+        decryption (overlap.py); only this thread touches the socket."""
         hold = protocol.TRAILER_LEN
-        buf = bytearray(hold + RECV_CHUNK_BYTES)
-        view = memoryview(buf)
-        held = 0  # bytes kept back, stored at buf[hold - held:hold]
         # A TLS socket hands out one record (16 KiB) per read; gather what is already there into one
         # chunk, or the relay spends its time in per-record Python and 16 KiB pipe writes.
         tls = isinstance(conn, ssl.SSLSocket)
         clock, now = self.stages, time.monotonic
         clock.path = "tls" if tls else "copy"
+        writer = PipeWriter(out_fd, hold + RECV_CHUNK_BYTES, name=f"pipe-writer-{self.migration_id}")
+        writer.start()
+        held = b""  # the last bytes so far, kept back: they may be the trailer
         eof = False
         recv_wait = write = 0.0
         try:
             while True:
                 t0 = now()
+                buf = writer.buffer()
+                view = memoryview(buf)
+                t1 = now()
                 n = 0 if eof else conn.recv_into(view[hold:], RECV_CHUNK_BYTES)
                 if n and tls:
                     more, eof = _drain_ready(conn, view[hold + n:hold + RECV_CHUNK_BYTES])
                     n += more
-                t1 = now()
-                recv_wait += t1 - t0
+                t2 = now()
+                write += t1 - t0
+                recv_wait += t2 - t1
                 if n == 0:
-                    return bytes(buf[hold - held:hold])
+                    view.release()
+                    writer.submit(buf, 0, 0)
+                    writer.flush()
+                    write += now() - t2
+                    return held
                 if not self._received:
                     clock.mark("first_byte")
                 self._received += n
-                total = held + n
-                first = hold - held
-                if total > hold:
-                    _write_all(out_fd, view[first:n])
-                    buf[0:hold] = buf[n:hold + n]
-                    held = hold
-                else:
-                    buf[hold - total:hold] = buf[first:hold + n]
-                    held = total
-                write += now() - t1
+                first = hold - len(held)
+                view[first:hold] = held
+                end = hold + n
+                held = bytes(view[max(first, end - hold):end])
+                view.release()
+                writer.submit(buf, first, end - len(held))
         finally:
+            writer.close()
+            clock.helper_cpu_s += writer.cpu_s
             clock.add("recv_wait_s", recv_wait)
             clock.add("extract_write_s", write)
 
@@ -490,12 +499,6 @@ def _drain_ready(conn: ssl.SSLSocket, view: memoryview) -> tuple[int, bool]:
         return got, False
     finally:
         conn.settimeout(None)
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        n = os.write(fd, data)
-        data = data[n:]
 
 
 def _wait_rc(proc: subprocess.Popen, timeout_s: float) -> int:

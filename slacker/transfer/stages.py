@@ -4,8 +4,8 @@ Each side keeps one `StageClock`. The sender's pump thread adds the seconds it w
 producer's output (`producer_wait_s`), for the throttle's grant (`throttle_wait_s`) and for the
 transport to take the bytes (`send_s`); the receiver's adds the seconds it waited for the network
 (`recv_wait_s`) and for the extractor to take the bytes (`extract_write_s`). A side that mostly
-waits on the next stage shows which stage is the bottleneck; `cpu_s` (the pump thread's own CPU,
-kernel time included) is what the agent's data path costs, and `child_cpu_s` what the backup tool
+waits on the next stage shows which stage is the bottleneck; `cpu_s` (the pump thread's own CPU and
+its pipe helper's, kernel time included) is what the agent's data path costs, and `child_cpu_s` what the backup tool
 or the extractor used. `as_dict()` is what goes into the migration's document (`copy_stages`).
 """
 
@@ -27,6 +27,7 @@ class StageClock:
         self._cpu0: float | None = None
         self.cpu_s: float | None = None
         self.child_cpu_s: float | None = None
+        self.helper_cpu_s = 0.0  # a helper thread's CPU (overlap.py), part of the data path's
         self.path = ""  # which data path ran: "splice", "copy" (read/write through Python) or "tls"
 
     def start(self) -> None:
@@ -50,7 +51,7 @@ class StageClock:
         out = {k: round(v, 3) for k, v in self.seconds.items()}
         out.update({f"{k}_at_s": round(v, 3) for k, v in self.marks.items()})
         if self.cpu_s is not None:
-            out["cpu_s"] = round(self.cpu_s, 3)
+            out["cpu_s"] = round(self.cpu_s + self.helper_cpu_s, 3)
         if self.child_cpu_s is not None:
             out["child_cpu_s"] = round(self.child_cpu_s, 3)
         if self.path:

@@ -176,6 +176,16 @@ def test_tls_cluster_refuses_plain_text_and_migrates_without_loss(make_cluster):
     assert acked_ids_present(cluster, "mig", writer.acked) == set(), "acknowledged writes lost"
     assert writer.client.endpoint.node == "node-2"
     assert tenant_checksums(cluster, "mig").get("shop.items") is not None
+    assert {side["path"] for side in doc["copy_stages"].values()} == {"tls"}
+
+    # --plain-stream, the operator's opt-out: only the snapshot stream goes in plain text, the rows arrive.
+    sums = tenant_checksums(cluster, "mig")
+    doc = start_migration(cluster, "mig", target="node-1", plain_stream=True)
+    doc = wait_migration(cluster, "node-2", doc["id"], timeout_s=180)
+    assert doc["result"] == "succeeded", doc.get("error")
+    assert {side["path"] for side in doc["copy_stages"].values()} == {"copy"}
+    assert directory.lookup("mig").node == "node-1"
+    assert tenant_checksums(cluster, "mig") == sums
 
     # The pv | nc pipe is refused up front on a TLS cluster, with a one-line reason.
     with pytest.raises(InvalidInput, match="requires TLS"):

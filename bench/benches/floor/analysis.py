@@ -53,6 +53,36 @@ def pairs(res: dict, variant: str) -> dict[str, list[float]]:
     return out
 
 
+def variant_pairs(res: dict, variant: str, base: str) -> dict[str, list[float]]:
+    """Per tenant: migration `variant` / migration `base` in the same repeat (the two run back to back
+    after the same bare run, their order rotated), e.g. a TLS move over a plain one of the same tenant."""
+    by: dict[tuple, dict[str, float]] = {}
+    for r in runs_of(res, "migrate"):
+        if "repeat" in r:
+            by.setdefault((r["tenant"], r["repeat"]), {})[r["variant"]] = r["total_s"]
+    out: dict[str, list[float]] = {}
+    for (tenant, _), times in by.items():
+        if variant in times and base in times:
+            out.setdefault(tenant, []).append(times[variant] / times[base])
+    return out
+
+
+def variant_table(res: dict) -> str:
+    """Each further variant over the first, paired by repeat; empty with one variant."""
+    base, others = res["variants"][0], res["variants"][1:]
+    if not others:
+        return ""
+    lines = [f"| tenant | {' | '.join(f'{v} / {base} (paired, median, min-max)' for v in others)} |",
+             "|---|" + "---|" * len(others)]
+    for t in res["tenants"]:
+        cells = []
+        for v in others:
+            xs = variant_pairs(res, v, base).get(t, [])
+            cells.append(f"{med(xs):.2f}x ({spread(xs)}, n={len(xs)})" if xs else "-")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def summary(res: dict) -> dict:
     tenants = res["tenants"]
     out: dict = {"sizes": {}, "fits": {}}
@@ -175,7 +205,7 @@ def merge(labelled: list[tuple[str, dict]]) -> dict:
 
 
 def report(res: dict) -> str:
-    parts = [ratio_table(res), ""]
+    parts = [ratio_table(res), "", variant_table(res), ""]
     for t in res["tenants"]:
         parts += [breakdown_table(res, t), ""]
     parts.append(rate_table(res))

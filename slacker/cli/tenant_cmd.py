@@ -236,7 +236,9 @@ def status(cli: CliContext, node_name: str | None, pattern: str | None, state: s
     if as_json:
         print_json({"cluster_file": str(cluster.path), "cluster_file_found_by": cluster.found_by,
                     "directory": cluster.directory_node,
-                    "directory_backend": cluster.directory_backend, "directory_health": health, "nodes": nodes})
+                    "directory_backend": cluster.directory_backend, "directory_health": health,
+                    "tls": cluster.tls_ca is not None, "tls_ca": str(cluster.tls_ca) if cluster.tls_ca else None,
+                    "nodes": nodes})
         return
     sqlite = cluster.directory_backend == "sqlite"
     every = [t | {"node": n["node"]} for n in nodes for t in n.get("tenants", [])]
@@ -274,10 +276,20 @@ def status(cli: CliContext, node_name: str | None, pattern: str | None, state: s
         click.echo(f"{len(every)} tenants: counted per node (--all names every one, --json the whole document; "
                    "--node, --tenant GLOB, --state filter)")
     click.echo(_directory_line(cluster, health))
+    click.echo(_transport_line(cluster))
     for m in health.get("members", []):
         state_text = ("leader" if m.get("leader") else "follower") if m.get("reachable") else "UNREACHABLE"
         click.echo(f"  {m['name']:8} {m.get('client_url') or '-':28} {state_text}"
                    + (f"  {m['error']}" if m.get("error") and not m.get("reachable") else ""))
+
+
+def _transport_line(cluster) -> str:
+    """Whether what crosses between hosts is encrypted: the cluster's one choice, made at `cluster up`."""
+    if cluster.tls_ca is not None:
+        return (f"transport: TLS (CA {cluster.tls_ca}): agents' API, snapshot streams, replication and tenant "
+                "clients; `migrate --plain-stream` sends one copy's stream in plain text")
+    return ("transport: PLAIN TEXT: nothing the cluster sends is encrypted (made without TLS; "
+            "`cluster up --tls`, docs/deployment.md)")
 
 
 def _directory_line(cluster, health: dict) -> str:

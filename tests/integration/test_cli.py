@@ -58,6 +58,7 @@ def test_tenant_lifecycle_through_cli(cluster):
     assert {n["node"]: n["reachable"] for n in doc["nodes"]} == {"node-1": True, "node-2": True}
     rc, out, _ = slacker("status")
     assert "node-1" in out and "up (directory)" in out
+    assert "transport: PLAIN TEXT" in out and doc["tls"] is False
     # delete asks first; "n" keeps the tenant
     rc, out, err = slacker("tenant", "delete", "c1", input="n\n")
     assert rc != 0

@@ -13,9 +13,11 @@ import time
 
 import pymysql
 import pytest
+from click.testing import CliRunner
 
 from slacker import tls
 from slacker.ackwriter import AckedWriter
+from slacker.cli import main
 from slacker.agent.client import AgentClient, cluster_clients
 from slacker.client import resolve
 from slacker.config import load_agent_config
@@ -128,6 +130,9 @@ def test_tls_cluster_refuses_plain_text_and_migrates_without_loss(make_cluster):
     with pytest.raises(OSError, match="certificate verify failed"):
         conn.request("GET", "/v1/status")
     assert agents["node-1"].request("GET", "/v1/status")["node"] == "node-1"
+    # `status` says the cluster is on TLS, and with which CA.
+    status = CliRunner().invoke(main, ["--cluster", str(cluster.path), "status"])
+    assert status.exit_code == 0 and f"transport: TLS (CA {cluster.tls_ca})" in status.output
     # Kept-open connections: after warm() the calls reuse them (no TLS handshake, as in a freeze).
     client = AgentClient(n1.url, cluster.token(), ca_file=cluster.tls_ca)
     client.warm(2)

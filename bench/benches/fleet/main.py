@@ -134,7 +134,7 @@ def main(argv=None) -> None:
                         "ycsb_rate": args.ycsb_rate, "other_rate": args.other_rate, "max_parallel": args.max_parallel, "oltp": args.oltp,
                         "cpu_per_node": args.cpu_per_node, "machine": machine(), "baseline_latency_s": base, "sla_s": sla,
                         "latency_terms": args.latency_terms,
-                        "command": "bench/fleet " + " ".join(argv or __import__("sys").argv[1:])},
+                        "command": "bench/run fleet " + " ".join(argv or __import__("sys").argv[1:])},
                "drains": [], "pairs": [], "interrupted": [], "lost_acks": None, "oltp_check": None}
         variants = list(DRAIN_VARIANTS)
 

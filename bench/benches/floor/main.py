@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         return 0
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     bench = Bench(args)
-    res = {"command": " ".join([".venv/bin/python", "bench/floor", *(argv if argv is not None else sys.argv[1:])]),
+    res = {"command": " ".join(["bench/run floor", *(argv if argv is not None else sys.argv[1:])]),
            "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "tenants": [n for n, _ in args.tenants], "variants": list(args.variants), "runs": []}
     bench.results = res

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -26,7 +27,24 @@ from urllib.parse import urlparse
 
 from .errors import InvalidInput, NotFound
 from .tls import TlsFiles
-from .tenants import DEFAULT_PORT_RANGE, parse_port_range
+
+DEFAULT_PORT_RANGE = (13306, 23305)  # tenants' ports on a node, both ends inclusive
+
+
+def parse_port_range(text: str | tuple[int, int]) -> tuple[int, int]:
+    """`13306-23305` -> (13306, 23305); both ends inclusive, within 1024-65535."""
+    if isinstance(text, tuple):
+        lo, hi = text
+    else:
+        m = re.match(r"^\s*(\d+)\s*-\s*(\d+)\s*$", str(text))
+        if not m:
+            raise InvalidInput(f"invalid port range {text!r}", "expected LOW-HIGH", "for example 13306-23305")
+        lo, hi = int(m.group(1)), int(m.group(2))
+    if not (1024 <= lo <= hi <= 65535):
+        raise InvalidInput(f"invalid port range {lo}-{hi}", "ports must satisfy 1024 <= LOW <= HIGH <= 65535",
+                           "for example 13306-23305")
+    return lo, hi
+
 
 SYSTEM_CLUSTER_FILE = Path("/etc/slacker/cluster.toml")
 LOCAL_CLUSTER_FILE = Path("run/cluster.toml")

@@ -26,12 +26,12 @@ from typing import Iterable
 from . import mariadb
 from .mariadb import ops
 from .procs import kill_group as _kill_group, wait_gone as _wait_gone
+from .config import DEFAULT_PORT_RANGE, parse_port_range
 from .errors import Conflict, InvalidInput, NotFound, TenantError
 from . import trash
 from .trash import TrashName, fsync_dir
 
 TENANT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,31})$")
-DEFAULT_PORT_RANGE = (13306, 23305)
 # A small tenant's working set; `tenant create --buffer-pool` for more (docs/configuration.md, sizing).
 DEFAULT_BUFFER_POOL_BYTES = 32 * 1024 * 1024
 START_TIMEOUT_S = 60.0
@@ -49,21 +49,6 @@ def validate_tenant_id(tenant_id: str) -> str:
             "for example t42 or shop-eu-1",
         )
     return tenant_id
-
-
-def parse_port_range(text: str | tuple[int, int]) -> tuple[int, int]:
-    """`13306-23305` -> (13306, 23305); both ends inclusive, within 1024-65535."""
-    if isinstance(text, tuple):
-        lo, hi = text
-    else:
-        m = re.match(r"^\s*(\d+)\s*-\s*(\d+)\s*$", str(text))
-        if not m:
-            raise InvalidInput(f"invalid port range {text!r}", "expected LOW-HIGH", "for example 13306-23305")
-        lo, hi = int(m.group(1)), int(m.group(2))
-    if not (1024 <= lo <= hi <= 65535):
-        raise InvalidInput(f"invalid port range {lo}-{hi}", "ports must satisfy 1024 <= LOW <= HIGH <= 65535",
-                           "for example 13306-23305")
-    return lo, hi
 
 
 def preferred_port(tenant_id: str, port_range: tuple[int, int]) -> int:

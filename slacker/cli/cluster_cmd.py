@@ -89,7 +89,7 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     """
     from ..config import load_cluster
     from ..local_cluster import up, with_recorded
-    from ..tenants import parse_port_range
+    from ..config import parse_port_range
 
     parse_port_range(port_range)
     ctx = click.get_current_context()

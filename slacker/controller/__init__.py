@@ -5,12 +5,25 @@ The migration loop reads a latency sample once per step, calls `step()` and
 applies `rate_bytes_per_s`. Prometheus gauges live in `slacker.controller.metrics`.
 """
 
-from .base import ControllerStep, RateController
-from .baselines import FixedRate, ThresholdThrottle
-from .loop import RatePolicy
-from .model import ModelController
-from .pid import DEFAULT_GAINS, Gains, PidController, parse_gains
-from .settings import DEFAULT_KIND, KINDS, ControllerSettings
+from typing import TYPE_CHECKING
+
+from ..lazy import exports
+
+if TYPE_CHECKING:
+    from .base import ControllerStep, RateController
+    from .baselines import FixedRate, ThresholdThrottle
+    from .loop import RatePolicy
+    from .model import ModelController
+    from .pid import DEFAULT_GAINS, Gains, PidController, parse_gains
+    from .settings import DEFAULT_KIND, KINDS, ControllerSettings
+
+# Loaded on first use: `slacker migrate` needs only the settings; the loop and its Prometheus
+# metrics would cost every CLI command a tenth of its start-up.
+__getattr__ = exports(__name__, {
+    "ControllerStep": "base", "RateController": "base", "FixedRate": "baselines", "ThresholdThrottle": "baselines",
+    "RatePolicy": "loop", "ModelController": "model", "DEFAULT_GAINS": "pid", "Gains": "pid", "PidController": "pid",
+    "parse_gains": "pid", "DEFAULT_KIND": "settings", "KINDS": "settings", "ControllerSettings": "settings",
+})
 
 __all__ = [
     "DEFAULT_GAINS",

@@ -16,12 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import InvalidInput
 from ..latency import LatencySample, LatencySource
-from .loop import RatePolicy
 from .report import StepReport
+
+if TYPE_CHECKING:  # only named in annotations: the loop (and Prometheus) load when a budget first runs one
+    from .loop import RatePolicy
 
 SPLITS = ("fair", "smallest")
 BUDGETS = SPLITS + ("own",)  # "own": an independent controller per migration (bench baseline only)

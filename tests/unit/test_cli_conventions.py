@@ -200,3 +200,12 @@ def test_every_json_command_prints_its_errors_as_json():
                  ["node", "remove", "n1"]):
         r = runner.invoke(slacker_main, [*args, "--json", "--cluster", "/nonexistent/c.toml"])
         assert r.exit_code == 3 and json.loads(r.stdout)["error"]["kind"] == "NotFound", (args, r.output)
+
+
+@pytest.mark.parametrize("module", ["slacker.cli.migrate_cmd", "slacker.cli.tenant_cmd", "slacker.cli.node_cmd"])
+def test_a_command_that_only_talks_to_agents_loads_no_database_client_or_metrics(module):
+    """Each CLI start-up pays for its imports (a move's fixed cost includes the CLI's); a command that
+    only asks agents over HTTP must not load the MySQL client library or Prometheus."""
+    code = f"import sys, {module}; print(sorted(m for m in ('pymysql', 'prometheus_client') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -53,7 +53,7 @@ def _fleet(n: int, nodes: int = 3):
         owners.append(Ownership(tid, node, "10.0.0.1", 30000 + i, 1, 0.0))
     agents = {name: FakeAgent(name, ts) for name, ts in per.items()}
     cluster = SimpleNamespace(path="/x/cluster.toml", found_by="--cluster", directory_node=None,
-                              directory_backend="etcd",
+                              directory_backend="etcd", tls_ca=None,
                               node=lambda name: agents[name] if name in agents else pytest.fail(f"unknown {name}"))
     return cluster, agents, FakeDirectory(owners)
 

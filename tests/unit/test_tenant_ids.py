@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slacker.errors import Conflict, InvalidInput
-from slacker.tenants import choose_port, parse_port_range, preferred_port, validate_tenant_id
+from slacker.config import parse_port_range
+from slacker.tenants import choose_port, preferred_port, validate_tenant_id
 
 
 @pytest.mark.parametrize("good", ["t1", "t42", "shop-eu-1", "a", "0", "x" * 32])

@@ -46,6 +46,21 @@ def parse_port_range(text: str | tuple[int, int]) -> tuple[int, int]:
     return lo, hi
 
 
+
+TENANT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,31})$")
+
+
+def validate_tenant_id(tenant_id: str) -> str:
+    """Lower-case letters, digits and dashes, 1-32 characters, not starting with a dash."""
+    if not isinstance(tenant_id, str) or not TENANT_ID_RE.match(tenant_id) or len(tenant_id) > 32:
+        raise InvalidInput(
+            f"invalid tenant id {tenant_id!r}",
+            "ids are 1-32 lower-case letters, digits or dashes, starting with a letter or digit",
+            "for example t42 or shop-eu-1",
+        )
+    return tenant_id
+
+
 SYSTEM_CLUSTER_FILE = Path("/etc/slacker/cluster.toml")
 LOCAL_CLUSTER_FILE = Path("run/cluster.toml")
 # The system file wins over the working directory's: a `run/` left in whatever directory an operator

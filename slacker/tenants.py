@@ -26,29 +26,17 @@ from typing import Iterable
 from . import mariadb
 from .mariadb import ops
 from .procs import kill_group as _kill_group, wait_gone as _wait_gone
-from .config import DEFAULT_PORT_RANGE, parse_port_range
+from .config import DEFAULT_PORT_RANGE, parse_port_range, validate_tenant_id
 from .errors import Conflict, InvalidInput, NotFound, TenantError
 from . import trash
 from .trash import TrashName, fsync_dir
 
-TENANT_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,31})$")
 # A small tenant's working set; `tenant create --buffer-pool` for more (docs/configuration.md, sizing).
 DEFAULT_BUFFER_POOL_BYTES = 32 * 1024 * 1024
 START_TIMEOUT_S = 60.0
 START_POLL_S = 0.02  # a refused connect costs next to nothing; a migration's target waits on it
 STOP_TIMEOUT_S = 30.0
 _MAX_SOCKET_PATH = 107
-
-
-def validate_tenant_id(tenant_id: str) -> str:
-    """Lower-case letters, digits and dashes, 1-32 characters, not starting with a dash."""
-    if not isinstance(tenant_id, str) or not TENANT_ID_RE.match(tenant_id) or len(tenant_id) > 32:
-        raise InvalidInput(
-            f"invalid tenant id {tenant_id!r}",
-            "ids are 1-32 lower-case letters, digits or dashes, starting with a letter or digit",
-            "for example t42 or shop-eu-1",
-        )
-    return tenant_id
 
 
 def preferred_port(tenant_id: str, port_range: tuple[int, int]) -> int:

@@ -182,6 +182,32 @@ def main(ctx: click.Context, cluster_path: str | None, credential_path: str | No
     ctx.obj = CliContext(cluster_path=cluster_path, debug=debug, credential_path=credential_path)
 
 
+def run() -> None:
+    """The `slacker` console script: `main`, then out without the interpreter's teardown of every
+    module it loaded (70-100 ms, a tenth of a short command) once the output is flushed. A command
+    that left a non-daemon thread running is waited for as usual."""
+    import logging
+    import os
+    import threading
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`slacker status | head`): nothing more to say
+            code = code or 1
+    os._exit(code or 0)
+
+
 # Each command family lives in its own module, imported when one of its commands runs (or for the
 # command list): `slacker migrate` does not pay for importing the router, ycsb and the rebalancer.
 FAMILIES = {"cluster": "cluster_cmd", "tenant": "tenant_cmd", "status": "tenant_cmd", "locate": "tenant_cmd",

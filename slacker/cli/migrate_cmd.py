@@ -157,7 +157,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     writes and the source is retired.
     """
     from ..agent.client import cluster_clients
-    from ..tenants import validate_tenant_id
+    from ..config import validate_tenant_id
 
     if settings and _is_setting(tenant_id) and not all(_is_setting(x) for x in settings):
         # `--set t42 setpoint=900ms`: click gave --set the tenant and TENANT_ID the setting.

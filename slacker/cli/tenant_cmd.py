@@ -43,7 +43,7 @@ def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool
     function of the id (the next free one on a collision) and stays with the
     tenant when it moves.
     """
-    from ..tenants import validate_tenant_id
+    from ..config import validate_tenant_id
 
     validate_tenant_id(tenant_id)
     cluster, agents, directory = _clients(cli)
@@ -177,7 +177,7 @@ def tenant_list(cli: CliContext, node_name: str | None, pattern: str | None, sta
 @pass_cli
 def tenant_delete(cli: CliContext, tenant_id: str, yes: bool, as_json: bool) -> None:
     """Stop tenant TENANT_ID and delete its data directory. This cannot be undone."""
-    from ..tenants import validate_tenant_id
+    from ..config import validate_tenant_id
 
     validate_tenant_id(tenant_id)
     _, agents, directory = _clients(cli)
@@ -349,7 +349,7 @@ def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | 
     """Print where to connect to TENANT_ID: the router's HOST:PORT first when one runs
     (log in as USER@TENANT; the address never moves), then the current owner's."""
     from ..router.control import registered_routers
-    from ..tenants import validate_tenant_id
+    from ..config import validate_tenant_id
 
     validate_tenant_id(tenant_id)
     cluster, agents, directory = _clients(cli)

@@ -31,7 +31,7 @@ def _endpoint_options(f):
 
 
 def _tenant_ids(text: str) -> list[str]:
-    from ..tenants import validate_tenant_id
+    from ..config import validate_tenant_id
 
     ids = [t.strip() for t in text.split(",") if t.strip()]
     if not ids:

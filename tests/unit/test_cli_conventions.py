@@ -209,3 +209,15 @@ def test_a_command_that_only_talks_to_agents_loads_no_database_client_or_metrics
     code = f"import sys, {module}; print(sorted(m for m in ('pymysql', 'prometheus_client') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_console_script_exits_with_the_commands_code_and_all_its_output():
+    """`run` leaves without the interpreter's teardown: the exit code and every byte written still arrive."""
+    from click.testing import CliRunner
+    from slacker.cli import main
+    full = CliRunner().invoke(main, ["migrate", "--help"]).output
+    p = subprocess.run([sys.executable, "-m", "slacker", "migrate", "--help"], capture_output=True, text=True)
+    words = lambda text: "".join(text.split("\n", 1)[1].split())  # noqa: E731 -- but the program name, any wrapping
+    assert p.returncode == 0 and words(p.stdout) == words(full)
+    p = subprocess.run([sys.executable, "-m", "slacker", "no-such-command"], capture_output=True, text=True)
+    assert p.returncode == 2 and "No such command 'no-such-command'" in p.stderr

@@ -16,6 +16,11 @@ def alive(pid: int) -> bool:
         except ChildProcessError:
             pass
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        if state == "Z":  # it exited after the waitpid above: reap it now, or it lingers as a zombie
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
         return state != "Z"
     except (OSError, IndexError):
         return False

@@ -34,7 +34,6 @@ class _Side:
         # Our own descriptor for the pipe: the owner may close theirs on a failure path while this
         # thread still reads or writes, and a number closed under us could be reused by another file.
         self._fd = os.dup(fd)
-        self.chunk = chunk
         self._free: queue.Queue = queue.Queue()
         for _ in range(depth):
             self._free.put(bytearray(chunk))
@@ -68,13 +67,12 @@ class _Side:
         raise NotImplementedError
 
     def _get(self, q: queue.Queue):
-        """Next item of `q`, or None once stopped."""
+        """Next item of `q`, or None once stopped (called in the helper thread)."""
         while not self._stop.is_set():
             try:
                 return q.get(timeout=_POLL_S)
             except queue.Empty:
-                if not self._thread.is_alive() and self._error is not None:
-                    return None
+                continue
         return None
 
 

@@ -18,7 +18,7 @@ from . import mariadb
 from .errors import MigrationFailed, MissingDependency
 from .procs import kill_group, pids_with_arg
 from .trash import tree_bytes
-from .tenants import error_lines
+from .mariadb.server import error_lines
 
 PREPARE_TIMEOUT_S = 1800.0
 

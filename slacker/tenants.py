@@ -25,10 +25,12 @@ from typing import Iterable
 
 from . import mariadb
 from .mariadb import ops
+from .mariadb.server import error_lines
 from .procs import kill_group as _kill_group, wait_gone as _wait_gone
 from .config import DEFAULT_PORT_RANGE, parse_port_range, validate_tenant_id
 from .errors import Conflict, InvalidInput, NotFound, TenantError
 from . import trash
+from .seed import Seed
 from .trash import TrashName, fsync_dir
 
 # A small tenant's working set; `tenant create --buffer-pool` for more (docs/configuration.md, sizing).
@@ -242,13 +244,6 @@ class Tenant:
         )
 
 
-def error_lines(text: str, lines: int = 8) -> str:
-    """The lines of a server log that say what went wrong (its [ERROR] lines), else its tail."""
-    all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in all_lines if "ERROR" in ln]
-    return " | ".join((errors or all_lines)[-lines:]) or "(empty log)"
-
-
 class TenantManager:
     """Creates, starts, stops and deletes the tenants under one node's data root."""
 
@@ -261,6 +256,8 @@ class TenantManager:
         self.node = node
         self.port_range = parse_port_range(port_range)
         self.tenants_dir = self.data_root / "tenants"
+        # What `mariadb-install-db` makes, made once and copied into each tenant created here.
+        self.seed = Seed(self.data_root / "seed", DEFAULT_BUFFER_POOL_BYTES)
         self.sock_dir = self.data_root / "sock"
         for d in (self.tenants_dir, self.sock_dir):
             d.mkdir(parents=True, exist_ok=True)
@@ -368,7 +365,6 @@ class TenantManager:
                taken_ports: Iterable[int] = ()) -> Tenant:
         """Create, initialise and start a tenant; on any failure nothing is left behind."""
         mariadbd = mariadb.find_program("mariadbd")
-        install_db = mariadb.find_program("mariadb-install-db")
         validate_tenant_id(tenant_id)
         if port is None:
             port = self._automatic_port(tenant_id, set(taken_ports) | self.local_ports())
@@ -384,7 +380,7 @@ class TenantManager:
             mariadb.write_secret(tenant.repl_password_file, secrets.token_urlsafe(24) + "\n")
             tenant.write_config()
             tenant.save()
-            self._install_db(tenant, install_db)
+            self.seed.copy_into(tenant.datadir)
             self.put_in_place(tenant)
             init_file = tenant.root / "secrets" / "init.sql"
             mariadb.write_secret(init_file, mariadb.bootstrap_sql(tenant.admin_password(), tenant.app_password(),
@@ -397,24 +393,6 @@ class TenantManager:
         except BaseException:
             self._destroy(tenant, reason="failed-create")
             raise
-
-    def _install_db(self, tenant: Tenant, install_db: str) -> None:
-        log = tenant.root / "log" / "install-db.log"
-        cmd = [install_db, f"--defaults-file={tenant.config_file}", "--skip-test-db",
-               "--auth-root-authentication-method=socket"]
-        if os.geteuid() == 0:
-            cmd.append("--user=root")
-        with open(log, "wb") as out:
-            try:
-                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=120,
-                                    start_new_session=True).returncode
-            except subprocess.TimeoutExpired:
-                rc = -1
-        if rc != 0:
-            raise TenantError(f"mariadb-install-db failed for tenant {tenant.id} (exit {rc})",
-                              tenant.error_log_tail() if tenant.error_log.exists()
-                              else error_lines(log.read_text(errors="replace")),
-                              "check the node's options (buffer pool, port range, data_root) and retry")
 
     # ---- start / stop -----------------------------------------------------------
     def start(self, tenant_id: str, timeout_s: float = START_TIMEOUT_S) -> Tenant:

@@ -29,12 +29,12 @@ from ..lazy import exports
 if TYPE_CHECKING:
     from .server import (ADMIN_USER, APP_USER, BACKUP_PRIVILEGES, BACKUP_USER, PACKAGES, REPL_PRIVILEGES, REPL_USER,
                          SERVICE_USERS, ServerConfig, bootstrap_sql, client_defaults, connect,
-                         create_service_accounts, find_program, global_status, gtid_binlog_pos, server_id_for,
+                         create_service_accounts, error_lines, find_program, global_status, gtid_binlog_pos, server_id_for,
                          service_accounts_sql, write_secret)
 
 __all__ = ["ADMIN_USER", "APP_USER", "BACKUP_PRIVILEGES", "BACKUP_USER", "PACKAGES", "REPL_PRIVILEGES", "REPL_USER",
            "SERVICE_USERS", "ServerConfig", "bootstrap_sql", "client_defaults", "connect", "create_service_accounts",
-           "find_program", "global_status", "gtid_binlog_pos", "server_id_for", "service_accounts_sql", "write_secret"]
+           "error_lines", "find_program", "global_status", "gtid_binlog_pos", "server_id_for", "service_accounts_sql", "write_secret"]
 
 # Loaded on first use: the latency sources need only `perfschema`, not the client library `server` loads.
 __getattr__ = exports(__name__, {name: "server" for name in __all__})

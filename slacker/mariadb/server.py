@@ -62,6 +62,13 @@ def find_program(name: str) -> str:
     )
 
 
+def error_lines(text: str, lines: int = 8) -> str:
+    """The lines of a server log that say what went wrong (its [ERROR] lines), else its tail."""
+    all_lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in all_lines if "ERROR" in ln]
+    return " | ".join((errors or all_lines)[-lines:]) or "(empty log)"
+
+
 def server_id_for(node: str, tenant_id: str) -> int:
     """A server_id unique per (node, tenant): source and target of a migration must differ,
     or replication would skip the source's events as its own."""

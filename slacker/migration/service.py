@@ -35,6 +35,7 @@ class MigrationService:
         self.budget = NodeBudget()  # one controller of this node's latency for its outgoing copies
         # Before anything else looks at the disk: what a crash left half built or half removed.
         sweep_building(node.tenants.tenants_dir)
+        sweep_building(node.tenants.seed.root)
         node.tenants.sweep()
         self.incoming = IncomingRegistry(node, participants)
         self._clean_work_dirs()

@@ -1,8 +1,10 @@
-"""An agent SIGKILLed while it creates a tenant leaves nothing that needs a person: the half-built
-files are swept when it restarts, and the directory entry the create had registered can be
+"""An agent SIGKILLed while it creates a tenant (here: inside the install tool's run that makes the node's
+seed data directory) leaves nothing that needs a person: the half-built files and the tool are swept
+when it restarts, and the directory entry the create had registered can be
 deleted with `slacker tenant delete`, after which the same id is created again."""
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -22,14 +24,19 @@ def test_tenant_delete_clears_what_a_create_killed_midway_left(cluster):
     agents, directory = cluster_clients(cluster)
     d = node_dir(cluster, "node-2")  # not the directory's node: the directory stays up
     building = d / "tenants" / ".building"
+    seed_building = d / "seed" / ".building"
+    # The node's seed (what mariadb-install-db makes, copied into each tenant) is made by its first create;
+    # removing it makes this create run the install tool, a window wide enough to kill the agent in.
+    shutil.rmtree(d / "seed", ignore_errors=True)
     pid = read_pid(d / "agent.pid")
     answer: list = []
     t = threading.Thread(target=lambda: answer.append(_create(agents["node-2"], "half")), daemon=True)
     t.start()
     deadline = time.monotonic() + 60
-    while not (tools := pids_with_arg(f"--defaults-file={building}/half~")):
-        assert time.monotonic() < deadline, "mariadb-install-db never ran for the new tenant"
+    while not (tools := pids_with_arg(f"--defaults-file={seed_building}/")):
+        assert time.monotonic() < deadline, "mariadb-install-db never ran for the node's seed"
         time.sleep(0.02)
+    assert [p.name.split("~")[0] for p in building.iterdir()] == ["half"], "not inside the create's layout"
     os.kill(pid, signal.SIGKILL)  # inside the layout
     assert wait_gone(pid, 10)
     try:
@@ -42,10 +49,11 @@ def test_tenant_delete_clears_what_a_create_killed_midway_left(cluster):
         spec = cluster.node("node-2")
         local_cluster._spawn_agent(d)
         local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5), d)
-        assert pids_with_arg(f"--defaults-file={building}/") == [], "the killed create's tools run on"
+        assert pids_with_arg(f"--defaults-file={seed_building}/") == [], "the killed create's tools run on"
         assert not (d / "tenants" / "half").exists() and list(building.iterdir()) == []
+        assert list(seed_building.iterdir()) == [], "the half-built seed was left"
     finally:
-        for tool in pids_with_arg(f"--defaults-file={building}/"):
+        for tool in pids_with_arg(f"--defaults-file={seed_building}/"):
             _signal(tool, signal.SIGKILL)
 
     cli = CliRunner()

@@ -147,3 +147,44 @@ def test_missing_package_is_named(tenants, monkeypatch):
         tenants.create("nopkg")
     assert "mariadb-server" in str(e.value) and "apt-get install" in str(e.value)
     assert not (tenants.tenants_dir / "nopkg").exists()
+
+
+def test_seed_made_once_for_concurrent_creates_and_again_for_other_options(tenants, monkeypatch):
+    """The install tool runs once per node (its result is copied into each tenant) while the server
+    programs and options stay; a change of either makes a new seed and removes the old one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from slacker.seed import Seed
+
+    builds = []
+    build = Seed._build
+    monkeypatch.setattr(Seed, "_build", lambda self, key, final: (builds.append(key), build(self, key, final)))
+    with ThreadPoolExecutor(3) as pool:
+        made = list(pool.map(tenants.create, ["s1", "s2", "s3"]))
+    assert len(builds) == 1
+    seeds = [p.name for p in tenants.seed.root.iterdir() if not p.name.startswith(".")]
+    assert seeds == builds
+    # Each tenant its own: its accounts' passwords, its data; and no binlog or buffer pool dump of the seed's.
+    passwords = {t.app_password() for t in made}
+    assert len(passwords) == 3
+    for t in made:
+        with app_conn(t).cursor() as cur:
+            cur.execute("CREATE DATABASE own")
+            cur.execute("CREATE TABLE own.who (id VARCHAR(8) PRIMARY KEY)")
+            cur.execute("INSERT INTO own.who VALUES (%s)", (t.id,))
+        with pytest.raises(TenantError, match="Access denied"):
+            mariadb.connect(user="app", password=next(p for p in passwords if p != t.app_password()),
+                            host=t.host, port=t.port).close()
+    for t in made:
+        with app_conn(t, "own").cursor() as cur:
+            cur.execute("SELECT id FROM who")
+            assert cur.fetchall() == ((t.id,),)
+    assert not (tenants.seed.root / builds[0] / "data" / "binlog.000001").exists()
+
+    render = mariadb.ServerConfig.render
+    monkeypatch.setattr(mariadb.ServerConfig, "render", lambda self: render(self) + "# another release\n")
+    t = tenants.create("s4")
+    assert len(builds) == 2 and builds[1] != builds[0]
+    assert [p.name for p in tenants.seed.root.iterdir() if not p.name.startswith(".")] == [builds[1]]
+    with app_conn(t).cursor() as cur:
+        cur.execute("SELECT 1")

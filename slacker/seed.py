@@ -3,8 +3,9 @@
 The install tool starts a bootstrap server that creates the system tables: ~0.9 s of a `tenant create`
 that otherwise takes ~0.4 s. Its result holds nothing of a tenant's own (no accounts with passwords, no
 binlog, no server id: those come with the tenant's config and its first start's init file), so one run
-serves every tenant of the node. A copy is flushed to disk before the tenant is put in place, as the
-install tool's own files were.
+serves every tenant of the node. A copy writes only the seed's blocks that are not all zeros into files
+allocated to their full size, and is flushed to disk before the tenant is put in place, as the install
+tool's own files were.
 
 The seed lives in `<data_root>/seed/<key>/data`, where the key is a digest of the server programs
 (path, size, modification time) and of the rendered config it was made with (every option a tenant's
@@ -35,6 +36,8 @@ LOCK = ".lock"
 SKIP = frozenset({"ib_buffer_pool"})
 INSTALL_TIMEOUT_S = 120.0
 PLACEHOLDER = Path("/seed")
+COPY_BLOCK = 64 * 1024
+ZEROS = bytes(COPY_BLOCK)
 
 
 def program_identity(path: str) -> str:
@@ -102,11 +105,33 @@ class Seed:
         """Lay out a new tenant's data directory (which must not exist) from the seed, flushed to disk."""
         source = self.ensure()
         try:
-            shutil.copytree(source, datadir, ignore=lambda d, names: [n for n in names if n in SKIP])
+            shutil.copytree(source, datadir, ignore=lambda d, names: [n for n in names if n in SKIP],
+                            copy_function=copy_allocated)
             fsync_tree(datadir)
         except (OSError, shutil.Error) as exc:
             raise TenantError(f"could not copy the seed data directory into {datadir}", str(exc),
                               "check the data root's free space and permissions, then retry") from None
+
+
+def copy_allocated(src: str, dst: str) -> None:
+    """Copy a file into a new one allocated to its full size first (`posix_fallocate`: space reserved,
+    reading as zeros), writing only the blocks that are not all zeros. The seed is ~85 MB of which ~7 MB
+    are not zeros (a 64 MiB redo log holds a few blocks), so a tenant's copy writes and flushes that much
+    while its files take the same space on disk as the install tool's would."""
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with open(src, "rb", buffering=0) as source:
+            size = os.fstat(source.fileno()).st_size
+            if size:
+                os.posix_fallocate(fd, 0, size)
+            offset = 0
+            while chunk := source.read(COPY_BLOCK):
+                if chunk != ZEROS[:len(chunk)]:
+                    os.pwrite(fd, chunk, offset)
+                offset += len(chunk)
+    finally:
+        os.close(fd)
+    shutil.copystat(src, dst)
 
 
 def run_install_tool(config_file: Path, error_log: Path, log_file: Path, what: str) -> None:

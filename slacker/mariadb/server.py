@@ -109,12 +109,14 @@ PERFORMANCE_SCHEMA_OPTIONS = (
 # tenant on the host shares, 8.7 MiB its static data and 4 MiB the two minimum-size redo log buffers, which
 # no option shrinks (docs/results.md, "A lean tenant"). The buffer pool is per tenant (`tenant create --buffer-pool`).
 MEMORY_OPTIONS = (
-    # The redo log buffer stays at MariaDB's 16M: a migration's target applies the delta in catch-up mode
-    # (innodb_flush_log_at_trx_commit=0/2, slacker/mariadb/durability.py), where the buffer holds up to a
-    # second of redo; at 2M a write-heavy delta filled it and the concurrent applier stopped converging
-    # (bench/run delta_migrate: apply 1,298/s and "delta rounds stopped shrinking" at 2M, 2,283/s and
-    # 3 rounds at 16M). It costs an idle tenant ~14 MiB.
-    "innodb_log_buffer_size = 16M",
+    # The redo log buffer at this version's minimum (MariaDB's default 16M): an idle server touches one whole
+    # buffer, 14 MiB of its own memory more at 16M. A migration's target applies the delta in catch-up mode
+    # (innodb_flush_log_at_trx_commit=0, slacker/mariadb/durability.py): draining a backlog at 3 and at
+    # 14 MB/s of redo (7x the buffer each second), the target waited for a full buffer (Innodb_log_waits)
+    # 0-1 times per drain, at 0.90-0.98x the drain rate with 16M (medians of paired runs, within their
+    # spread), and live moves under a write-heavy load converged as often
+    # (bench/run delta --configs logbuf, bench/run delta_migrate; docs/results/lean.md).
+    "innodb_log_buffer_size = 2M",
     # MyISAM's index cache (default 128M, ~23 MiB touched at start): tenants' tables are InnoDB and the
     # system tables Aria, so nothing reads through it.
     "key_buffer_size = 1M",

@@ -42,15 +42,15 @@ def test_create_write_restart_delete(tenants):
                     "@@performance_schema, @@innodb_buffer_pool_size")
         assert cur.fetchone() == ("ROW", "FULL", "FULL", 1, 1, DEFAULT_BUFFER_POOL_BYTES)
         cur.execute("SELECT @@innodb_log_buffer_size, @@key_buffer_size, @@aria_pagecache_buffer_size")
-        assert cur.fetchone() == (16 << 20, 1 << 20, 8 << 20)
+        assert cur.fetchone() == (2 << 20, 1 << 20, 8 << 20)
         cur.execute("SELECT @@query_cache_size, @@performance_schema_max_file_handles")
         assert cur.fetchone() == (0, 0)
     c.close()
     # Lean: the server's own memory (not the binary's pages, shared by every tenant on the host) is small.
-    # MariaDB's defaults made it ~80 MiB, the lean config ~48 MiB (docs/results.md, "A lean tenant").
+    # MariaDB's defaults made it ~80 MiB, the lean config ~36 MiB (docs/results.md, "A lean tenant").
     anon_kib = next(int(line.split()[1]) for line in Path(f"/proc/{t.pid()}/status").read_text().splitlines()
                     if line.startswith("RssAnon:"))
-    assert anon_kib < 56 * 1024, f"an idle tenant holds {anon_kib // 1024} MiB of its own"
+    assert anon_kib < 42 * 1024, f"an idle tenant holds {anon_kib // 1024} MiB of its own"
     new_pid = t.pid()
     tenants.delete("life")
     assert not alive(new_pid)

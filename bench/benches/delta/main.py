@@ -52,7 +52,7 @@ CONN = ReplicationApplier.CONNECTION
 
 
 # Server variables a configuration may change; every other configuration gets them back at these values.
-KNOB_DEFAULTS = {"slave_parallel_max_queued": 131072}
+KNOB_DEFAULTS = {"slave_parallel_max_queued": 131072, "innodb_log_file_buffering": 0}
 # "-catchup" in a configuration's name: the catch-up mode of issue 13's first two sessions (no fsync per
 # commit, the redo log still written to the OS at every commit); "-flush0" adds
 # innodb_flush_log_at_trx_commit=0 (the redo log stays in the server's buffer; what catchup.RELAXED is now).
@@ -90,6 +90,16 @@ CONFIG_SETS = {
         config("optimistic-16-catchup-flush0", 16, innodb_flush_log_at_trx_commit=0),
         config("conservative-8-catchup-flush0", 8, "conservative", innodb_flush_log_at_trx_commit=0),
     ],
+    # The target's redo log buffer in catch-up mode: with innodb_flush_log_at_trx_commit=0 the redo of up to a
+    # second of commits stays in the buffer, and a full buffer makes the applier wait for a write (the
+    # target's Innodb_log_waits); with =2 each commit group writes it out, through the file system's cache
+    # while innodb_log_file_buffering is ON. Run once per innodb_log_buffer_size to compare.
+    "logbuf": [
+        config("optimistic-8-flush0", 8, **catchup.RELAXED),
+        config("optimistic-8-flush0-buffered", 8, **catchup.RELAXED, innodb_log_file_buffering=1),
+        config("optimistic-8-flush2-buffered", 8, sync_binlog=0, innodb_flush_log_at_trx_commit=2,
+               innodb_log_file_buffering=1),
+    ],
     "mpl": [config(f"optimistic-{n}-catchup", n) for n in (1, 2, 3, 4, 6, 8, 12, 16)]
            + [config("serial-catchup", 0), dict(config("adaptive-catchup", 4), auto=True)],
     # Middle-R Figure 3 view in the product's catch-up mode (catchup.RELAXED), adaptive loop included.
@@ -122,6 +132,11 @@ class Rig:
         ep = self.endpoint()
         load_table(LoadConfig(endpoint=ep, workload=self.wl, threads=4, drop=True))
         self.applier.wait_for(self.source_gtid(), 600)
+
+    def redo(self) -> dict[str, int]:
+        rows = self.q(self.dconn, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_lsn_current', 'Innodb_log_waits')")
+        return {k: int(v) for k, v in rows} | {
+            "innodb_log_buffer_size": int(self.q(self.dconn, "SELECT @@innodb_log_buffer_size")[0][0])}
 
     @staticmethod
     def q(conn, sql, args=None):
@@ -192,6 +207,7 @@ class Rig:
         t0 = time.monotonic()
         c0 = cpu_s(self.dst.pid())
         s0 = cpu_s(self.src.pid())
+        redo0 = self.redo()
         self.q(self.dconn, f"START SLAVE '{CONN}' SQL_THREAD")
         if adaptive is not None:
             adaptive._t0 = t0
@@ -200,11 +216,16 @@ class Rig:
         dt = time.monotonic() - t0
         cores = (cpu_s(self.dst.pid()) - c0) / dt
         src_cores = (cpu_s(self.src.pid()) - s0) / dt
+        redo1 = self.redo()
         out = {"config": cfg["name"], "backlog": txns, "drain_s": round(dt, 3), "drain_tps": round(txns / dt, 1),
                "source_tps": round(txns / load_s, 1), "target_cores": round(cores, 2),
                "source_cores_drain": round(src_cores, 2),
                "load_cores": {"source": load_split[0], "clients": load_split[1], "target": load_split[2]},
-               "loadavg": os.getloadavg()[0]}
+               "loadavg": os.getloadavg()[0],
+               # the target's redo: bytes per second of the drain, waits for a full log buffer, the buffer's size
+               "redo_mb_s": round((redo1["Innodb_lsn_current"] - redo0["Innodb_lsn_current"]) / dt / 1e6, 2),
+               "log_waits": redo1["Innodb_log_waits"] - redo0["Innodb_log_waits"],
+               "log_buffer_mib": redo1["innodb_log_buffer_size"] >> 20}
         if adaptive is not None:
             adaptive._stop.set()
             adaptive._sampler.join()
@@ -335,6 +356,7 @@ def main() -> None:
                 results.append(r)
                 print(f"rep {rep} {r['config']:<24} backlog {r['backlog']:>6} drained in {r['drain_s']:6.2f}s "
                       f"= {r['drain_tps']:8.1f} txn/s (source committed {r['source_tps']:.0f}/s) target {r['target_cores']} cores"
+                      f" redo {r['redo_mb_s']} MB/s, {r['log_waits']} waits for the {r['log_buffer_mib']} MiB log buffer"
                       + (f" MPL path {[m for _, m, _ in r['mpl_path']]}" if "mpl_path" in r else ""), flush=True)
     finally:
         rig.close()

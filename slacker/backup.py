@@ -158,7 +158,11 @@ class MariaBackup(BackupTool):
     stream_program = "mariabackup"
     extract_program = "mbstream"
     group = "mariabackup"
-    tool_options = (f"innodb_log_buffer_size = {LOG_READ_BUFFER}",)
+    # skip-ssl: the tool reaches its own host's server by the unix socket, where TLS protects nothing; but
+    # against a server that offers TLS (a tenant of a TLS cluster) its client library negotiates it anyway,
+    # loading the system CA bundle and handshaking first: 0.24-0.26 s to the stream's first byte against
+    # 0.06 with skip-ssl, 0.51 CPU-s against 0.23-0.25 for a 36 MB tenant (by hand, same tenant).
+    tool_options = (f"innodb_log_buffer_size = {LOG_READ_BUFFER}", "skip-ssl")
 
 
 class XtraBackup(BackupTool):

@@ -98,8 +98,12 @@ class Seed:
             raise
         for old in self.root.iterdir():
             if old.name != key and not old.name.startswith("."):
+                # Renamed aside first: a removal cut short leaves it in .building/ (swept at start), never a
+                # half-deleted seed under a key that could come back (a downgrade).
                 log.info("removing the seed data directory %s (made for other server programs or options)", old)
-                shutil.rmtree(old, ignore_errors=True)
+                aside = trash.building_dir(self.root, f"{old.name}-old")
+                os.rename(old, aside / "seed")
+                shutil.rmtree(aside, ignore_errors=True)
 
     def copy_into(self, datadir: Path) -> None:
         """Lay out a new tenant's data directory (which must not exist) from the seed, flushed to disk."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
@@ -33,6 +34,9 @@ DEFAULT_BUDGET = "fair"
 SMALLEST_OTHERS_FRACTION = 0.2
 # A member that has not stepped for this many steps is not copying (it is in prepare, delta, handover).
 IDLE_AFTER_STEPS = 2.5
+# The node's flow (bytes its copies moved per second) is read over this many seconds of its steps, against the
+# least rate set over the same seconds: whether the copies use the rate they are given (GET /v1/budget).
+FLOW_WINDOW_S = 3.0
 
 
 def check_budget(name: str) -> str:
@@ -128,6 +132,7 @@ class NodeBudget:
         self.rate: int | None = None
         self.report: StepReport | None = None
         self.step_s = 1.0
+        self._steps: deque[tuple[float, int, int | None]] = deque(maxlen=16)  # (when, node's bytes, rate set then)
 
     # ---- membership ---------------------------------------------------------------------
     def join(self, tenant: str, target: str, settings, build: Callable[[TargetGuards], RatePolicy],
@@ -152,6 +157,7 @@ class NodeBudget:
                     self.retired_bytes = self.retired_total = 0
                     self.last_step, self.rate, self.report = None, None, None
                     self.step_s = settings.step_s
+                    self._steps.clear()
             elif guard is not None:
                 self.guards.add(tenant, guard())
             with self._lock:
@@ -194,6 +200,7 @@ class NodeBudget:
                 policy = None
             else:
                 self.policy, self.guards, self.report, self.rate, self.last_step = None, None, None, None, None
+                self._steps.clear()
         if policy is not None:
             policy.close()  # the node's latency source, and every guard with it
         elif guards is not None:
@@ -233,6 +240,7 @@ class NodeBudget:
                 self.rate, self.report = policy.step(now, done, mark=marks[0] if marks else None,
                                                      bytes_total=total)
                 self.last_step = now
+                self._steps.append((now, done, self.rate))
             self._shares(now)
             share = 0 if member.paused else member.share
             report = self.report
@@ -257,14 +265,31 @@ class NodeBudget:
                 return self.policy.initial_rate()
             return None if self.rate is None else int(self.rate / (len(others) + 1))
 
+    def _flow(self) -> tuple[float | None, int | None]:
+        """(bytes/s the node's copies moved over the last FLOW_WINDOW_S of steps, the least rate in force over
+        those seconds): (None, None) before two steps span a second; a least rate of None: unthrottled in one
+        of them (nothing held the copies back)."""
+        if len(self._steps) < 2:
+            return None, None
+        newest = self._steps[-1][0]
+        window = [s for s in self._steps if newest - s[0] <= FLOW_WINDOW_S + 0.25 * self.step_s]
+        if len(window) < 2 or window[-1][0] - window[0][0] < 0.9 * self.step_s:
+            return None, None
+        flow = max(0, window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+        in_force = [s[2] for s in window[:-1]]  # a rate set at one step is in force until the next
+        return flow, (None if any(r is None for r in in_force) else min(in_force))
+
     def status(self, now: float | None = None) -> dict:
         """GET /v1/budget: the node's controller and its members, for `node drain` and the benchmarks."""
         with self._lock:
             now = time.monotonic() if now is None else now
             copying = self._copying(now)
             r = self.report
+            flow, held = self._flow()
             return {"active": self.policy is not None, "split": self.split,
                     "rate_bytes_per_s": self.rate, "setpoint_s": None if r is None else r.setpoint_s,
+                    # what the copies moved over the last seconds, and the least rate they were held to meanwhile
+                    "flow_bytes_per_s": None if flow is None else int(flow), "held_bytes_per_s": held,
                     "latency_s": None if r is None else r.latency_s,
                     "fraction": None if r is None else r.fraction,
                     "copying": len(copying),

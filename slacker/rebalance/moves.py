@@ -4,9 +4,13 @@ A drain or a rebalancer pass asks it whether a move may start now (`may_start`),
 migrations an earlier run left running on the agents, and polls them all in one loop. How many run at
 once follows from the source's latency budget (slacker.controller.budget, read from the agent's
 GET /v1/budget): copies join a node's budget one at a time, the next only once the node's controller
-has seen the ones already started for ADMIT_AFTER_S, and only while each copy would still get
-`min_share_bytes_per_s` of the node's rate; `--max-parallel` caps the count, and a target node receives one copy at a time (its
-incoming budget: the copy's target guard is the one controller of its latency).
+has seen the ones already started for ADMIT_AFTER_S, and only while the node's latency leaves room
+for another: its controller is at its maximum (the latency does not hold the copies back), or the
+copies do not use the rate they are given. A copy joining copies that the latency already holds back
+gets no more rate for the node -- the shares split the same rate -- and adds what it costs the source
+whatever its rate. Each copy must still get `min_share_bytes_per_s` of the node's rate; `--max-parallel`
+caps the count, and a target node receives one copy at a time (its incoming budget: the copy's target
+guard is the one controller of its latency).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ MIN_SHARE_BYTES_PER_S = 1_000_000
 # that had put seven paused copies on a 0.5-core node, whose cost alone held it over its setpoint: no rate
 # was left to finish any of them (bench/run fleet --cpu-per-node 0.5).
 ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
+# Copies moving under this share of the least rate they were held to over the budget's last seconds do not
+# use their rate (their pipeline, not the latency, limits them): another copy may take what they leave.
+UNUSED_FLOW_SHARE = 0.75
 # Phases of a move whose copy has not ended: it is, or is about to be, one of the source budget's copies.
 NOT_COPIED = (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT)
 # A node whose budget has given none of its copies a byte for this long cannot finish any of them as
@@ -109,12 +116,33 @@ class MoveRunner:
             if doc and doc.get("active") and doc.get("copying"):
                 rate = doc.get("rate_bytes_per_s")
                 n = int(doc["copying"]) + 1 + pending
+                spent = self._latency_spent(doc)
+                if spent:
+                    self.why_not = f"{source}'s latency budget is spent: {spent}"
+                    return False
                 if rate is not None and rate / n < self.min_share_bytes_per_s:
                     self.why_not = (f"{source}'s budget ({rate / 1e6:.1f} MB/s over {n - 1} copies) has no room "
                                     f"for another copy of {self.min_share_bytes_per_s / 1e6:.1f} MB/s")
                     return False
         self.why_not = ""
         return True
+
+    @staticmethod
+    def _latency_spent(doc: dict) -> str:
+        """Why another copy would gain the node nothing ('' if it may): the node's controller holds its copies
+        under its maximum for the latency, and they use the rate it gives them. Unthrottled (no rate), at the
+        controller's maximum (a --max-rate cap, not the latency, binds), or copies moving well under the least
+        rate they were held to: there is room."""
+        rate, fraction = doc.get("rate_bytes_per_s"), doc.get("fraction")
+        if rate is None or (fraction is not None and fraction >= 1.0):
+            return ""
+        flow, held = doc.get("flow_bytes_per_s"), doc.get("held_bytes_per_s")
+        if flow is not None and held and flow < UNUSED_FLOW_SHARE * held:
+            return ""
+        copies = int(doc.get("copying") or 0)
+        moved = "" if flow is None else f"move {flow / 1e6:.1f} MB/s of "
+        return (f"its {copies} cop{'y' if copies == 1 else 'ies'} {moved}the {rate / 1e6:.1f} MB/s its latency "
+                f"allows; another would only split that rate and add its own cost")
 
     def shed_one(self, source: str, now: float | None = None) -> Running | None:
         """If `source`'s budget has held all its copies (two or more) below the least share for

@@ -1,7 +1,10 @@
 """How copies join a source's latency budget: one at a time, each only after the node's controller has
-read the latency with the ones already started, and only while the rate leaves each a share."""
+read the latency with the ones already started, only while the latency leaves room for another (the
+controller at its maximum, or copies not using their rate), and only while the rate leaves each a share."""
 
 from __future__ import annotations
+
+import pytest
 
 from slacker.migration.options import MigrationOptions, MigrationRequest
 from slacker.rebalance.moves import ADMIT_AFTER_S, MoveRunner
@@ -43,15 +46,50 @@ def test_the_next_copy_waits_until_the_controller_has_measured_the_newest():
     agent = _Agent()
     r = _runner(agent)
     first = r.start("a", "node-1", "node-2", _request("a", "node-2"))
-    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6}
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6, "fraction": 1.0}
     assert not r.may_start("node-1", "node-3")
     assert "not yet measured" in r.why_not
     first.started_at -= ADMIT_AFTER_S
     first.doc["phase"] = "snapshot"
-    assert r.may_start("node-1", "node-3")  # measured, and 25 MB/s each with one more
-    # The controller cut the node's rate: two copies would get less than the least share.
-    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 1.5e6}
+    assert r.may_start("node-1", "node-3")  # measured, at its maximum, and 25 MB/s each with one more
+    # At its maximum, but two copies would get less than the least share.
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 1.5e6, "fraction": 1.0}
     assert not r.may_start("node-1", "node-3") and "no room" in r.why_not
+
+
+def _measured_copy(agent):
+    r = _runner(agent)
+    first = r.start("a", "node-1", "node-2", _request("a", "node-2"))
+    first.started_at -= ADMIT_AFTER_S
+    first.doc["phase"] = "snapshot"
+    return r
+
+
+def test_a_copy_the_latency_holds_back_takes_no_company():
+    """The node's controller holds its copy under its maximum for the latency and the copy uses that rate: a
+    second copy would split the same rate and add what it costs the source whatever its rate."""
+    agent = _Agent()
+    r = _measured_copy(agent)
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 12e6, "fraction": 0.06,
+                    "flow_bytes_per_s": 11.5e6, "held_bytes_per_s": 12e6}
+    assert not r.may_start("node-1", "node-3")
+    assert "latency budget is spent" in r.why_not and "budget" in r.why_not  # the drain stops its batch on it
+    assert "11.5 MB/s of the 12.0 MB/s" in r.why_not
+    # An agent that does not report its flow (an older one): one copy at a time, the safe side.
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 12e6, "fraction": 0.06}
+    assert not r.may_start("node-1", "node-3")
+
+
+@pytest.mark.parametrize("budget", [
+    {"rate_bytes_per_s": None, "fraction": 1.0},  # unthrottled: the latency is under the setpoint at full speed
+    {"rate_bytes_per_s": 3e6, "fraction": 1.0},  # at a --max-rate cap: the cap binds, not the latency
+    {"rate_bytes_per_s": 40e6, "fraction": 0.2, "flow_bytes_per_s": 9e6, "held_bytes_per_s": 40e6},  # unused
+])
+def test_room_for_another_copy_where_the_latency_does_not_hold_the_copies_back(budget):
+    agent = _Agent()
+    r = _measured_copy(agent)
+    agent.budget = {"active": True, "copying": 1, **budget}
+    assert r.may_start("node-1", "node-3"), r.why_not
 
 
 def test_a_move_past_its_copy_does_not_hold_the_next_copy_back():

@@ -142,3 +142,19 @@ def test_a_drains_move_steers_over_the_load_its_source_reads_not_under_it():
     p2.baseline_latency_s = 0.013
     b2.join("x", "node-2", ControllerSettings(setpoint_s=0.010), lambda g: p2, None, "fair")
     assert p2.controller.setpoint_s == pytest.approx(0.010)  # no headroom (an operator's own move): as asked
+
+
+def test_the_budget_says_what_its_copies_moved_against_the_least_rate_they_were_held_to():
+    b, p = NodeBudget(), FakePolicy(rate=20_000_000)
+    s = _join(b, "t1", p)
+    assert b.status()["flow_bytes_per_s"] is None  # nothing stepped yet
+    for i in range(6):  # 20 MB/s set, 5 MB/s moved: the pipeline, not the rate, limits the copy
+        s.step(10.0 + i, 5_000_000 * i, bytes_total=10**9)
+    doc = b.status(now=15.5)
+    assert doc["flow_bytes_per_s"] == 5_000_000 and doc["held_bytes_per_s"] == 20_000_000
+    p.rate = None  # unthrottled for a second: nothing held the copies back in the window
+    s.step(16.0, 30_000_000, bytes_total=10**9)
+    s.step(17.0, 35_000_000, bytes_total=10**9)
+    assert b.status(now=17.5)["held_bytes_per_s"] is None
+    s.close()
+    assert b.status()["flow_bytes_per_s"] is None  # a new controller starts with no flow

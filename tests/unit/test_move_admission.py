@@ -70,12 +70,16 @@ def test_a_copy_the_latency_holds_back_takes_no_company():
     second copy would split the same rate and add what it costs the source whatever its rate."""
     agent = _Agent()
     r = _measured_copy(agent)
-    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 12e6, "fraction": 0.06,
-                    "flow_bytes_per_s": 11.5e6, "held_bytes_per_s": 12e6}
+    held = {"active": True, "copying": 1, "rate_bytes_per_s": 12e6, "fraction": 0.06, "flow_bytes_per_s": 11.5e6,
+            "held_bytes_per_s": 12e6, "latency_s": 0.0037, "setpoint_s": 0.0038, "load_latency_s": 0.0023}
+    agent.budget = held
     assert not r.may_start("node-1", "node-3")
     assert "latency budget is spent" in r.why_not and "budget" in r.why_not  # the drain stops its batch on it
-    assert "11.5 MB/s of the 12.0 MB/s" in r.why_not
-    # An agent that does not report its flow (an older one): one copy at a time, the safe side.
+    assert "93% of the room" in r.why_not and "11.5 of 12.0 MB/s" in r.why_not
+    # An agent that does not report its flow or the load's latency (an older one): refused on the latency alone.
+    agent.budget = {k: v for k, v in held.items() if k not in ("flow_bytes_per_s", "held_bytes_per_s", "load_latency_s")}
+    assert not r.may_start("node-1", "node-3")
+    # No latency read yet: one copy at a time, the safe side.
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 12e6, "fraction": 0.06}
     assert not r.may_start("node-1", "node-3")
 
@@ -84,6 +88,9 @@ def test_a_copy_the_latency_holds_back_takes_no_company():
     {"rate_bytes_per_s": None, "fraction": 1.0},  # unthrottled: the latency is under the setpoint at full speed
     {"rate_bytes_per_s": 3e6, "fraction": 1.0},  # at a --max-rate cap: the cap binds, not the latency
     {"rate_bytes_per_s": 40e6, "fraction": 0.2, "flow_bytes_per_s": 9e6, "held_bytes_per_s": 40e6},  # unused
+    # a rate rising with the latency a third of the way from the load's own to the setpoint: no knee in sight
+    {"rate_bytes_per_s": 76e6, "fraction": 0.38, "flow_bytes_per_s": 75e6, "held_bytes_per_s": 41e6,
+     "latency_s": 0.0032, "setpoint_s": 0.0049, "load_latency_s": 0.0023},
 ])
 def test_room_for_another_copy_where_the_latency_does_not_hold_the_copies_back(budget):
     agent = _Agent()

@@ -291,8 +291,10 @@ class NodeBudget:
                     # what the copies moved over the last seconds, and the least rate they were held to meanwhile
                     "flow_bytes_per_s": None if flow is None else int(flow), "held_bytes_per_s": held,
                     "latency_s": None if r is None else r.latency_s,
-                    # the load's own latency, measured before the node's first copy
+                    # the load's own latency: measured before the node's first copy, and as the model controller's
+                    # fit of the copies' seconds puts it (the latency at no copy rate)
                     "load_latency_s": None if self.policy is None else self.policy.baseline_latency_s,
+                    "model_load_latency_s": None if r is None else (r.controller or {}).get("model_load_latency_s"),
                     "fraction": None if r is None else r.fraction,
                     "copying": len(copying),
                     "members": [{"migration": member.key, "tenant": member.tenant, "target": member.target,

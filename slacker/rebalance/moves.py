@@ -5,9 +5,8 @@ migrations an earlier run left running on the agents, and polls them all in one 
 once follows from the source's latency budget (slacker.controller.budget, read from the agent's
 GET /v1/budget): copies join a node's budget one at a time, the next only once the node's controller
 has seen the ones already started for ADMIT_AFTER_S, and only while the node's latency leaves room
-for another: its controller is at its maximum (the latency does not hold the copies back), its copies
-take under half of the room between the load's own latency and the setpoint, or they do not use the
-rate they are given. A copy joining copies that the latency already holds back gets no more rate for
+for another: its controller is at its maximum (the latency does not hold the copies back), or its copies
+take under half of the room between the load's own latency and the setpoint. A copy joining copies that the latency already holds back gets no more rate for
 the node -- the shares split the same rate -- and adds what it costs the source whatever its rate. Each copy must still get `min_share_bytes_per_s` of the node's rate; `--max-parallel`
 caps the count, and a target node receives one copy at a time (its incoming budget: the copy's target
 guard is the one controller of its latency).
@@ -40,9 +39,6 @@ ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
 # room for another: the model controller's own test for "no knee in sight" (ModelController.FREE), under which
 # it rises freely.
 FREE_ROOM_SHARE = 0.5
-# Copies moving under this share of the least rate they were held to over the budget's last seconds do not
-# use their rate (their pipeline, not the latency, limits them): another copy may take what they leave.
-UNUSED_FLOW_SHARE = 0.75
 # Phases of a move whose copy has not ended: it is, or is about to be, one of the source budget's copies.
 NOT_COPIED = (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT)
 # A node whose budget has given none of its copies a byte for this long cannot finish any of them as
@@ -134,27 +130,27 @@ class MoveRunner:
     @staticmethod
     def _latency_spent(doc: dict) -> str:
         """Why another copy would gain the node nothing ('' if it may): the node's controller holds its copies
-        back for the latency -- under its maximum, their cost taking half or more of the room between the
-        load's own latency and the setpoint -- and they use the rate it gives them."""
+        under its maximum for the latency, their cost taking half or more of the room between the load's own
+        latency and the setpoint. The load's own latency is the lower of the one measured before the first copy
+        and the model's fit of the copies' seconds (a figure measured while the machine was busy reads high, and
+        would show room that is not there). Copies that the latency holds back and that leave rate unused are
+        no exception: what holds the latency up then is not the rate, and another copy only adds its cost."""
         rate, fraction = doc.get("rate_bytes_per_s"), doc.get("fraction")
         if rate is None or (fraction is not None and fraction >= 1.0):
             return ""  # unthrottled, or a --max-rate cap binds: not the latency
-        latency, setpoint, load = doc.get("latency_s"), doc.get("setpoint_s"), doc.get("load_latency_s")
-        used = None
-        if latency is not None and setpoint:
-            base = load if load is not None and 0 <= load < setpoint else 0.0
-            used = max(0.0, latency - base) / (setpoint - base)
-            if used < FREE_ROOM_SHARE:
-                return ""
-        flow, held = doc.get("flow_bytes_per_s"), doc.get("held_bytes_per_s")
-        if flow is not None and held and flow < UNUSED_FLOW_SHARE * held:
-            return ""  # the copies' pipeline limits them, not the rate
+        latency, setpoint = doc.get("latency_s"), doc.get("setpoint_s")
         copies = int(doc.get("copying") or 0)
-        took = ("" if used is None else
-                f"{copies} cop{'y' if copies == 1 else 'ies'} take {used:.0%} of the room between the load's "
-                f"latency and the setpoint ({latency * 1000:.1f} of {setpoint * 1000:.1f} ms)")
-        moved = "" if flow is None else f"{', ' if took else ''}moving {flow / 1e6:.1f} of {rate / 1e6:.1f} MB/s"
-        return (f"{took}{moved}; another would only split that rate and add its own cost")
+        if latency is None or not setpoint:
+            return f"the node's controller has not read the latency with its {copies} cop{'y' if copies == 1 else 'ies'} yet"
+        loads = [x for x in (doc.get("load_latency_s"), doc.get("model_load_latency_s"))
+                 if x is not None and 0 <= x < setpoint]
+        base = min(loads) if loads else 0.0
+        used = max(0.0, latency - base) / (setpoint - base)
+        if used < FREE_ROOM_SHARE:
+            return ""
+        return (f"{copies} cop{'y' if copies == 1 else 'ies'} take {used:.0%} of the room between the load's latency "
+                f"and the setpoint ({latency * 1000:.1f} ms, {base * 1000:.1f} to {setpoint * 1000:.1f} ms); another "
+                "would only split the node's rate and add its own cost")
 
     def shed_one(self, source: str, now: float | None = None) -> Running | None:
         """If `source`'s budget has held all its copies (two or more) below the least share for

@@ -275,6 +275,7 @@ def _record(directory, key: str, res: DrainResult, opts: DrainOptions) -> None:
 
 def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: MoveRunner, state_key, update, say):
     last_refresh = time.monotonic()
+    held = False  # the source's latency holds the next copy back, and the log said so
     while True:
         if time.monotonic() - last_refresh >= opts.lock_ttl_s / 3:
             last_refresh = time.monotonic()
@@ -320,6 +321,10 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
             # Each start is recorded before it is made: a run killed right after still leaves it.
             _start_some(agents, directory, node, settings, opts, res, runner, set(waiting), say,
                         lambda: _record(directory, state_key, res, opts))
+            held = False
+        elif res.outcome != "stopped" and waiting and "latency budget is spent" in runner.why_not and not held:
+            say(f"{len(waiting)} waiting: {runner.why_not}")  # once per wait, not every poll
+            held = True
         update(res)
         if not runner.running and not any(m.state == "waiting" and t in on_node for t, m in res.tenants.items()):
             if res.outcome == "stopped":

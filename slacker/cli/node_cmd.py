@@ -168,8 +168,10 @@ def node_uncordon(cli: CliContext, node_name: str, as_json: bool) -> None:
               help="Per-server latency SLA: each move's setpoint derives from it as in `rebalance --execute`.")
 @option("--max-parallel", type=click.IntRange(1, 64), default=2, show_default=True,
               help="A cap on the moves running at once; below it, one more copy starts once the node's "
-                   "latency controller has measured the last one (6 s) and while its budget leaves each copy at "
-                   "least 1 MB/s, and each target receives one copy at a time.")
+                   "latency controller has measured the last one (6 s), while the node's latency leaves room "
+                   "(the controller at its maximum, or its copies taking under half of the room between the "
+                   "load's latency and the setpoint) and its budget leaves each copy at least 1 MB/s; each "
+                   "target receives one copy at a time.")
 @option("--split", type=click.Choice(["fair", "smallest"]), default="fair", show_default=True,
               help="How the node's one latency controller splits its rate among the copies: equal shares, or "
                    "most to the copy with the fewest bytes left.")

@@ -438,9 +438,24 @@ def test_a_node_whose_copies_are_all_held_at_zero_sheds_one_and_the_drain_still_
     cluster = make_cluster(nodes=3, directory_node="node-3", stats_interval_s=1)
     agents, _ = cluster_clients(cluster)
     _tenants_with_a_row(cluster, "h1", "h2", pad_mb=40)
-    _tenants_with_a_row(cluster, "z")  # the smallest: moved last
+    _tenants_with_a_row(cluster, "z")
+    stop, started = threading.Event(), threading.Event()
+
+    def busy(tenant: str) -> None:
+        """Point reads until both h copies run: the drain moves the busiest tenants first (CPU over the last
+        samples), and idle servers' background CPU alone would order h1, h2 and z by chance. z must be last."""
+        conn = resolve(tenant, cluster).connect()
+        with conn.cursor() as cur:
+            while not started.is_set():
+                cur.execute("SELECT id FROM k.t WHERE id = 7")
+                cur.fetchall()
+                time.sleep(0.002)
+        conn.close()
+
+    readers = [threading.Thread(target=busy, args=(t,), daemon=True) for t in ("h1", "h2")]
+    for t in readers:
+        t.start()
     time.sleep(4)  # the setpoint derives from node-1's latency (3 samples): not from the loading above
-    stop = threading.Event()
 
     def sleepy() -> None:  # transactions that take 1 s on the server, whatever the copies cost
         conn = resolve("z", cluster).connect()
@@ -458,6 +473,7 @@ def test_a_node_whose_copies_are_all_held_at_zero_sheds_one_and_the_drain_still_
     threads = []
     try:
         _wait_sharing(agents["node-1"], 2)
+        started.set()
         threads = [threading.Thread(target=sleepy, daemon=True) for _ in range(4)]
         for t in threads:
             t.start()
@@ -478,6 +494,7 @@ def test_a_node_whose_copies_are_all_held_at_zero_sheds_one_and_the_drain_still_
             print(agents["node-1"].request("GET", "/v1/migrations"), agents["node-1"].request("GET", "/v1/budget"))
     finally:
         stop.set()
+        started.set()
         if p.poll() is None:
             p.kill()
     print(out, err)

@@ -5,11 +5,13 @@ migrations an earlier run left running on the agents, and polls them all in one 
 once follows from the source's latency budget (slacker.controller.budget, read from the agent's
 GET /v1/budget): copies join a node's budget one at a time, the next only once the node's controller
 has seen the ones already started for ADMIT_AFTER_S, and only while the node's latency leaves room
-for another: its controller is at its maximum (the latency does not hold the copies back), or its copies
-take under half of the room between the load's own latency and the setpoint. A copy joining copies that the latency already holds back gets no more rate for
-the node -- the shares split the same rate -- and adds what it costs the source whatever its rate. Each copy must still get `min_share_bytes_per_s` of the node's rate; `--max-parallel`
-caps the count, and a target node receives one copy at a time (its incoming budget: the copy's target
-guard is the one controller of its latency).
+for another: its controller is at its maximum (the latency does not hold the copies back), or its
+copies take under half of the room between the load's own latency and the setpoint. A copy joining
+copies that the latency already holds back gets no more rate for the node -- the shares split the
+same rate -- and adds what it costs the source whatever its rate. Each copy must still get
+`min_share_bytes_per_s` of the node's rate; `--max-parallel` caps the count, and a target node
+receives one copy at a time (its incoming budget: the copy's target guard is the one controller of
+its latency).
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ class MoveRunner:
         used = max(0.0, latency - base) / (setpoint - base)
         if used < FREE_ROOM_SHARE:
             return ""
-        return (f"{copies} cop{'y' if copies == 1 else 'ies'} take {used:.0%} of the room between the load's latency "
+        return (f"{copies} {'copy takes' if copies == 1 else 'copies take'} {used:.0%} of the room between the load's latency "
                 f"and the setpoint ({latency * 1000:.1f} ms, {base * 1000:.1f} to {setpoint * 1000:.1f} ms); another "
                 "would only split the node's rate and add its own cost")
 

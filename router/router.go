@@ -99,16 +99,23 @@ type Router struct {
 	started     time.Time
 	nextID      atomic.Uint32
 	dialTimeout time.Duration
-	version     atomic.Value // server version string learned from the first owner
-	rejected    atomic.Int64 // logins refused before a tenant was known (bad name, unknown tenant)
-	ownerTLS    *tls.Config  // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
-	clientTLS   *tls.Config  // TLS towards clients; when set, plain-text logins are refused
-	token       atomic.Value // what /hold and /release need: a hash of this router's credential (from the control side)
+	version     atomic.Value  // server version string learned from the first owner
+	rejected    atomic.Int64  // logins refused before a tenant was known (bad name, unknown tenant)
+	ownerTLS    *tls.Config   // TLS towards owners (a TLS cluster's tenants require it), verified against the cluster CA
+	clientTLS   *tls.Config   // TLS towards clients; when set, plain-text logins are refused
+	token       atomic.Value  // what /hold and /release need: a hash of this router's credential (from the control side)
+	routed      chan struct{} // closed (and replaced) whenever a route is added or changed: logins waiting for one wake
 }
+
+// newTenantWait is how long a login for a tenant this router has no route for waits for one. The
+// directory names a tenant from the start of its creation, and its route follows once its owner hands
+// out the login hash: a client that connects the moment `tenant create` returns may be a little ahead.
+const newTenantWait = 3 * time.Second
 
 func newRouter(dialTimeout time.Duration) *Router {
 	rt := &Router{routes: map[string]*route{}, stats: map[string]*tenantStats{}, dirOK: false,
-		dirError: "no directory answer yet", dirSince: time.Now(), started: time.Now(), dialTimeout: dialTimeout}
+		dirError: "no directory answer yet", dirSince: time.Now(), started: time.Now(), dialTimeout: dialTimeout,
+		routed: make(chan struct{})}
 	rt.version.Store("5.5.5-10.11.0-MariaDB-slacker-router")
 	// Connection ids start far above a server's own: a client's `KILL QUERY <its id>` (the mariadb
 	// CLI's Ctrl-C) reaches the owner as an unknown id, never as another session's.
@@ -138,6 +145,8 @@ func (rt *Router) apply(m controlMsg) error {
 		if rt.stats[m.Tenant] == nil {
 			rt.stats[m.Tenant] = &tenantStats{}
 		}
+		close(rt.routed)
+		rt.routed = make(chan struct{})
 	case "remove":
 		delete(rt.routes, m.Tenant)
 	case "token":
@@ -157,6 +166,25 @@ func (rt *Router) lookup(tenant string) (*route, *tenantStats) {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
 	return rt.routes[tenant], rt.stats[tenant]
+}
+
+// awaitRoute is lookup for a login: a tenant without a route yet is waited for, up to `wait`.
+func (rt *Router) awaitRoute(tenant string, wait time.Duration) (*route, *tenantStats) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		rt.mu.RLock()
+		r, st, routed := rt.routes[tenant], rt.stats[tenant], rt.routed
+		rt.mu.RUnlock()
+		if r != nil {
+			return r, st
+		}
+		select {
+		case <-routed:
+		case <-deadline.C:
+			return nil, nil
+		}
+	}
 }
 
 // splitUser reads the tenant from the login name: USER@TENANT (the last '@').
@@ -240,7 +268,7 @@ func (rt *Router) serve(c net.Conn) {
 			"Access denied for user '%s': the router needs USER@TENANT as the user name", resp.user)))
 		return
 	}
-	rte, st := rt.lookup(tenant)
+	rte, st := rt.awaitRoute(tenant, newTenantWait)
 	if rte == nil {
 		rt.rejected.Add(1)
 		writePacket(c, seq+1, errPacket(erAccessDenied, "28000", fmt.Sprintf(

@@ -157,6 +157,8 @@ def test_rate_cut_pause_and_resume_measured_at_receiver(kind, link):
     pipe, receiver = link(kind, slow_producer(10 * MB, 200 * MB), rate=200 * MB)
     meter = transfer_rate_meter(lambda: receiver.bytes_received)
     pipe.start()
+    # Flowing first (a busy machine can take most of a second to start the pipe's processes), then 2 s of it.
+    assert wait_until(lambda: receiver.bytes_received > 0, 10)
     time.sleep(2.0)
     t_cut = time.monotonic()
     pipe.set_rate(1 * MB)

@@ -29,11 +29,16 @@ def test_best_oracle_is_the_fastest_rate_that_met_the_setpoint():
     assert pr.best_oracle(fixed + [(200 * MB, 0.025)], 0.028) == 200 * MB
     assert pr.best_oracle(fixed, 0.010) is None
     assert pr.oracle_rates(200 * MB, [0.85, 0.35, 0.6]) == [70 * MB, 120 * MB, 170 * MB]
-    # the warm-up's latency known: around where the line (0, own) -> (unthrottled, its mean) crosses the setpoint
-    got = pr.oracle_rates(130 * MB, [1, 2, 4], own_s=0.013, unthrottled_mean_s=0.093, setpoint_s=0.021)
-    assert got == pytest.approx([13 * MB, 26 * MB, 52 * MB])
+    # the warm-up's latency known: around where the line in 1/latency, (0, 1/own) -> (unthrottled, 1/its mean),
+    # crosses 1/setpoint: (1/13 - 1/21) / (1/13 - 1/93) = 0.443 of 130 MB/s
+    got = pr.oracle_rates(130 * MB, [0.5, 1, 2], own_s=0.013, unthrottled_mean_s=0.093, setpoint_s=0.021)
+    assert got == pytest.approx([28.8 * MB, 57.6 * MB, 115.2 * MB], rel=0.01)
+    # an unthrottled copy that built a queue (5 s against 3.9 ms) still places the rates where the load has
+    # its room: (1 - 3.9/6.2) of the rate, not 0 (the disk-bound harness: a line in latency gave 0.01 MB/s)
+    got = pr.oracle_rates(25.3 * MB, [0.5, 1, 2], own_s=0.0039, unthrottled_mean_s=5.18, setpoint_s=0.0062)
+    assert got == pytest.approx([4.69 * MB, 9.39 * MB, 18.8 * MB], rel=0.01)
     # a factor at or over the unthrottled rate is dropped; the unthrottled copy under the setpoint: fractions
-    assert pr.oracle_rates(130 * MB, [1, 8, 16], 0.013, 0.093, 0.021) == pytest.approx([13 * MB, 104 * MB])
+    assert pr.oracle_rates(130 * MB, [1, 2, 4], 0.013, 0.093, 0.021) == pytest.approx([57.6 * MB, 115.2 * MB], rel=0.01)
     assert pr.oracle_rates(100 * MB, [0.5, 2], 0.013, 0.018, 0.021) == pytest.approx([50 * MB, 95 * MB])
 
 

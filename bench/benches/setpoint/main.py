@@ -48,8 +48,8 @@ migrates it back and forth between the two nodes:
              --load-fraction of it (sysbench at constant arrivals with its own clock per second,
              or the harness), the load's own latency over --pre-window after --warmup, the
              binding setpoint --binding-mult times it; --warmup-moves unthrottled moves (not
-             judged): the fixed rates are --oracle-factors times the rate where the line from the
-             load's own latency to the warm-up's crosses the setpoint, and the non-binding setpoint
+             judged): the fixed rates are --oracle-factors times the rate where the line in
+             1/latency from the load's own to the warm-up's crosses the setpoint, and the non-binding setpoint
              is --nonbinding-mult times the own latency, or 1.25x the warm-up's if higher;
              then in an order rotated each block: the fixed rates (each a move aborted after
              --level: the oracle), the model with the router's source (the default), the model
@@ -217,9 +217,10 @@ def parse_args(argv=None):
     g.add_argument("--binding-mult", type=float, default=1.6,
                    help="the binding setpoint: this times the load's own latency measured at the block's start")
     g.add_argument("--nonbinding-mult", type=float, default=4.0, help="the non-binding setpoint's multiple (default 4)")
-    g.add_argument("--oracle-factors", default="1,2,4",
-                   help="the block's fixed rates: multiples of the rate where the line from the load's own latency "
-                        "to the unthrottled warm-up's crosses the binding setpoint (below the unthrottled rate); "
+    g.add_argument("--oracle-factors", default="0.5,1,2",
+                   help="the block's fixed rates: multiples of the rate where the line in 1/latency from the load's "
+                        "own latency to the unthrottled warm-up's crosses the binding setpoint (below the "
+                        "unthrottled rate); "
                         "fractions of the unthrottled rate where the warm-up stayed under it")
     g.add_argument("--warmup-moves", type=int, default=1, help="unthrottled moves at a block's start, not judged")
     g.add_argument("--capacity-s", type=parse_duration, default=8.0,

@@ -234,13 +234,16 @@ def oracle_rates(unthrottled_rate: float, factors: list[float], own_s: float | N
                  unthrottled_mean_s: float | None = None, setpoint_s: float | None = None) -> list[float]:
     """The block's fixed rates, around where the setpoint should bind. With the warm-up's latency known
     (the load's own `own_s`, `unthrottled_mean_s` during the unthrottled copy): multiples of the rate where
-    the line from (0, own) to (unthrottled rate, its mean) crosses the setpoint -- latency rises faster
-    than that line near the knee, so the crossing is a low estimate and the factors spread above it;
-    rates at or above the unthrottled one are dropped (it is a candidate of its own). Without it (or where
-    the unthrottled copy stayed under the setpoint): `factors` are fractions of the unthrottled rate."""
+    the line in 1/latency from (0, 1/own) to (unthrottled rate, 1/its mean) crosses 1/setpoint -- a queue's
+    latency falls in a line with the load it carries (M/M/1: 1/latency = (1 - utilisation) / service time),
+    and an unthrottled copy that built a queue (its latency 1000x the load's) still places the crossing
+    where the copy leaves the load its room, not at 0 as a line in latency does; a sharper knee sits lower,
+    a gentler one higher, so the factors spread both ways. Rates at or above the unthrottled one are
+    dropped (it is a candidate of its own). Without the warm-up's latency (or where the unthrottled copy
+    stayed under the setpoint): `factors` are fractions of the unthrottled rate."""
     if (own_s is not None and unthrottled_mean_s is not None and setpoint_s is not None
             and unthrottled_mean_s > setpoint_s > own_s):
-        crossing = unthrottled_rate * (setpoint_s - own_s) / (unthrottled_mean_s - own_s)
+        crossing = unthrottled_rate * (1 / own_s - 1 / setpoint_s) / (1 / own_s - 1 / unthrottled_mean_s)
         rates = sorted({crossing * f for f in factors if f > 0 and crossing * f < 0.95 * unthrottled_rate})
         if rates:
             return rates

@@ -156,3 +156,12 @@ def test_step_recovery_counts_from_the_step_end():
     assert step_recovery(m) == pytest.approx(2.0)  # over at 24 and 25 s, back at 26 s
     m["step"]["until"] = None  # the step outlasted the copy: nothing after it within the copy
     assert step_recovery(m) is None
+
+
+def test_a_move_waits_for_the_last_moves_queue_in_the_client_to_drain():
+    # the harness's clock after a move: 5 s a transaction (its queue draining), then back at 3 ms
+    buckets = {100: (100, 500.0), 101: (100, 300.0), 102: (100, 0.3), 103: (100, 0.31), 104: (100, 0.29),
+               105: (100, 0.3)}
+    assert not pr.recovered(buckets, 102.0, limit_s=0.0049)   # the queue still in the window
+    assert pr.recovered(buckets, 105.0, limit_s=0.0049)       # the last 3 s back under the setpoint
+    assert not pr.recovered({}, 105.0, limit_s=0.0049)        # no transactions: not known to be back

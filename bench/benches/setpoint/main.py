@@ -233,6 +233,9 @@ def parse_args(argv=None):
                    help="a move still copying after this long is aborted and judged on what it copied (default "
                         "2min; the bench's limit, the same for every move: a controller is not capped otherwise)")
     g.add_argument("--move-gap", type=parse_duration, default=3.0, help="seconds between moves (default 3s)")
+    g.add_argument("--recover-max", type=parse_duration, default=90.0,
+                   help="oltp: before each move, wait at most this long for the load to be back under the binding "
+                        "setpoint on its own clock (default 90s)")
     g.add_argument("--step-factor", type=float, default=2.0,
                    help="the load step: the load times this, by a second load at (factor-1) x the rate (default 2)")
     g.add_argument("--step-s", type=parse_duration, default=20.0, help="how long the load step lasts (default 20s)")

@@ -103,6 +103,7 @@ class Oltp:
         self.bench, self.a = bench, bench.args
         self.tenant = self.a.tenant
         self.st: dict = bench.results.setdefault("oltp", {"blocks": [], "load": self.a.load})
+        self._block_load = None  # the block's load, while it runs (the moves wait for it to recover)
 
     # --- the load -----------------------------------------------------------------------------------------
     def start_load(self, name: str, tps: float, time_s: float | None = None):
@@ -163,6 +164,7 @@ class Oltp:
         if a.disk_read_bps:
             drop_page_cache()  # the copy must read the (limited) disk, as the tenant's page reads do
         time.sleep(a.move_gap)
+        waited, back = self._recover(blk)
         ctl = self.controller(kind, sp, source) if kind in ("model", "pid") else None
         stepper = None
         step: dict = {}
@@ -216,11 +218,30 @@ class Oltp:
              "end": mig["snapshot_end"], "latency_source": src.get("kind"),
              "latency_source_why": {t: v.get("why") for t, v in (src.get("tenants") or {}).items()},
              "series_path": mig["series_path"], "step": {k: v for k, v in step.items() if k != "load"} or None,
-             "cpu_during_copy": b.cpu.summary(c0, mig["snapshot_end"])}
+             "cpu_during_copy": b.cpu.summary(c0, mig["snapshot_end"]), "recovery_wait_s": waited,
+             "started_recovered": back}
         blk["moves"][member] = m
         if "load" in step:
             blk.setdefault("_step_loads", {})[member] = step["load"]
         return m
+
+    def _recover(self, blk: dict) -> tuple[float, bool]:
+        """Wait (at most --recover-max) until the block's load is back under the binding setpoint on its own
+        clock: the last move's queue in the client must not be the next move's. (seconds waited, whether it
+        was back)."""
+        load, limit = self._block_load, blk.get("setpoint_s")
+        if load is None or not limit:
+            return 0.0, True
+        t0 = time.time()
+        while True:
+            now = time.time()
+            if protocol.recovered(self.clock([load]), now - 1.0, limit):  # the last complete seconds
+                return round(now - t0, 1), True
+            if now - t0 >= self.a.recover_max:
+                log(f"  the load is still over the setpoint after {self.a.recover_max:.0f}s: the move starts anyway "
+                    "(marked started_recovered=false)")
+                return round(now - t0, 1), False
+            time.sleep(1.0)
 
     # --- a block ------------------------------------------------------------------------------------------
     def block(self, k: int, t_block: float) -> dict:
@@ -243,6 +264,7 @@ class Oltp:
                 raise SystemExit(f"block {k}: the load measured no latency on its own clock")
             sp_b = a.binding_mult * own
             blk.update(own_s=own, setpoint_s=sp_b)
+            self._block_load = load
             log(f"block {k}: the load's own latency {ms(own)} ms; binding setpoint {ms(sp_b)} ms "
                 f"({a.binding_mult:g}x)")
             u_rate, u_mean = None, None
@@ -279,6 +301,7 @@ class Oltp:
                 self._line(k, m, t_block, order.index(mem) + 1, len(order))
                 b.save()
         finally:
+            self._block_load = None
             load.stop()
             probe.stop()
         step_loads = blk.pop("_step_loads", {})

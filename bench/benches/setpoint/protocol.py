@@ -324,6 +324,16 @@ def per_second(buckets: dict[int, tuple[float, float]], t0: float | None = None,
             if n > 0 and (t0 is None or k >= t0) and (t1 is None or k <= t1)}
 
 
+def recovered(buckets: dict[int, tuple[float, float]], now: float, limit_s: float, window_s: float = 3.0) -> bool:
+    """Whether the load is back on its own before the next move: its mean over the last `window_s` seconds on
+    its own clock at or under `limit_s` (the binding setpoint, which the load alone sits under). An open-loop
+    client times each transaction from its scheduled arrival, so a queue a move built in the client (its
+    connections all busy) drains for seconds after the move ended; a move started on it is judged on the
+    last move's queue."""
+    mean = window_mean(buckets, now - window_s, now)
+    return mean is not None and mean <= limit_s
+
+
 def window_mean(buckets: dict[int, tuple[float, float]], t0: float, t1: float) -> float | None:
     """The transaction-weighted mean latency of the seconds in [t0, t1]."""
     sel = [(n, s) for k, (n, s) in buckets.items() if t0 <= k <= t1]

@@ -170,6 +170,9 @@ func (rt *Router) lookup(tenant string) (*route, *tenantStats) {
 
 // awaitRoute is lookup for a login: a tenant without a route yet is waited for, up to `wait`.
 func (rt *Router) awaitRoute(tenant string, wait time.Duration) (*route, *tenantStats) {
+	if r, st := rt.lookup(tenant); r != nil {
+		return r, st // a known tenant (every login but a new tenant's first): no timer
+	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {

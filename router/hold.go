@@ -199,7 +199,7 @@ func (rt *Router) serveRelease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m := controlMsg{route: route{Tenant: tenant, Node: q.Get("node"), Host: q.Get("host"), Port: port, Epoch: e,
-			User: old.User, ChangedAt: float64(time.Now().UnixNano()) / 1e9}, Op: "route",
+			User: old.User, OwnerUser: old.OwnerUser, Database: old.Database, ChangedAt: float64(time.Now().UnixNano()) / 1e9}, Op: "route",
 			Hash: fmt.Sprintf("%x", old.stage2), UpdatedAt: float64(time.Now().UnixNano()) / 1e9}
 		if err := rt.apply(m); err != nil {
 			log.Printf("release %s: %v", tenant, err)

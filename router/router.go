@@ -24,6 +24,11 @@ type route struct {
 	Port   int    `json:"port"`
 	Epoch  int64  `json:"epoch"`
 	User   string `json:"user"`
+	// A tenant in a shared server: the client's USER@TENANT logs in to the owner as OwnerUser (the
+	// tenant's own account, e.g. t42_app) with Database (its database) as the session's start. Empty
+	// for a whole-server tenant: the owner's account is User and the client's database is passed on.
+	OwnerUser string `json:"owner_user,omitempty"`
+	Database  string `json:"database,omitempty"`
 	// When the directory changed this route (its updated_at) and when the router applied it, UTC
 	// seconds: their difference is how late the router learned of a flip (hosts' clocks permitting).
 	ChangedAt float64 `json:"changed_at"`
@@ -190,6 +195,14 @@ func (rt *Router) awaitRoute(tenant string, wait time.Duration) (*route, *tenant
 	}
 }
 
+// ownerUser is the account the router logs in to the owner as: a shared tenant's own, else the client's.
+func (r *route) ownerUser() string {
+	if r.OwnerUser != "" {
+		return r.OwnerUser
+	}
+	return r.User
+}
+
 // splitUser reads the tenant from the login name: USER@TENANT (the last '@').
 func splitUser(name string) (user, tenant string, ok bool) {
 	i := strings.LastIndexByte(name, '@')
@@ -212,9 +225,10 @@ func newScramble() []byte {
 
 // MySQL error codes the router answers with.
 const (
-	erAccessDenied = 1045
-	erHandshake    = 1043
-	erUnknownHost  = 2003 // "can't connect": the owner did not answer
+	erAccessDenied   = 1045
+	erDBAccessDenied = 1044
+	erHandshake      = 1043
+	erUnknownHost    = 2003 // "can't connect": the owner did not answer
 	// MariaDB's ER_CONNECTION_KILLED: the connection ends at a move because its session cannot move.
 	erConnectionKilled = 1927
 )
@@ -298,6 +312,14 @@ func (rt *Router) serve(c net.Conn) {
 			"Access denied for user '%s' (using password: %s)", resp.user, yesNo(len(answer) > 0))))
 		return
 	}
+	if rte.Database != "" && resp.db != "" && resp.db != rte.Database {
+		// A shared tenant's session starts in its own database; the owner's grants are the wall.
+		st.authFailures.Add(1)
+		writePacket(c, seq+1, errPacket(erDBAccessDenied, "42000", fmt.Sprintf(
+			"Access denied for user '%s' to database '%s': tenant %s is database %s", resp.user, resp.db, tenant,
+			rte.Database)))
+		return
+	}
 	s, sr, okPkt, err := rt.loginOwner(rte, resp, stage1)
 	if err != nil {
 		st.ownerErrors.Add(1)
@@ -314,6 +336,9 @@ func (rt *Router) serve(c net.Conn) {
 	t.lat = &st.latency
 	t.sess.clientTrack = resp.caps&capSessionTrack != 0
 	t.sess.db = resp.db
+	if t.sess.db == "" {
+		t.sess.db = rte.Database // the session starts in a shared tenant's database (loginOwner sent it)
+	}
 	if writePacket(c, seq+1, t.sess.okSession(okPkt)) != nil {
 		return
 	}
@@ -391,8 +416,12 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 		sr = bufio.NewReaderSize(tc, 16<<10)
 	}
 	out := &response{caps: cl.caps & routerCaps & (g.caps | capLongPassword) &^ capSSL, maxPkt: cl.maxPkt,
-		charset: cl.charset, user: r.User, db: cl.db, plugin: nativePassword, attrs: cl.attrs}
+		charset: cl.charset, user: r.ownerUser(), db: cl.db, plugin: nativePassword, attrs: cl.attrs}
 	out.caps |= capPluginAuth | capSecureConnection | capProtocol41
+	if out.db == "" && r.Database != "" { // a shared tenant's session starts in its database
+		out.db = r.Database
+		out.caps |= capConnectWithDB
+	}
 	if g.caps&capSessionTrack != 0 {
 		out.caps |= capSessionTrack // the router reads the session tracker (move.go), whatever the client asked
 	}

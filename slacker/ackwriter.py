@@ -3,7 +3,8 @@
 It reaches the tenant through the directory (slacker.client.TenantClient), so
 it follows a migration to the new owner. After the run, every id in `acked`
 must be on whichever server owns the tenant: the tests and bench/handover use
-it to prove that a migration loses nothing.
+it to prove that a migration loses nothing. It writes into the database it is given, else its session's
+(a shared tenant's), else its own `acks` (slacker/loads.py).
 """
 
 from __future__ import annotations
@@ -13,18 +14,35 @@ import time
 
 import pymysql
 
+from slacker import loads
 from slacker.client import TenantClient
+from slacker.loads import LoadDatabase
 from slacker.oltp import Txn
 
-SCHEMA = ("CREATE DATABASE IF NOT EXISTS acks",
-          "CREATE TABLE IF NOT EXISTS acks.log (id BIGINT PRIMARY KEY, writer INT, payload VARCHAR(200), "
-          "at DOUBLE)",
-          "CREATE TABLE IF NOT EXISTS acks.probe (node VARCHAR(32), n BIGINT, at DOUBLE)")
+DEFAULT_DATABASE = "acks"  # a whole server's, where a session starts in no database
+
+
+def schema(db: LoadDatabase) -> tuple[str, ...]:
+    """The statements that make the writer's tables in `db` (and `db` itself unless the session is in it)."""
+    return (((f"CREATE DATABASE IF NOT EXISTS {db.quoted}",) if db.create else ()) + (
+        f"CREATE TABLE IF NOT EXISTS {db.qualified('log')} (id BIGINT PRIMARY KEY, writer INT, "
+        "payload VARCHAR(200), at DOUBLE)",
+        f"CREATE TABLE IF NOT EXISTS {db.qualified('probe')} (node VARCHAR(32), n BIGINT, at DOUBLE)"))
+
+
+SCHEMA = schema(LoadDatabase(DEFAULT_DATABASE, create=True))
 
 
 class AckedWriter:
-    def __init__(self, client: TenantClient, writer_id: int = 1, rate_per_s: float = 100.0) -> None:
+    """`database`: where it writes (None: its session's, else `acks`), decided by `start()`."""
+
+    def __init__(self, client: TenantClient, writer_id: int = 1, rate_per_s: float = 100.0,
+                 database: str | None = None) -> None:
+        if database is not None:
+            loads.check_database(database)
         self.client = client
+        self.database = database
+        self._insert = ""
         self.writer_id = writer_id
         self.interval = 1.0 / rate_per_s
         self.acked: list[int] = []
@@ -36,13 +54,22 @@ class AckedWriter:
         self._next = writer_id * 10_000_000
 
     def start(self) -> "AckedWriter":
-        self.client.run(lambda c: [c.cursor().execute(s) for s in SCHEMA])
+        db = self.client.run(self._prepare)
+        self.database = db.name
+        self._insert = f"INSERT INTO {db.qualified('log')} VALUES (%s, %s, REPEAT('x', 150), %s)"
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=60)
+
+    def _prepare(self, conn) -> LoadDatabase:
+        db = loads.for_connection(conn, self.database, DEFAULT_DATABASE)
+        with conn.cursor() as cur:
+            for stmt in schema(db):
+                cur.execute(stmt)
+        return db
 
     def _run(self) -> None:
         next_at = time.monotonic()
@@ -61,8 +88,7 @@ class AckedWriter:
             try:
                 conn = self.client.connection()
                 with conn.cursor() as cur:
-                    cur.execute("INSERT INTO acks.log VALUES (%s, %s, REPEAT('x', 150), %s)",
-                                (i, self.writer_id, time.time()))
+                    cur.execute(self._insert, (i, self.writer_id, time.time()))
                 self.acked.append(i)
                 outcome = "acked"
             except self.client.CONNECTION_ERRORS as exc:
@@ -86,8 +112,9 @@ class WriteProber:
     """
 
     def __init__(self, servers: dict[str, tuple[str, int]], user: str, password: str,
-                 interval_s: float = 0.1, ssl_ca: str | None = None) -> None:
+                 interval_s: float = 0.1, ssl_ca: str | None = None, database: str = DEFAULT_DATABASE) -> None:
         self.servers = servers
+        self._insert = f"INSERT INTO {loads.quote(database)}.probe VALUES (%s, %s, %s)"
         self.ssl_ca = ssl_ca  # a TLS cluster's CA: the probes connect with TLS
         self.user = user
         self.password = password
@@ -127,7 +154,7 @@ class WriteProber:
                                        timeout_s=0.5, ssl_context=tls)
                 self._conns[name] = conn
             with conn.cursor() as cur:
-                cur.execute("INSERT INTO acks.probe VALUES (%s, %s, %s)", (name, n, time.time()))
+                cur.execute(self._insert, (name, n, time.time()))
             return True
         except Exception:
             self._conns.pop(name, None)

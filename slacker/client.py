@@ -32,6 +32,8 @@ class Endpoint:
     # The cluster CA when the cluster uses TLS: the tenant's certificate is checked against it and
     # the connection is encrypted. None: plain text (never PyMySQL's default of the system CA store).
     ssl_ca: str | None = None
+    # A shared tenant's database: its account may use no other, so a connection starts there.
+    database: str | None = None
 
     def connect(self, database: str | None = None, timeout_s: float = 5.0, autocommit: bool = True, **kwargs):
         if self.ssl_ca:
@@ -40,7 +42,7 @@ class Endpoint:
         else:
             tls = {"ssl_disabled": True}
         return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               database=database, connect_timeout=timeout_s, autocommit=autocommit,
+                               database=database or self.database, connect_timeout=timeout_s, autocommit=autocommit,
                                charset="utf8mb4", **{**tls, **kwargs})
 
 
@@ -59,7 +61,7 @@ def resolve(tenant_id: str, cluster=None, directory: DirectoryStore | None = Non
     cred = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}/credentials")
     ca = getattr(agents[own.node], "ca_file", None)
     return Endpoint(tenant=tenant_id, host=own.host, port=own.port, user=cred["user"], password=cred["password"],
-                    node=own.node, epoch=own.epoch, ssl_ca=str(ca) if ca else None)
+                    node=own.node, epoch=own.epoch, ssl_ca=str(ca) if ca else None, database=cred.get("database"))
 
 
 class TenantClient:

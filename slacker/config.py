@@ -85,8 +85,9 @@ DIRECTORY_BACKENDS = ("sqlite", "etcd")
 @dataclass
 class Cluster:
     # How a cluster reaches its directory to learn the members (cluster, token) -> DirectoryStore. Set by
-    # slacker.agent.client, which holds the clients, when it is imported (the CLI, agents and routers all
-    # import it): this module needs nothing above it. None: only the file's seeds are known.
+    # slacker.agent.client, which holds the clients, when it is imported (agents and routers import it), and
+    # by the CLI's load_cluster to a function importing it at the first read of the members (a command's
+    # start loads neither http.client nor ssl): this module needs nothing above it. None: the seeds only.
     directory_factory: ClassVar[Callable[["Cluster", str], Any] | None] = None
 
     path: Path

@@ -133,6 +133,7 @@ ACCESS: tuple[Access, ...] = (
     # the directory (the SQLite one an agent serves)
     Access("GET", "/v1/directory/tenants", "list the directory", FOLLOW),
     Access("POST", "/v1/directory/tenants", "register tenants in the directory"),
+    Access("POST", "/v1/directory/shared-ports", "claim a port for a node's shared server in the directory"),
     Access("GET", f"/v1/directory/tenants/{_T}", "look owners up", FOLLOW),
     Access("POST", f"/v1/directory/tenants/{_T}/cas", "change a tenant's owner"),
     Access("DELETE", f"/v1/directory/tenants/{_T}", "remove tenants from the directory"),

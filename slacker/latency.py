@@ -11,9 +11,7 @@ import json
 import math
 import re
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
+import urllib.parse  # urllib.request only where a source fetches: `migrate --help` reads this module
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -26,6 +24,21 @@ from .mariadb.perfschema import check_enabled, handler_commits, latency_totals, 
 DEFAULT_METRIC = "slacker_ycsb_txn_latency_seconds"
 DEFAULT_WINDOW_S = 3.0
 DEFAULT_STEP_S = 1.0
+
+# The default latency source (no --latency-source), per tenant of the source node: the first of these
+# whose condition holds, as (source, what it reads, when; "" for always). slacker.throttle.LatencyChoice
+# decides by it and `slacker migrate --help` states it from it (tests/unit/test_docs_drift.py holds both).
+DEFAULT_SOURCE_ORDER = (
+    ("router", "the routers' transaction latency", "where a router carries the tenant's clients"),
+    ("performance_schema", "the server's own (performance_schema)", ""),
+)
+
+
+def default_source_text() -> str:
+    """DEFAULT_SOURCE_ORDER in words, as `--latency-source`'s help shows its default."""
+    return "per tenant of the source node, " + ", else ".join(
+        f"{what} {when}".strip() for _, what, when in DEFAULT_SOURCE_ORDER)
+
 
 Clock = Callable[[], float]
 
@@ -265,6 +278,8 @@ class CounterSource(LatencySource):
 
 
 def _describe(exc: BaseException) -> str:
+    import urllib.error
+
     text = str(exc) or type(exc).__name__
     if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
         text = f"cannot reach endpoint: {exc.reason}"
@@ -321,6 +336,8 @@ class PrometheusHistogramSource(CounterSource):
         super().__init__(name=name or default_name, window_s=window_s, step_s=step_s, clock=clock)
 
     def _http_get(self) -> str:
+        import urllib.request
+
         req = urllib.request.Request(self.url, headers={"Accept": "text/plain;version=0.0.4"})
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - scheme checked
             body = resp.read(self.MAX_BODY_BYTES + 1)
@@ -428,6 +445,8 @@ ROUTER_METRICS = {"transactions": "slacker_router_transaction_latency_seconds",
 
 def _router_metrics_page(admin: str, timeout_s: float) -> str:
     """A router's /metrics page from its admin address (HOST:PORT)."""
+    import urllib.request
+
     url = admin if admin.startswith(("http://", "https://")) else f"http://{admin}"
     with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=timeout_s) as resp:  # noqa: S310 - http only
         return resp.read(PrometheusHistogramSource.MAX_BODY_BYTES).decode("utf-8")
@@ -435,6 +454,8 @@ def _router_metrics_page(admin: str, timeout_s: float) -> str:
 
 def _router_recent(admin: str, query: dict, timeout_s: float) -> dict:
     """A router's GET /v1/latency/recent answer (router/admin.go) from its admin address (HOST:PORT)."""
+    import urllib.request
+
     url = admin if admin.startswith(("http://", "https://")) else f"http://{admin}"
     full = f"{url.rstrip('/')}/v1/latency/recent?{urllib.parse.urlencode(query)}"
     with urllib.request.urlopen(full, timeout=timeout_s) as resp:  # noqa: S310 - http only

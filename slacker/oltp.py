@@ -5,7 +5,8 @@ Bank transfers: each transaction locks a hot account and a random one with
 closed-loop clients on a few hot rows keep some statement waiting on a row lock
 almost all the time, as TPC-C's Payment does on its warehouse row. After a run,
 `check()` proves on any server that every acknowledged transfer is there, none
-that was refused is, and the balances agree with the transfers.
+that was refused is, and the balances agree with the transfers. It writes into the database it is given,
+else its session's (a shared tenant's), else its own `oltp` (slacker/loads.py).
 """
 
 from __future__ import annotations
@@ -18,15 +19,28 @@ from typing import Callable
 
 import pymysql
 
-INITIAL_BALANCE = 1_000_000
+from . import loads
+from .loads import LoadDatabase
 
-SCHEMA = (
-    "CREATE DATABASE IF NOT EXISTS oltp",
-    "CREATE TABLE IF NOT EXISTS oltp.accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL, "
-    "pad VARCHAR(100) NOT NULL DEFAULT '') ENGINE=InnoDB",
-    "CREATE TABLE IF NOT EXISTS oltp.transfers (id BIGINT PRIMARY KEY, src INT NOT NULL, dst INT NOT NULL, "
-    "amount INT NOT NULL, at DOUBLE NOT NULL, KEY (src), KEY (dst)) ENGINE=InnoDB",
-)
+INITIAL_BALANCE = 1_000_000
+DEFAULT_DATABASE = "oltp"  # a whole server's, where a session starts in no database
+
+
+def schema(db: LoadDatabase) -> tuple[str, ...]:
+    """The statements that make the load's tables in `db` (and `db` itself unless the session is in it)."""
+    return (((f"CREATE DATABASE IF NOT EXISTS {db.quoted}",) if db.create else ()) + (
+        f"CREATE TABLE IF NOT EXISTS {db.qualified('accounts')} (id INT PRIMARY KEY, balance BIGINT NOT NULL, "
+        "pad VARCHAR(100) NOT NULL DEFAULT '') ENGINE=InnoDB",
+        f"CREATE TABLE IF NOT EXISTS {db.qualified('transfers')} (id BIGINT PRIMARY KEY, src INT NOT NULL, "
+        "dst INT NOT NULL, amount INT NOT NULL, at DOUBLE NOT NULL, KEY (src), KEY (dst)) ENGINE=InnoDB"))
+
+
+SCHEMA = schema(LoadDatabase(DEFAULT_DATABASE, create=True))
+
+
+def database_for(conn, database: str | None = None) -> LoadDatabase:
+    """The database the load writes into on this connection's tenant (slacker/loads.py)."""
+    return loads.for_connection(conn, database, DEFAULT_DATABASE)
 
 
 @dataclass
@@ -50,45 +64,73 @@ class CheckResult:
         return not (self.missing_acked or self.unexpected or self.balance_errors)
 
 
-def load(conn, accounts: int = 1000) -> None:
-    """Create the schema and the accounts (idempotent)."""
+def load(conn, accounts: int = 1000, database: str | None = None) -> str:
+    """Create the schema and the accounts (idempotent); the database's name."""
+    db = database_for(conn, database)
+    a = db.qualified("accounts")
     with conn.cursor() as cur:
-        for stmt in SCHEMA:
+        for stmt in schema(db):
             cur.execute(stmt)
-        cur.execute("SELECT COUNT(*) FROM oltp.accounts")
+        cur.execute(f"SELECT COUNT(*) FROM {a}")
         if cur.fetchone()[0] >= accounts:
-            return
+            return db.name
         for lo in range(1, accounts + 1, 500):
             ids = range(lo, min(accounts, lo + 499) + 1)
-            cur.execute("INSERT IGNORE INTO oltp.accounts (id, balance, pad) VALUES "
+            cur.execute(f"INSERT IGNORE INTO {a} (id, balance, pad) VALUES "
                         + ", ".join(f"({i}, {INITIAL_BALANCE}, REPEAT('p', 80))" for i in ids))
     if not conn.get_autocommit():
         conn.commit()
+    return db.name
 
 
-def check(conn, acked: set[int], failed: set[int]) -> CheckResult:
+def check(conn, acked: set[int], failed: set[int], database: str | None = None) -> CheckResult:
     """What a server holds against what the clients saw."""
+    db = database_for(conn, database)
+    a, t = db.qualified("accounts"), db.qualified("transfers")
     with conn.cursor() as cur:
-        cur.execute("SELECT id FROM oltp.transfers")
+        cur.execute(f"SELECT id FROM {t}")
         present = {r[0] for r in cur.fetchall()}
-        cur.execute("SELECT a.id, a.balance - %s + COALESCE(o.s, 0) - COALESCE(i.s, 0) FROM oltp.accounts a "
-                    "LEFT JOIN (SELECT src, SUM(amount) s FROM oltp.transfers GROUP BY src) o ON o.src = a.id "
-                    "LEFT JOIN (SELECT dst, SUM(amount) s FROM oltp.transfers GROUP BY dst) i ON i.dst = a.id",
+        cur.execute(f"SELECT a.id, a.balance - %s + COALESCE(o.s, 0) - COALESCE(i.s, 0) FROM {a} a "
+                    f"LEFT JOIN (SELECT src, SUM(amount) s FROM {t} GROUP BY src) o ON o.src = a.id "
+                    f"LEFT JOIN (SELECT dst, SUM(amount) s FROM {t} GROUP BY dst) i ON i.dst = a.id",
                     (INITIAL_BALANCE,))
         bad = [r[0] for r in cur.fetchall() if r[1] != 0]
     return CheckResult(len(present), sorted(acked - present), sorted(present & failed), bad)
+
+
+@dataclass(frozen=True)
+class TransferSql:
+    """A transfer's statements on one database."""
+
+    lock: str
+    debit: str
+    credit: str
+    record: str
+
+    @classmethod
+    def on(cls, db: LoadDatabase) -> "TransferSql":
+        a, t = db.qualified("accounts"), db.qualified("transfers")
+        return cls(f"SELECT id, balance FROM {a} WHERE id IN (%s, %s) ORDER BY id FOR UPDATE",
+                   f"UPDATE {a} SET balance = balance - %s WHERE id = %s",
+                   f"UPDATE {a} SET balance = balance + %s WHERE id = %s",
+                   f"INSERT INTO {t} VALUES (%s, %s, %s, %s, %s)")
 
 
 class TransferLoad:
     """`threads` closed-loop clients, each on a connection of its own from `make_client()`.
 
     `make_client()` returns an object with `connection()` (a connected PyMySQL connection, following
-    the tenant as slacker.client.TenantClient does), `close()` and `CONNECTION_ERRORS`.
+    the tenant as slacker.client.TenantClient does), `close()` and `CONNECTION_ERRORS`. `database`: as
+    for `load` (None: the session's, else `oltp`), asked once, of whichever session connects first.
     """
 
     def __init__(self, make_client: Callable[[], object], threads: int = 8, accounts: int = 1000,
-                 hot_accounts: int = 4, think_s: float = 0.0, seed: int = 1) -> None:
+                 hot_accounts: int = 4, think_s: float = 0.0, seed: int = 1, database: str | None = None) -> None:
+        if database is not None:
+            loads.check_database(database)
         self.make_client = make_client
+        self.database = database
+        self._sql: TransferSql | None = None
         self.threads = threads
         self.accounts = accounts
         self.hot_accounts = hot_accounts
@@ -151,15 +193,14 @@ class TransferLoad:
             return "failed", type(exc).__name__
         committing = False
         try:
+            sql = self._sql or self._statements(conn)
             conn.begin()
             with conn.cursor() as cur:
-                cur.execute("SELECT id, balance FROM oltp.accounts WHERE id IN (%s, %s) ORDER BY id FOR UPDATE",
-                            (src, dst))
+                cur.execute(sql.lock, (src, dst))
                 cur.fetchall()
-                cur.execute("UPDATE oltp.accounts SET balance = balance - %s WHERE id = %s", (amount, src))
-                cur.execute("UPDATE oltp.accounts SET balance = balance + %s WHERE id = %s", (amount, dst))
-                cur.execute("INSERT INTO oltp.transfers VALUES (%s, %s, %s, %s, %s)",
-                            (tid, src, dst, amount, time.time()))
+                cur.execute(sql.debit, (amount, src))
+                cur.execute(sql.credit, (amount, dst))
+                cur.execute(sql.record, (tid, src, dst, amount, time.time()))
             committing = True
             conn.commit()
             return "acked", ""
@@ -175,6 +216,14 @@ class TransferLoad:
             except Exception:
                 client.close()
             return "failed", str(exc.args[0]) if exc.args else type(exc).__name__
+
+    def _statements(self, conn) -> TransferSql:
+        # Every worker's session is the same tenant's: whichever asks first decides for all.
+        db = database_for(conn, self.database)
+        with self._lock:
+            if self._sql is None:
+                self.database, self._sql = db.name, TransferSql.on(db)
+            return self._sql
 
     def transactions(self) -> list[Txn]:
         with self._lock:

@@ -19,19 +19,21 @@ from .controller.verdict import load_latency
 from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
 from .latency import (FollowingTenants, LatencySample, CommitCounter, GuardedSource, LatencySource, MaxOf, NodeCountersSource,
                       PerformanceSchemaSource, PrometheusHistogramSource, RouterLatencySource, WatchedSource,
-                      parse_latency_source_spec, router_traffic)
+                      DEFAULT_SOURCE_ORDER, parse_latency_source_spec, router_traffic)
 
 # Per transaction, all of the node's tenants (an SLA per server): as the routers in the clients' path measure it
-# for a tenant reached through one, else as the server does (performance_schema). See LatencyChoice.
+# for a tenant reached through one, else as the server does (performance_schema): LatencyChoice, in the order
+# of DEFAULT_SOURCE_ORDER. The server's as a spec:
 DEFAULT_SOURCES = ("performance-schema,table=transactions,exclude-user=slacker",)
 
 
 class LatencyChoice:
-    """Per tenant, the latency the default source reads, and why: the routers' (the latency its clients see)
-    when a router announced in the directory carries its clients -- it has measured its transactions and has
-    connections of theirs open -- else the server's own per-transaction time (performance_schema). Decided when
-    the tenant joins the source's population (the migration's start, or a tenant arriving later); the
-    migration's record says what was chosen (`latency_source`)."""
+    """Per tenant, the latency the default source reads, and why: the first of DEFAULT_SOURCE_ORDER that
+    holds, the routers' (the latency its clients see) when a router announced in the directory carries its
+    clients -- it has measured its transactions and has connections of theirs open -- else the server's own
+    per-transaction time (performance_schema). Decided when the tenant joins the source's population (the
+    migration's start, or a tenant arriving later); the migration's record says what was chosen
+    (`latency_source`)."""
 
     def __init__(self, node, forced: str | None = None) -> None:
         self.node = node
@@ -48,7 +50,8 @@ class LatencyChoice:
             admins = self.admins()
             carried, failed = ({}, {}) if not admins else router_traffic(tenant.id, admins, spec.pfs_kind)
             carrying = sorted(a for a, (count, conns) in carried.items() if count > 0 and conns > 0)
-            if carrying or self.forced == "router":
+            holds = {"router": bool(carrying), "performance_schema": True}  # DEFAULT_SOURCE_ORDER's conditions
+            if self.forced == "router" or next(s for s, _, _ in DEFAULT_SOURCE_ORDER if holds[s]) == "router":
                 n = sum(carried[a][0] for a in carrying)
                 why = (f"--latency-source router" if self.forced == "router" and not carrying else
                        f"its clients reach it through {len(carrying)} router(s) ({', '.join(carrying)}; "
@@ -99,9 +102,16 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
             choice.forced = "router"
 
         def members() -> dict:
-            return {t.id: (choice.maker(t, spec, window_s, step_s) if choice is not None
-                           else _pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
-                    for t in node.tenants.list() if t.info.desired_state == "running"}
+            out = {t.id: (choice.maker(t, spec, window_s, step_s) if choice is not None
+                          else _pfs_maker(t, spec, window_s, step_s), lambda t=t: CommitCounter(_connector(t)))
+                   for t in node.tenants.list() if t.info.desired_state == "running"}
+            server = _shared_server(node)
+            if server is not None:
+                # Its tenants share one server: read once for all of them, its own performance_schema (the
+                # routers' figures are per tenant; a server's is the one every tenant on it pays).
+                out[SHARED_MEMBER] = (_pfs_maker(server, spec, window_s, step_s),
+                                      lambda: CommitCounter(_connector(server)))
+            return out
 
         if not members():
             raise InvalidInput("no tenant to read latency from", f"node {node.name} runs none", "")
@@ -109,6 +119,18 @@ def build_source(node, spec_text: str, window_s: float, step_s: float, tenant_id
     if not watched:
         return inner
     return WatchedSource(inner, [CommitCounter(_connector(t)) for t in watched], window_s=window_s, step_s=step_s)
+
+
+SHARED_MEMBER = "_shared"  # the node's shared server among the latency source's members (no tenant id starts with _)
+
+
+def _shared_server(node):
+    """The node's shared server when it holds a tenant and runs, else None."""
+    manager = getattr(node, "kinds", {}).get("shared")  # reflective: the unit tests' fake nodes have no kinds
+    if manager is None or not manager.list():
+        return None
+    server = manager.server.get()
+    return server if server is not None and server.is_running() else None
 
 
 def build_target_guard(node, target: str, tenant_id: str, window_s: float, step_s: float) -> NodeCountersSource:

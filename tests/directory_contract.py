@@ -34,6 +34,58 @@ def test_register_lookup_list_remove(store):
     store.register("t3", "node-1", "127.0.0.2", 20001)  # its port is free again
 
 
+def test_a_record_keeps_its_kind_and_shared_tenants_share_their_nodes_port(store):
+    """A record's kind (none given: a whole server) is kept by a compare-and-set; a node's shared tenants
+    share its shared server's port, which no whole server and no other node's shared tenant may take, and
+    which the node keeps when its last shared tenant is removed."""
+    assert store.register("w1", "node-1", "127.0.0.2", 20001).kind == "server"
+    a = store.register("s1", "node-1", "127.0.0.2", 20010, kind="shared")
+    b = store.register("s2", "node-1", "127.0.0.2", 20010, kind="shared")
+    assert (a.kind, b.kind, b.port) == ("shared", "shared", 20010)
+    assert store.lookup("s2") == b and {o.tenant: o.kind for o in store.list()} == {
+        "w1": "server", "s1": "shared", "s2": "shared"}
+    with pytest.raises(Conflict, match="port 20010 is taken"):
+        store.register("w2", "node-1", "127.0.0.2", 20010)
+    with pytest.raises(Conflict, match="port 20010 is taken"):
+        store.register("s3", "node-2", "127.0.0.3", 20010, kind="shared")
+    with pytest.raises(Conflict, match="port 20001 is taken"):
+        store.register("s3", "node-1", "127.0.0.2", 20001, kind="shared")
+    with pytest.raises(InvalidInput, match="unknown tenant kind"):
+        store.register("s3", "node-1", "127.0.0.2", 20010, kind="database")
+    assert store.compare_and_set("s1", 1, "node-1", "127.0.0.2", 20010).kind == "shared"
+    store.remove("s1")
+    store.remove("s2")
+    with pytest.raises(Conflict, match="port 20010 is taken"):
+        store.register("w2", "node-2", "127.0.0.3", 20010)
+    assert store.register("s4", "node-1", "127.0.0.2", 20010, kind="shared").epoch == 1
+
+
+def test_a_shared_server_s_port_is_claimed_before_its_first_tenant_arrives(store):
+    """A node that gets its first shared tenant by a move claims its shared server's port alone: again by the
+    same node is a no-op; a whole server's port or another node's claim is PortTaken; the tenant then flips
+    to it, and no whole server may register there afterwards."""
+    store.register("w1", "node-1", "127.0.0.2", 20001)
+    store.register("s1", "node-1", "127.0.0.2", 20010, kind="shared")
+    store.claim_shared_port("node-2", 20020)
+    store.claim_shared_port("node-2", 20020)
+    for node, port in (("node-2", 20001), ("node-2", 20010), ("node-1", 20020)):
+        with pytest.raises(Conflict, match=f"port {port} is taken"):
+            store.claim_shared_port(node, port)
+    with pytest.raises(Conflict, match="port 20020 is taken"):
+        store.register("w2", "node-1", "127.0.0.2", 20020)
+    assert store.compare_and_set("s1", 1, "node-2", "127.0.0.3", 20020).port == 20020
+    assert store.register("s2", "node-2", "127.0.0.3", 20020, kind="shared").port == 20020
+    with pytest.raises(Conflict, match="port 20010 is taken"):  # node-1's stays node-1's shared server's
+        store.register("w3", "node-1", "127.0.0.2", 20010)
+    assert store.compare_and_set("s1", 2, "node-1", "127.0.0.2", 20010).port == 20010  # and back
+    with pytest.raises(Conflict, match="port 20001 is taken"):  # never a whole server's port
+        store.compare_and_set("s1", 3, "node-2", "127.0.0.3", 20001)
+    # a port no node claimed (a target of a build before claims): the flip claims it for the new node
+    assert store.compare_and_set("s2", 1, "node-3", "127.0.0.4", 20030).port == 20030
+    with pytest.raises(Conflict, match="port 20030 is taken"):
+        store.claim_shared_port("node-1", 20030)
+
+
 def test_compare_and_set_moves_and_bumps_epoch(store):
     store.register("t1", "node-1", "127.0.0.2", 20001)
     own = store.compare_and_set("t1", 1, "node-2", "127.0.0.3", 20001)

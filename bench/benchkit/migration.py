@@ -7,27 +7,32 @@ import sys
 import time
 from pathlib import Path
 
-from slacker import local_cluster
+from slacker import ackwriter, loads, local_cluster
 from slacker.agent.client import cluster_clients
 from slacker.mariadb.rowsums import table_sums
 from slacker.client import TenantClient, resolve
 
 
-def create_loaded_tenant(cluster, tenant_id: str = "mig", rows: int = 4000, node: str = "node-1") -> None:
-    """A tenant with about rows x 2.5 KB of data in two tables."""
+def create_loaded_tenant(cluster, tenant_id: str = "mig", rows: int = 4000, node: str = "node-1",
+                         database: str | None = None) -> None:
+    """A tenant with about rows x 2.5 KB of data in two tables, in `database` (None: its session's, else shop:
+    slacker/loads.py)."""
     agents, _ = cluster_clients(cluster)
     agents[node].request("POST", "/v1/tenants", {"id": tenant_id, "buffer_pool_bytes": 64 * 1024 * 1024},
                          timeout_s=180)
     ep = resolve(tenant_id, cluster)
     conn = ep.connect()
+    db = loads.for_connection(conn, database, "shop")
+    items, orders = db.qualified("items"), db.qualified("orders")
     with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE shop")
-        cur.execute("CREATE TABLE shop.items (id INT PRIMARY KEY, name VARCHAR(40), body TEXT)")
-        cur.execute("CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, item INT, qty INT)")
+        if db.create:
+            cur.execute(f"CREATE DATABASE {db.quoted}")
+        cur.execute(f"CREATE TABLE {items} (id INT PRIMARY KEY, name VARCHAR(40), body TEXT)")
+        cur.execute(f"CREATE TABLE {orders} (id INT AUTO_INCREMENT PRIMARY KEY, item INT, qty INT)")
         for start in range(0, rows, 500):
             vals = ",".join(f"({i}, 'item-{i}', REPEAT(MD5({i}), 75))" for i in range(start, min(rows, start + 500)))
-            cur.execute(f"INSERT INTO shop.items VALUES {vals}")
-        cur.execute("INSERT INTO shop.orders (item, qty) SELECT id, id % 7 FROM shop.items")
+            cur.execute(f"INSERT INTO {items} VALUES {vals}")
+        cur.execute(f"INSERT INTO {orders} (item, qty) SELECT id, id % 7 FROM {items}")
     conn.close()
 
 
@@ -126,13 +131,16 @@ def tenant_checksums(cluster, tenant_id: str) -> dict:
         conn.close()
 
 
-def acked_ids_present(cluster, tenant_id: str, ids: list[int], table: str = "acks.log") -> set[int]:
-    """The ids of `ids` missing from `table` on the owner the directory names."""
+def acked_ids_present(cluster, tenant_id: str, ids: list[int], table: str = "log",
+                      database: str | None = None) -> set[int]:
+    """The ids of `ids` missing from `table` in `database` (None: the session's, else the ack writer's acks:
+    slacker/loads.py) on the owner the directory names."""
     ep = resolve(tenant_id, cluster)
     conn = ep.connect()
     try:
+        db = loads.for_connection(conn, database, ackwriter.DEFAULT_DATABASE)
         with conn.cursor() as cur:
-            cur.execute(f"SELECT id FROM {table}")
+            cur.execute(f"SELECT id FROM {db.qualified(loads.quote(table))}")
             have = {r[0] for r in cur.fetchall()}
     finally:
         conn.close()
@@ -181,6 +189,7 @@ def evict_backup_tool() -> bool:
     prog = pagecache.program_files("mariabackup")[0]
     fd = os.open(prog, os.O_RDONLY)
     try:
+        os.fsync(fd)  # a copy just written: its dirty pages are not dropped until they are on disk
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)

@@ -7,6 +7,8 @@ import time
 
 import pymysql
 
+from slacker import loads
+
 
 def _connect(listen: str, user: str, password: str, **kw):
     host, port = listen.rsplit(":", 1)
@@ -16,17 +18,22 @@ def _connect(listen: str, user: str, password: str, **kw):
 
 class RoutedWriter:
     """Inserts ids one at a time through the router (autocommit), reconnecting after an error; keeps
-    what was acknowledged and every failed request."""
+    what was acknowledged and every failed request. It writes table t in `database` (None: the session's, a
+    shared tenant's own, else k: slacker/loads.py)."""
 
-    def __init__(self, listen: str, tenant: str, password: str, rate_per_s: float = 25.0) -> None:
+    def __init__(self, listen: str, tenant: str, password: str, rate_per_s: float = 25.0,
+                 database: str | None = None) -> None:
         self.listen, self.tenant, self.password, self.period = listen, tenant, password, 1.0 / rate_per_s
         self.acked: list[int] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         conn = _connect(listen, f"app@{tenant}", password)
+        db = loads.for_connection(conn, database, "k")
+        self.database, self._table = db.name, db.qualified("t")
         with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE IF NOT EXISTS k")
-            cur.execute("CREATE TABLE IF NOT EXISTS k.t (id INT PRIMARY KEY, pad VARCHAR(200))")
+            if db.create:
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS {db.quoted}")
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {self._table} (id INT PRIMARY KEY, pad VARCHAR(200))")
         conn.close()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -42,7 +49,7 @@ class RoutedWriter:
                     conn = _connect(self.listen, f"app@{self.tenant}", self.password, read_timeout=60,
                                     write_timeout=60)
                 with conn.cursor() as cur:
-                    cur.execute("INSERT INTO k.t VALUES (%s, REPEAT('x', 200))", (n + 1,))
+                    cur.execute(f"INSERT INTO {self._table} VALUES (%s, REPEAT('x', 200))", (n + 1,))
                 n += 1
                 self.acked.append(n)
             except pymysql.MySQLError as exc:
@@ -57,7 +64,7 @@ class RoutedWriter:
         self._thread.join(90)
         conn = _connect(self.listen, f"app@{self.tenant}", self.password)
         with conn.cursor() as cur:
-            cur.execute("SELECT id FROM k.t")
+            cur.execute(f"SELECT id FROM {self._table}")
             present = {r[0] for r in cur.fetchall()}
         conn.close()
         return set(self.acked) - present

@@ -201,9 +201,14 @@ class DirectoryClient(DirectoryStore):
     def warm(self) -> None:
         self.agent.warm()
 
-    def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
-        return Ownership.from_dict(self.agent.request(
-            "POST", "/v1/directory/tenants", {"tenant": tenant, "node": node, "host": host, "port": port}))
+    def register(self, tenant: str, node: str, host: str, port: int, kind: str = "server") -> Ownership:
+        body = {"tenant": tenant, "node": node, "host": host, "port": port}
+        if kind != "server":  # an agent of a build before kinds is never asked for a whole server with a kind
+            body["kind"] = kind
+        return Ownership.from_dict(self.agent.request("POST", "/v1/directory/tenants", body))
+
+    def claim_shared_port(self, node: str, port: int) -> None:
+        self.agent.request("POST", "/v1/directory/shared-ports", {"node": node, "port": port})
 
     def lookup(self, tenant: str) -> Ownership:
         return Ownership.from_dict(self.agent.request("GET", f"/v1/directory/tenants/{quote(tenant)}"))

@@ -38,8 +38,12 @@ class TenantCollector(Collector):
                                   labels=["node", "tenant"])
         restarts = CounterMetricFamily("slacker_tenant_restarts", "Restarts by the supervisor",
                                        labels=["node", "tenant"])
+        info = GaugeMetricFamily("slacker_tenant_info", "1 for each tenant of this node, labelled with its kind "
+                                 "(server: a mariadbd of its own; shared: a database in the node's shared server)",
+                                 labels=["node", "tenant", "kind"])
         for h in snap.values():
             labels = [self.node, h.id]
+            info.add_metric([self.node, h.id, h.kind], 1)
             up.add_metric(labels, 1 if h.healthy else 0)
             qps.add_metric(labels, h.queries_per_s)
             queries.add_metric(labels, h.queries_total)
@@ -49,7 +53,7 @@ class TenantCollector(Collector):
                                   "stopped; not a migration's target before its flip, nor its retired source)",
                                   labels=["node"])
         owned.add_metric([self.node], sum(1 for h in snap.values() if h.desired_state in OWNED_STATES))
-        yield from (up_total, up, qps, queries, conns, restarts, owned)
+        yield from (up_total, up, qps, queries, conns, restarts, owned, info)
 
 
 class DirectoryHealth(Collector):

@@ -6,14 +6,15 @@ The HTTP layer (server.py) only parses requests and calls these methods.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
 from .. import protocol_version
 from ..config import AgentConfig, Cluster, load_cluster
 from ..errors import Conflict, NotFound, PortTaken, SlackerError
-from ..tenants import DEFAULT_BUFFER_POOL_BYTES, TenantManager, choose_port, validate_tenant_id
+from ..kinds import kind_of
+from ..kinds.local import CreateOptions, LocalTenant, LocalTenants, managers
+from ..tenants import TenantManager, choose_port, validate_tenant_id
 from .client import AgentClient, AgentPool, node_directory
 from .metrics import DirectoryHealth, make_registry
 from .supervisor import Supervisor
@@ -44,6 +45,10 @@ class Node:
         self.journal = Journal(config.data_root / "journal")
         # The supervisor's tick also closes the stats history intervals: never coarser than them.
         self.supervisor = Supervisor(self.tenants, interval_s=min(2.0, config.stats_interval_s))
+        # One manager per tenant kind (slacker/kinds/): the tenant routes ask them in turn; each adds to the tick.
+        self.kinds: dict[str, LocalTenants] = managers(self)
+        for manager in self.kinds.values():
+            self.supervisor.on_tick.append(manager.tick)
         self.registry = make_registry(self.name, self.supervisor)
         self.directory_health = DirectoryHealth(self.name, self.directory)
         self.registry.register(self.directory_health)
@@ -149,8 +154,8 @@ class Node:
         if self.migrations is not None:
             self.migrations.shutdown()
         if stop_tenants:
-            for t in self.tenants.list():
-                self.tenants.stop_tenant(t)
+            for manager in self.kinds.values():
+                manager.stop_all()
 
     # ---- tenants ----------------------------------------------------------------
     def claim(self, tenant_id: str) -> None:
@@ -167,8 +172,12 @@ class Node:
         with self._lock:
             self.supervisor.busy.discard(tenant_id)
 
-    def create_tenant(self, tenant_id: str, buffer_pool_bytes: int = DEFAULT_BUFFER_POOL_BYTES) -> dict:
-        validate_tenant_id(tenant_id)
+    def create_tenant(self, tenant_id: str, kind: str | None = None, options: CreateOptions = CreateOptions()) -> dict:
+        """Register the tenant in the directory, then make it here (with `options.existing`, a shared tenant of
+        a database already in the node's shared server); on a failure the registration is taken back."""
+        manager = self.kinds[kind_of(kind).name]
+        manager.kind.check_id(tenant_id)
+        manager.check_options(options)
         self.claim(tenant_id)
         try:
             try:
@@ -177,9 +186,9 @@ class Node:
                                "pick another id, or delete that tenant first")
             except NotFound:
                 pass
-            own, port = self._register(tenant_id)
+            own, port = self._register(tenant_id, manager)
             try:
-                tenant = self.tenants.create(tenant_id, port=port, buffer_pool_bytes=buffer_pool_bytes)
+                tenant = manager.create(tenant_id, port, options)
             except BaseException:
                 try:
                     self.directory.remove(tenant_id, expected_epoch=own.epoch)
@@ -192,36 +201,83 @@ class Node:
 
     REGISTER_TRIES = 32  # ports tried one by one before reading every tenant's port at once
 
-    def _register(self, tenant_id: str):
-        """Register the tenant at its preferred port, or the next free one. The registration itself says
-        whether a port is taken (one point write each), so a creation does not read the whole directory
-        unless the range is crowded around the id's port."""
-        taken = set(self.tenants.local_ports())
+    def _register(self, tenant_id: str, manager: LocalTenants):
+        """Register the tenant at its kind's fixed port (a shared server's), or at its preferred port or the
+        next free one. The registration itself says whether a port is taken (one point write each), so a
+        creation does not read the whole directory unless the range is crowded around the id's port."""
+        kind = manager.kind.name
+        fixed = manager.port()
+        if fixed is not None:
+            return self.directory.register(tenant_id, self.name, self.config.tenant_host, fixed, kind), fixed
+        return self._first_free_port(tenant_id, lambda port: (
+            self.directory.register(tenant_id, self.name, self.config.tenant_host, port, kind), port))
+
+    def claim_shared_port(self, tenant_id: str) -> int:
+        """A port for this node's shared server, claimed in the directory before it holds a tenant: the first
+        shared tenant arrives by a move (slacker.migration.onedb_target), chosen as that tenant's would be."""
+        return self._first_free_port(tenant_id, lambda port: (self.directory.claim_shared_port(self.name, port),
+                                                               port)[1])
+
+    def _first_free_port(self, tenant_id: str, take):
+        """`take(port)` of the id's preferred port or the next free one; the directory's PortTaken says a port is
+        taken (one point write each), so the whole directory is read only when the range is crowded."""
+        taken = set().union(*(m.ports() for m in self.kinds.values()))
         for attempt in range(self.REGISTER_TRIES + 1):
             if attempt == self.REGISTER_TRIES:  # crowded: learn every port in one read
                 taken |= {o.port for o in self.directory.list()}
             port = choose_port(tenant_id, self.tenants.port_range, taken)
             try:
-                return self.directory.register(tenant_id, self.name, self.config.tenant_host, port), port
+                return take(port)
             except PortTaken:
                 taken.add(port)
         raise Conflict(f"no free port for tenant {tenant_id}", "every port tried is taken",
                        "widen the node's port_range or delete unused tenants")
 
+    def _holder(self, tenant_id: str) -> LocalTenants | None:
+        """The manager of the kind that holds anything of the tenant here, None if none does."""
+        return next((m for m in self.kinds.values() if m.holds(tenant_id)), None)
+
+    def _get(self, tenant_id: str) -> LocalTenant:
+        validate_tenant_id(tenant_id)
+        manager = self._holder(tenant_id)
+        if manager is None:
+            raise NotFound(f"tenant {tenant_id} not found on node {self.name}", "no kind of tenant here holds it",
+                           "see `slacker tenant list` for the tenants that exist")
+        return manager.get(tenant_id)
+
+    def refuse_unmovable(self, tenant_id: str, mode: str = "live", verify: bool = False,
+                         snapshot: str = "auto") -> None:
+        """InvalidInput in one line when the tenant here is of a kind whose move (so) is not built."""
+        manager = self._holder(validate_tenant_id(tenant_id))
+        refusal = (manager.kind.move_refusal(tenant_id, self.name, mode, verify, snapshot)
+                   if manager is not None else None)
+        if refusal is not None:
+            raise refusal
+
+    def holds_tenant(self, tenant_id: str) -> bool:
+        """Anything of the tenant here, of any kind (a whole server, a shared record)."""
+        return self._holder(tenant_id) is not None or self.tenants.exists(tenant_id)
+
+    def kind_here(self, tenant_id: str) -> str:
+        """The kind of the tenant this node holds ("server" when none holds it: the caller's NotFound follows)."""
+        manager = self._holder(tenant_id)
+        return manager.kind.name if manager is not None else "server"
+
     def delete_tenant(self, tenant_id: str) -> None:
         validate_tenant_id(tenant_id)
         self.claim(tenant_id)
         try:
-            if not os.path.lexists(self.tenants.tenant_dir(tenant_id)):
+            manager = self._holder(tenant_id)
+            if manager is None:
                 # No files here at all, as a create killed midway leaves them (its half-built files are
                 # swept at start): only the directory's entry naming this node is left to delete.
                 own = self.directory.lookup(tenant_id)
                 if own.node == self.name:
                     self.directory.remove(tenant_id, expected_epoch=own.epoch)
                     return
-            tenant = self.tenants.get(tenant_id)
-            self.tenants.delete(tenant.id)
-            self.supervisor.forget(tenant_id)
+                raise NotFound(f"tenant {tenant_id} not found on node {self.name}",
+                               f"the directory names {own.node}", "delete it there")
+            manager.delete(tenant_id)
             try:
                 own = self.directory.lookup(tenant_id)
                 if own.node == self.name:
@@ -231,60 +287,72 @@ class Node:
         finally:
             self.release(tenant_id)
 
-    def describe(self, tenant) -> dict:
+    def describe(self, tenant: LocalTenant) -> dict:
+        accounts = tenant.accounts
         return {
-            "id": tenant.id, "node": self.name, "host": tenant.host, "port": tenant.port,
-            "desired_state": tenant.info.desired_state, "fenced": tenant.info.fenced,
-            "buffer_pool_bytes": tenant.info.buffer_pool_bytes,
-            "app_user": "app", "app_password_file": str(tenant.app_password_file),
-            "datadir": str(tenant.datadir),
+            "id": tenant.id, "kind": tenant.kind.name, "node": self.name, "host": tenant.host, "port": tenant.port,
+            "desired_state": tenant.desired_state, "fenced": tenant.fenced,
+            "buffer_pool_bytes": tenant.buffer_pool_bytes,
+            "app_user": accounts.client_user, "owner_user": accounts.owner_user, "database": accounts.database,
+            "app_password_file": str(tenant.password_file), "datadir": str(tenant.datadir), **tenant.extra,
         }
 
     def list_tenants(self) -> list[dict]:
         snap = self.supervisor.snapshot()
         out = []
-        for t in self.tenants.list():
-            d = self.describe(t)
-            h = snap.get(t.id)
-            d["running"] = t.is_running()
-            if t.id in self.supervisor.busy:
-                d["healthy"] = None
-            elif h is None:  # not sampled yet (just created): ask now
-                d["healthy"] = self.tenants.health(t)["healthy"]
-            else:
-                d["healthy"] = h.healthy
-            d["queries_per_s"] = round(h.queries_per_s, 1) if h else 0.0
-            d["connections"] = h.connections if h else 0
-            out.append(d)
-        return out
+        for manager in self.kinds.values():
+            for t in manager.list():
+                d = self.describe(t)
+                h = snap.get(t.id)
+                d["running"] = t.running
+                if t.id in self.supervisor.busy:
+                    d["healthy"] = None
+                elif h is None:  # not sampled yet (just created): ask now
+                    d["healthy"] = manager.healthy(t)
+                else:
+                    d["healthy"] = h.healthy
+                d["queries_per_s"] = round(h.queries_per_s, 1) if h else 0.0
+                d["connections"] = h.connections if h else 0
+                out.append(d)
+        return sorted(out, key=lambda d: d["id"])
 
     def tenant_detail(self, tenant_id: str) -> dict:
-        return self.describe(self.tenants.get(tenant_id))
+        return self.describe(self._get(tenant_id))
 
     def tenant_credentials(self, tenant_id: str) -> dict:
-        """The application account of a tenant this node holds (the API checks the channel first)."""
-        tenant = self.tenants.get(tenant_id)
-        return {"tenant": tenant.id, "node": self.name, "host": tenant.host, "port": tenant.port,
-                "user": "app", "password": tenant.app_password()}
+        """The application account of a tenant this node holds (the API checks the channel first): the account
+        on the owner, and the database a shared tenant's session is in."""
+        tenant = self._get(tenant_id)
+        accounts = tenant.accounts
+        return {"tenant": tenant.id, "kind": tenant.kind.name, "node": self.name, "host": tenant.host,
+                "port": tenant.port, "user": accounts.owner_user, "database": accounts.database,
+                "password": tenant.password()}
+
+    @staticmethod
+    def _login(tenant: LocalTenant, node: str) -> dict:
+        from ..router.control import password_hash
+        accounts = tenant.accounts
+        doc = {"tenant": tenant.id, "node": node, "user": accounts.client_user, "hash": password_hash(tenant.password())}
+        if accounts.owner_user != accounts.client_user or accounts.database:  # a routers' older build ignores them
+            doc.update(owner_user=accounts.owner_user, database=accounts.database)
+        return doc
 
     def tenant_login(self, tenant_id: str) -> dict:
-        """What a router needs to check a client's login: the application user and SHA1(SHA1(password)),
-        never the password (the router credential may read this, not tenant_credentials)."""
-        from ..router.control import password_hash
-        tenant = self.tenants.get(tenant_id)
-        return {"tenant": tenant.id, "node": self.name, "user": "app", "hash": password_hash(tenant.app_password())}
+        """What a router needs to check a client's login: the user the client names (USER@TENANT), the account
+        and database it maps to on this owner, and SHA1(SHA1(password)), never the password (the router
+        credential may read this, not tenant_credentials)."""
+        return self._login(self._get(tenant_id), self.name)
 
     def tenant_logins(self) -> list[dict]:
         """`tenant_login` of every tenant this node holds, in one answer: a router that learns of many
         tenants at once (its start, a snapshot after a lost watch) asks each agent once."""
-        from ..router.control import password_hash
         out = []
-        for tenant in self.tenants.list():
-            try:
-                out.append({"tenant": tenant.id, "node": self.name, "user": "app",
-                            "hash": password_hash(tenant.app_password())})
-            except (OSError, SlackerError):  # a tenant being laid out or removed: asked for alone later
-                continue
+        for manager in self.kinds.values():
+            for tenant in manager.list():
+                try:
+                    out.append(self._login(tenant, self.name))
+                except (OSError, SlackerError):  # a tenant being laid out or removed: asked for alone later
+                    continue
         return out
 
     def status(self) -> dict:
@@ -292,6 +360,8 @@ class Node:
                "protocol": self.protocol, "registered": self.registered,
                "serves_directory": self.local_directory is not None, "uptime_s": round(time.time() - self.started_at, 1),
                "tenants": self.list_tenants()}
+        for manager in self.kinds.values():
+            doc.update(manager.status())
         if self.migrations is not None:
             doc["migrations"] = self.migrations.list()
             doc["warnings"] = self.migrations.reconciler.warnings()  # leftovers a person should look at

@@ -28,7 +28,7 @@ from .. import credentials, protocol_version
 from ..channels import host_is_machine_local
 from ..errors import (AgentUnavailable, Conflict, Forbidden, InsecureChannel, InvalidInput, MigrationFailed,
                       NotFound, SlackerError, Unauthorized, VersionSkew)
-from ..tenants import DEFAULT_BUFFER_POOL_BYTES
+from ..kinds.local import CreateOptions
 from .node import Node
 
 log = logging.getLogger("slacker.agent.http")
@@ -306,7 +306,9 @@ def _add_core_routes(server: ApiServer) -> None:
     def create_tenant(srv, body, q):
         if "id" not in body:
             raise InvalidInput("missing tenant id", "the body needs an id", "")
-        return node.create_tenant(str(body["id"]), int(body.get("buffer_pool_bytes") or DEFAULT_BUFFER_POOL_BYTES))
+        pool = body.get("buffer_pool_bytes")
+        options = CreateOptions(buffer_pool_bytes=int(pool) if pool else None, existing=bool(body.get("existing")))
+        return node.create_tenant(str(body["id"]), body.get("kind"), options)
 
     @server.route("GET", f"/v1/tenants/{TID}")
     def get_tenant(srv, body, q, tid):
@@ -351,7 +353,13 @@ def _add_core_routes(server: ApiServer) -> None:
 
     @server.route("POST", "/v1/directory/tenants")
     def dir_register(srv, body, q):
-        return store().register(body["tenant"], body["node"], body["host"], int(body["port"])).to_dict()
+        return store().register(body["tenant"], body["node"], body["host"], int(body["port"]),
+                                str(body.get("kind") or "server")).to_dict()
+
+    @server.route("POST", "/v1/directory/shared-ports")
+    def dir_claim_shared_port(srv, body, q):
+        store().claim_shared_port(str(body["node"]), int(body["port"]))
+        return {"claimed": int(body["port"]), "node": str(body["node"])}
 
     @server.route("GET", f"/v1/directory/tenants/{TID}")
     def dir_lookup(srv, body, q, tid):

@@ -27,6 +27,7 @@ class TenantHealth:
     restarts: int = 0
     error: str = ""
     sampled_at: float = field(default_factory=time.monotonic)
+    kind: str = "server"  # slacker.kinds: a whole server, or a database in the node's shared server
 
 
 class Supervisor:
@@ -41,6 +42,8 @@ class Supervisor:
         self.tenants = tenants
         self.interval_s = interval_s
         self._health: dict[str, TenantHealth] = {}
+        # Samples of tenants another kind's manager takes itself (slacker/kinds/shared.py), by that kind.
+        self._extra: dict[str, dict[str, TenantHealth]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -60,11 +63,21 @@ class Supervisor:
 
     def snapshot(self) -> dict[str, TenantHealth]:
         with self._lock:
-            return dict(self._health)
+            out = dict(self._health)
+            for samples in self._extra.values():
+                out.update(samples)
+            return out
+
+    def put_extra(self, kind: str, samples: dict[str, TenantHealth]) -> None:
+        """The latest samples of one kind's tenants, all of them (one not in it is forgotten)."""
+        with self._lock:
+            self._extra[kind] = dict(samples)
 
     def forget(self, tenant_id: str) -> None:
         with self._lock:
             self._health.pop(tenant_id, None)
+            for samples in self._extra.values():
+                samples.pop(tenant_id, None)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..agent import client as _agent_client  # noqa: F401 -- a cluster file learns its members through it
+from .. import __version__
 from ..errors import SlackerError
 from .common import CliContext, option
 
@@ -171,7 +171,9 @@ def _epilog() -> str:
     show_default="$SLACKER_CREDENTIAL, else the cluster file's",
 )
 @option("--debug", is_flag=True, help="Show tracebacks on errors.")
-@click.version_option(package_name="slacker")
+# The version as the package states it (pyproject.toml says the same; a unit test holds it): asking the
+# installed distribution would load importlib.metadata, email and zipfile for `slacker --version`.
+@click.version_option(version=__version__, package_name="slacker")
 @click.pass_context
 def main(ctx: click.Context, cluster_path: str | None, credential_path: str | None, debug: bool) -> None:
     """Slacker moves live MySQL/MariaDB tenants between servers inside the latency slack.
@@ -186,7 +188,6 @@ def run() -> None:
     """The `slacker` console script: `main`, then out without the interpreter's teardown of every
     module it loaded (70-100 ms, a tenth of a short command) once the output is flushed. A command
     that left a non-daemon thread running is waited for as usual."""
-    import logging
     import os
     import threading
     try:
@@ -199,7 +200,8 @@ def run() -> None:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    logging.shutdown()
+    if "logging" in sys.modules:  # a command that logged: its handlers flushed (most never load it)
+        sys.modules["logging"].shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
 from . import main
@@ -22,6 +20,8 @@ def agent(config_path: str, log_level: str) -> None:
     (`slacker cluster down` stops both). The bearer token comes from the cluster
     file's token_file, never from the command line.
     """
+    import logging
+
     from ..agent.node import Node
     from ..agent.server import run_forever
     from ..config import load_agent_config

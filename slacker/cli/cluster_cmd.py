@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import CPU, CPU_QUOTA, DURATION, HOST_PORT, RATE, CliContext, option, pass_cli, print_json
+from .common import CPU, CPU_QUOTA, DURATION, HOST_PORT, RATE, CliContext, load_cluster, option, pass_cli, print_json
 
 
 @main.group("cluster")
@@ -87,7 +87,6 @@ def cluster_up(nodes: int, run_dir: str, address: str, api_port: int, port_range
     network namespace and address of its own (etcd then listens on the bridge)
     and implies --tls (say --no-tls for plain text); `cluster down` removes them.
     """
-    from ..config import load_cluster
     from ..local_cluster import up, with_recorded
     from ..config import parse_port_range
 

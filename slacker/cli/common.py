@@ -26,8 +26,6 @@ class CliContext:
         if self._cluster is None:
             from pathlib import Path
 
-            from ..config import load_cluster
-
             self._cluster = load_cluster(self.cluster_path)
             if self.credential_path:
                 self._cluster.token_file = Path(self.credential_path).resolve()
@@ -39,6 +37,23 @@ class CliContext:
 
 
 pass_cli = click.make_pass_decorator(CliContext)
+
+
+def load_cluster(path: str | None):
+    """The cluster file (config.load_cluster), able to learn its members from the directory: the
+    directory's clients (slacker.agent.client: http.client, ssl, both directory backends) are imported
+    when the members are first read, not at every command's start."""
+    from ..config import Cluster, load_cluster as load
+
+    if Cluster.directory_factory is None:
+        Cluster.directory_factory = staticmethod(_directory_for)
+    return load(path)
+
+
+def _directory_for(cluster, token: str):
+    from ..agent.client import directory_for  # importing it sets Cluster.directory_factory for good
+
+    return directory_for(cluster, token)
 
 
 class SlackerOption(click.Option):

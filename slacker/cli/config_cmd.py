@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from . import main
-from .common import CliContext, option, print_json
+from .common import CliContext, load_cluster, option, print_json
 
 SYSTEM_AGENT_CONFIG = Path("/etc/slacker/agent.toml")
 # What a database host runs: tenants (mariadbd, its bootstrap) and a migration's copy (mariabackup, mbstream).
@@ -67,7 +67,7 @@ def config_check(ctx: click.Context, agent_path: str | None, cluster_path: str |
 
 def run_checks(agent_path: str | None, cluster_path: str | None) -> list[Check]:
     """Every check, in order; a failed load skips the checks that need what it would have loaded."""
-    from ..config import load_agent_config, load_cluster
+    from ..config import load_agent_config
     from ..errors import NotFound, SlackerError
 
     checks: list[Check] = []

@@ -10,6 +10,7 @@ import click
 from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, ControllerSettings, kind
 from ..delta import DEFAULT_APPLIER, DEFAULT_MPL
 from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
+from ..latency import default_source_text
 from ..migration.options import MigrationOptions, MigrationRequest
 from ..migration.remote import follow, one_rate, parse_holds, start_migration
 from ..transfer import DEFAULT_PIPE
@@ -57,10 +58,11 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
                    "maximum the copy runs unthrottled.")
 @option("--latency-source", "latency_sources", multiple=True, metavar="SPEC",
               help="Where the controller reads latency (repeatable; the max wins): "
-                   "prometheus,url=URL[,tenant=ID][,metric=NAME] or "
-                   "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U]. "
+                   "prometheus,url=URL[,tenant=ID][,metric=NAME], "
+                   "performance-schema[,table=transactions|statements][,user=U][,exclude-user=U] or "
+                   "router[,table=transactions|statements]. "
                    "A source that sees nothing while the tenant commits is refused (blind).",
-              show_default="per-transaction latency from performance_schema, every tenant on the source node")
+              show_default=default_source_text())
 @option("--controller", "controller_kind", default=None, metavar="|".join(CLI_KINDS), callback=_controller_kind,
               show_default=DEFAULT_KIND, help="How the rate follows latency: "
                    + "; ".join(f"{k}: {KINDS[k].summary}" for k in CLI_KINDS) + ". See docs/controller.md.")
@@ -92,6 +94,12 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
                    "agents' memory), copy (read and write through the agents), splice-send (splice on the source, "
                    "copy on the target), auto (the fastest measured for a plain stream, copy under "
                    "TLS). For comparisons; see docs/transfer.md.", show_default="auto")
+@option("--snapshot", "snapshot", type=click.Choice(["auto", "logical", "physical"]), default=None,
+              show_default="auto",
+              help="How the copy is taken. auto: the tenant kind's own (a whole server: a full hot backup; a shared "
+                   "tenant: a logical dump, mariadb-dump --single-transaction). physical for a shared tenant: a "
+                   "partial hot backup of its database (mariabackup --databases, --prepare --export, IMPORT "
+                   "TABLESPACE). logical applies to shared tenants only. See docs/shared.md.")
 @option("--plain-stream", is_flag=True,
               help="On a TLS cluster, send the snapshot stream unencrypted (the agents' API, replication and the "
                    "routers keep TLS): for a private link where the copy's CPU matters more than its secrecy. "
@@ -135,7 +143,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, verify_only: bool,
             mode: str,
-            pipe: str | None, data_path: str | None, plain_stream: bool, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
+            pipe: str | None, data_path: str | None, snapshot: str | None, plain_stream: bool, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
@@ -158,6 +166,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     """
     from ..agent.client import cluster_clients
     from ..config import validate_tenant_id
+    from ..kinds import kind_of
 
     if settings and _is_setting(tenant_id) and not all(_is_setting(x) for x in settings):
         # `--set t42 setpoint=900ms`: click gave --set the tenant and TENANT_ID the setting.
@@ -188,6 +197,10 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             click.echo(f"migration {doc['id']}: " + ", ".join(f"{k}={v}" for k, v in body.items()))
         return
 
+    # before anything starts (docs/shared.md)
+    refusal = kind_of(own.kind).move_refusal(tenant_id, own.node, mode, verify or verify_only, snapshot or "auto")
+    if refusal is not None:
+        raise refusal
     if not target:
         raise InvalidInput("missing --to NODE", "a migration needs a target node",
                            f"one of: {', '.join(n for n in cluster.nodes if n != own.node)}")
@@ -203,7 +216,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
         handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
         max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
-        plain_stream=plain_stream,
+        snapshot=snapshot or "auto", plain_stream=plain_stream,
         hold_s=parse_holds(hold) or None, delta_applier=delta_applier or DEFAULT_APPLIER,
         delta_mpl=delta_mpl or DEFAULT_MPL, delta_catchup=catchup_mode,
         controller=_controller(setpoint, max_rate=max_rate, latency_sources=latency_sources,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import Conflict, NotFound, SlackerError
+from ..errors import Conflict, InvalidInput, NotFound, SlackerError
 from ..units import format_binary_size, format_size
 from . import main
 from .common import SERVER_SIZE, CliContext, option, pass_cli, print_json, print_table, source_state_text, binding_text
@@ -22,7 +22,8 @@ def _clients(cli: CliContext):
 
 @main.group("tenant")
 def tenant() -> None:
-    """Create, list and delete tenants (one MariaDB server process each)."""
+    """Create, list and delete tenants: a MariaDB server process each, or (--shared) a database each in a
+    node's shared server."""
 
 
 @tenant.command("create")
@@ -30,40 +31,106 @@ def tenant() -> None:
 @option("--on", "node", default=None, metavar="NODE",
               show_default="the least loaded node reachable and not cordoned, as the drain's planner picks",
               help="Node to create it on (never a cordoned one).")
-@option("--buffer-pool", default="32M", show_default=True, type=SERVER_SIZE,
+@option("--shared", is_flag=True,
+              help="A database TENANT_ID in the node's shared server (made with its first shared tenant) with an "
+                   "account of its own granted on that database only, instead of a server of its own "
+                   "(docs/shared.md). Its id is the database's name: letters and digits, starting with a letter.")
+@option("--buffer-pool", default=None, show_default="32M", type=SERVER_SIZE,
               help="InnoDB buffer pool: the most of the tenant's data and indexes kept in memory. Size it to the "
                    "tenant's working set (docs/configuration.md, 'Sizing a tenant'); it moves with the tenant. "
-                   "Bare K/M/G are binary as in MariaDB (128M = 128MiB).")
+                   "Bare K/M/G are binary as in MariaDB (128M = 128MiB). Not with --shared (one pool for all).")
 @option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @pass_cli
-def tenant_create(cli: CliContext, tenant_id: str, node: str | None, buffer_pool: int, as_json: bool) -> None:
-    """Create tenant TENANT_ID: data directory, config, accounts, a running server.
+def tenant_create(cli: CliContext, tenant_id: str, node: str | None, shared: bool, buffer_pool: int | None,
+                  as_json: bool) -> None:
+    """Create tenant TENANT_ID: data directory, config, accounts, a running server (with --shared: a database
+    and its account in the node's shared server).
 
-    Ids are 1-32 lower-case letters, digits or dashes. The port is a fixed
-    function of the id (the next free one on a collision) and stays with the
-    tenant when it moves.
+    Ids are 1-32 lower-case letters, digits or dashes (a shared tenant's: no dashes). The port is a fixed
+    function of the id (the next free one on a collision) and stays with the tenant when it moves; a shared
+    tenant's is its node's shared server's.
     """
-    from ..config import validate_tenant_id
-
-    validate_tenant_id(tenant_id)
+    kind = _kind(shared)
+    kind.check_id(tenant_id)
+    if shared and buffer_pool is not None:
+        raise InvalidInput("--buffer-pool does not apply with --shared",
+                           "a shared tenant is a database in the node's shared server, which has one pool for all",
+                           "leave out --buffer-pool")
     cluster, agents, directory = _clients(cli)
     if node is None:
         from ..rebalance.runner import place_new_tenant
 
         node = place_new_tenant(agents, directory, tenant_id)
     else:
-        cluster.node(node)
-        cordon = directory.cordons().get(node)
-        if cordon is not None:
-            raise Conflict(f"cannot create tenant {tenant_id} on {node}", f"{node} is cordoned ({cordon.reason})",
-                           f"leave out --on to let Slacker pick a node, or `slacker node uncordon {node}`")
-    doc = agents[node].request("POST", "/v1/tenants", {"id": tenant_id, "buffer_pool_bytes": buffer_pool},
-                               timeout_s=180)
+        _check_target(cluster, directory, tenant_id, node)
+    doc = _create(agents[node], {"id": tenant_id, "kind": kind.name, "buffer_pool_bytes": buffer_pool}, kind, node)
     if as_json:
         print_json(doc)
         return
-    click.echo(f"created tenant {doc['id']} on {doc['node']} at {doc['host']}:{doc['port']} "
-               f"(buffer pool {format_binary_size(doc['buffer_pool_bytes'])}, epoch {doc['epoch']})")
+    if doc.get("database"):
+        click.echo(f"created shared tenant {doc['id']} on {doc['node']} at {doc['host']}:{doc['port']} "
+                   f"(database {doc['database']} in the node's shared server, epoch {doc['epoch']})")
+    else:
+        click.echo(f"created tenant {doc['id']} on {doc['node']} at {doc['host']}:{doc['port']} "
+                   f"(buffer pool {format_binary_size(doc['buffer_pool_bytes'])}, epoch {doc['epoch']})")
+    _connect_line(doc)
+
+
+@tenant.command("register")
+@click.argument("tenant_id")
+@option("--on", "node", required=True, metavar="NODE", help="The node whose shared server holds the database.")
+@option("--shared", is_flag=True, required=True,
+              help="Register database TENANT_ID of the node's shared server (the only kind registered without a "
+                   "copy; required, so the command says what it makes).")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_cli
+def tenant_register(cli: CliContext, tenant_id: str, node: str, shared: bool, as_json: bool) -> None:
+    """Make database TENANT_ID, already in NODE's shared server (restored from a dump, say), a shared tenant
+    without a copy: the directory names it, and it gets its own account granted on that database only."""
+    if not shared:
+        raise InvalidInput("tenant register needs --shared", "only a database in a node's shared server is "
+                           "registered without a copy", f"slacker tenant register {tenant_id} --shared --on {node}")
+    kind = _kind(True)
+    kind.check_id(tenant_id)
+    cluster, agents, directory = _clients(cli)
+    _check_target(cluster, directory, tenant_id, node)
+    doc = _create(agents[node], {"id": tenant_id, "kind": kind.name, "existing": True}, kind, node)
+    if as_json:
+        print_json(doc)
+        return
+    click.echo(f"registered shared tenant {doc['id']} on {doc['node']} at {doc['host']}:{doc['port']} "
+               f"(database {doc['database']} as it was, epoch {doc['epoch']})")
+    _connect_line(doc)
+
+
+def _kind(shared: bool):
+    from ..kinds import kind_of
+    return kind_of("shared" if shared else None)
+
+
+def _check_target(cluster, directory, tenant_id: str, node: str) -> None:
+    cluster.node(node)
+    cordon = directory.cordons().get(node)
+    if cordon is not None:
+        raise Conflict(f"cannot create tenant {tenant_id} on {node}", f"{node} is cordoned ({cordon.reason})",
+                       f"leave out --on to let Slacker pick a node, or `slacker node uncordon {node}`")
+
+
+def _create(agent, body: dict, kind, node: str) -> dict:
+    doc = agent.request("POST", "/v1/tenants", {k: v for k, v in body.items() if v is not None}, timeout_s=180)
+    if doc.get("kind", "server") != kind.name:  # an agent of a build before kinds ignored the kind
+        raise Conflict(f"node {node} made a {doc.get('kind', 'server')} tenant {doc['id']}, not a {kind.name} one",
+                       "its agent is of a build before tenant kinds", f"delete it (`slacker tenant delete {doc['id']}`) "
+                       "and upgrade that node's Slacker")
+    return doc
+
+
+def _connect_line(doc: dict) -> None:
+    if doc.get("owner_user") and doc["owner_user"] != doc["app_user"]:
+        click.echo(f"connect as user {doc['app_user']}@{doc['id']} at the router (`slacker locate {doc['id']}`), or "
+                   f"as {doc['owner_user']} in database {doc['database']} at the owner; password in "
+                   f"{doc['app_password_file']}")
+        return
     click.echo(f"connect as user {doc['app_user']}, password in {doc['app_password_file']}")
 
 
@@ -123,8 +190,8 @@ def _summary(rows: list[dict], top: int) -> None:
 
 
 def _tenant_table(rows: list[dict]) -> None:
-    print_table(["TENANT", "NODE", "ADDRESS", "EPOCH", "STATE", "QPS", "CONNS"],
-                [[r["id"], r["node"], f"{r['host']}:{r['port']}", r["epoch"], _state(r),
+    print_table(["TENANT", "KIND", "NODE", "ADDRESS", "EPOCH", "STATE", "QPS", "CONNS"],
+                [[r["id"], r["kind"], r["node"], f"{r['host']}:{r['port']}", r["epoch"], _state(r),
                   r["queries_per_s"] if r["queries_per_s"] is not None else "-",
                   r["connections"] if r["connections"] is not None else "-"] for r in rows])
 
@@ -156,7 +223,7 @@ def tenant_list(cli: CliContext, node_name: str | None, pattern: str | None, sta
     rows = []
     for tid, o in sorted(owners.items()):
         h = health.get((o.node, tid), {})
-        row = {"id": tid, "node": o.node, "host": o.host, "port": o.port, "epoch": o.epoch,
+        row = {"id": tid, "kind": o.kind, "node": o.node, "host": o.host, "port": o.port, "epoch": o.epoch,
                "running": h.get("running"), "healthy": h.get("healthy"),
                "queries_per_s": h.get("queries_per_s"), "connections": h.get("connections")}
         if _keep(tid, _state(row), pattern, state):
@@ -249,7 +316,8 @@ def status(cli: CliContext, node_name: str | None, pattern: str | None, state: s
         if summary:
             up = sum(1 for t in ts if _state(t) == "up")
             return f"{len(ts)} ({up} up)" if ts else "0"
-        return ", ".join(t["id"] for t in ts) or "-"
+        return ", ".join(t["id"] + (f" ({t['kind']})" if t.get("kind", "server") != "server" else "")
+                         for t in ts) or "-"
 
     click.echo(f"cluster file: {cluster.path} (from {cluster.found_by})")
     print_table(["NODE", "URL", "PROTOCOL", "STATE", "TENANTS", "MIGRATIONS"],
@@ -266,6 +334,11 @@ def status(cli: CliContext, node_name: str | None, pattern: str | None, state: s
             click.echo(f"{n['node']}: {n['error']}")
         for w in n.get("warnings", []) or []:
             click.echo(f"{n['node']}: WARNING: {w}")
+        if n.get("shared_server"):
+            ss = n["shared_server"]
+            click.echo(f"{n['node']}: shared server {ss['host']}:{ss['port']} ({'running' if ss['running'] else 'DOWN'}, "
+                       f"gtid_domain_id {ss['gtid_domain_id']}), "
+                       f"{sum(1 for t in n.get('tenants', []) if t.get('kind') == 'shared')} shared tenants")
     if summary:
         busiest = sorted(every, key=lambda t: (-(t.get("queries_per_s") or 0.0), t["id"]))[:top]
         if busiest:
@@ -350,6 +423,7 @@ def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | 
     (log in as USER@TENANT; the address never moves), then the current owner's."""
     from ..router.control import registered_routers
     from ..config import validate_tenant_id
+    from ..kinds import kind_of
 
     validate_tenant_id(tenant_id)
     cluster, agents, directory = _clients(cli)
@@ -368,19 +442,26 @@ def locate(cli: CliContext, tenant_id: str, as_json: bool, defaults_file: str | 
                 text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
         else:
             text = client_defaults(ep.user, ep.password, host=ep.host, port=ep.port)
+            if ep.database:  # a shared tenant's account may use only its database: start there
+                text += f"database = {ep.database}\n"
             if ep.ssl_ca:  # a TLS cluster's tenants refuse plain text: check them against the cluster CA
                 text += f"ssl-ca = {ep.ssl_ca}\nssl-verify-server-cert\n"
         write_secret(Path(defaults_file), text)
     if not as_json:
         for r in routers:
             click.echo(f"{r['address']} (router: log in as USER@{tenant_id})")
-        click.echo(f"{own.host}:{own.port}" + (f" (owner {own.node}, epoch {own.epoch})" if routers else ""))
+        accounts = kind_of(own.kind).accounts(tenant_id)
+        shared = (f"database {accounts.database} in {own.node}'s shared server, as {accounts.owner_user}"
+                  if accounts.database else "")
+        detail = "; ".join(x for x in ((f"owner {own.node}, epoch {own.epoch}" if routers else ""), shared) if x)
+        click.echo(f"{own.host}:{own.port}" + (f" ({detail})" if detail else ""))
         return
     doc = own.to_dict()
     doc["routers"] = [{"address": r["address"], "host": r.get("host")} for r in routers]
     try:
         detail = agents[own.node].request("GET", f"/v1/tenants/{tenant_id}")
-        doc.update(app_user=detail["app_user"], app_password_file=detail["app_password_file"])
+        doc.update(app_user=detail["app_user"], app_password_file=detail["app_password_file"],
+                   owner_user=detail.get("owner_user", detail["app_user"]), database=detail.get("database"))
     except NotFound:
-        doc.update(app_user=None, app_password_file=None)
+        doc.update(app_user=None, app_password_file=None, owner_user=None, database=None)
     print_json(doc)

@@ -20,7 +20,8 @@ def _endpoint_options(f):
     f = option("--host", default=None, metavar="HOST",
                      help="Connect to this server directly instead of resolving TENANT through the cluster.")(f)
     f = option("--database", default=None,
-                     metavar="NAME", show_default="the workload's `database` property, ycsb", help="Database holding the table.")(f)
+                     metavar="NAME", show_default="the workload's `database` property, else the session's (a shared tenant's own), else ycsb",
+                     help="Database holding the table.")(f)
     f = option("--driver", type=click.Choice(["mysqlclient", "pymysql"]), default="mysqlclient",
                      show_default=True, help="SQL client library for the hot path.")(f)
     f = option("-p", "overrides", multiple=True, metavar="NAME=VALUE",

@@ -25,9 +25,14 @@ CORDON_PREFIX = "nodes/cordon/"  # state key of a cordoned node: nodes/cordon/<n
 REMOVED_PREFIX = "nodes/removed/"  # state key of a node `slacker node remove` took out: nodes/removed/<node>
 
 
+SERVER_KIND = "server"  # slacker.kinds.DEFAULT_KIND: a record without a kind, from before kinds, is a whole server
+SHARED_KIND = "shared"  # slacker.kinds.Shared: tenants of one node's shared server share its port
+
+
 @dataclass(frozen=True)
 class Ownership:
-    """Who serves a tenant: the owner node, the address clients connect to, and the epoch."""
+    """Who serves a tenant: the owner node, the address clients connect to, the epoch, and the tenant's
+    kind (slacker/kinds/: "server", a whole mariadbd; "shared", a database in the node's shared server)."""
 
     tenant: str
     node: str
@@ -35,6 +40,7 @@ class Ownership:
     port: int
     epoch: int
     updated_at: float
+    kind: str = SERVER_KIND
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,7 +48,14 @@ class Ownership:
     @classmethod
     def from_dict(cls, d: dict) -> "Ownership":
         return cls(tenant=d["tenant"], node=d["node"], host=d["host"], port=int(d["port"]),
-                   epoch=int(d["epoch"]), updated_at=float(d.get("updated_at", 0.0)))
+                   epoch=int(d["epoch"]), updated_at=float(d.get("updated_at", 0.0)),
+                   kind=str(d.get("kind") or SERVER_KIND))
+
+
+def check_kind(kind: str) -> str:
+    if kind not in (SERVER_KIND, SHARED_KIND):
+        raise InvalidInput(f"unknown tenant kind {kind!r}", f"the kinds are {SERVER_KIND}, {SHARED_KIND}", "")
+    return kind
 
 
 @dataclass(frozen=True)
@@ -186,8 +199,16 @@ class DirectoryStore(ABC):
 
     # ---- ownership -----------------------------------------------------------------
     @abstractmethod
-    def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
-        """Add a tenant at epoch 1; Conflict if the id or its port is taken."""
+    def register(self, tenant: str, node: str, host: str, port: int, kind: str = SERVER_KIND) -> Ownership:
+        """Add a tenant of `kind` at epoch 1; Conflict if the id is taken, PortTaken if its port is. A whole
+        server's port is its own in the fleet; a shared tenant's is its node's shared server's: shared with
+        that node's other shared tenants, and kept by the node (taken for whole servers) once claimed."""
+
+    @abstractmethod
+    def claim_shared_port(self, node: str, port: int) -> None:
+        """Claim `port` for `node`'s shared server before it holds a tenant (a shared tenant moving in to a
+        node without one): kept by the node as a first shared tenant's registration keeps it. Idempotent for
+        that node; PortTaken if a whole server or another node's shared server uses it."""
 
     @abstractmethod
     def lookup(self, tenant: str) -> Ownership:

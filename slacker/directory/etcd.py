@@ -37,7 +37,7 @@ from typing import Iterator
 from urllib.parse import urlparse
 
 from ..errors import Conflict, DirectoryUnavailable, Forbidden, InvalidInput, NotFound, PortTaken, SlackerError
-from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
+from .base import (SERVER_KIND, SHARED_KIND, DirectoryStore, LockInfo, check_kind, Member, OwnerChanges, Ownership, check_member, check_state_value,
                    validate_holder, validate_name, validate_ttl)
 
 log = logging.getLogger("slacker.directory.etcd")
@@ -347,6 +347,10 @@ class EtcdStore(DirectoryStore):
         return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
 
     @staticmethod
+    def _equal(key: str, value: str) -> dict:
+        return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
+
+    @staticmethod
     def _unchanged(key: str, mod_revision) -> dict:
         return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
 
@@ -358,11 +362,15 @@ class EtcdStore(DirectoryStore):
         return Ownership.from_dict(self._value(kv))
 
     # ---- ownership -----------------------------------------------------------------
-    def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
+    def register(self, tenant: str, node: str, host: str, port: int, kind: str = SERVER_KIND) -> Ownership:
+        check_kind(kind)
         tkey, pkey = self._key("tenants", tenant), self._key("ports", port)
-        own = Ownership(tenant, node, host, int(port), 1, time.time())
+        own = Ownership(tenant, node, host, int(port), 1, time.time(), kind)
+        # ports/<port> names the whole-server tenant that uses the port, or `shared:<node>`: the node's shared
+        # server, claimed by its first shared tenant, kept by the node (a removal leaves it).
+        holder = f"shared:{node}" if kind == SHARED_KIND else tenant
         r = self._txn([self._absent(tkey), self._absent(pkey)],
-                      [self._put(tkey, own.to_dict()), self._put(pkey, tenant)],
+                      [self._put(tkey, own.to_dict()), self._put(pkey, holder)],
                       [{"request_range": {"key": _b64(tkey)}}, {"request_range": {"key": _b64(pkey)}}])
         if r.get("succeeded"):
             return own
@@ -372,8 +380,29 @@ class EtcdStore(DirectoryStore):
                            "pick another id, or delete the tenant first")
         clash = "another tenant"
         if len(responses) > 1 and (responses[1].get("response_range") or {}).get("kvs"):
-            clash = f"tenant {_unb64(responses[1]['response_range']['kvs'][0].get('value', '')).decode()}"
+            held = _unb64(responses[1]['response_range']['kvs'][0].get('value', '')).decode()
+            if held == holder:  # this node's shared server's port, claimed already: the tenant alone
+                if self._txn([self._absent(tkey), self._equal(pkey, holder)], [self._put(tkey, own.to_dict())]
+                             ).get("succeeded"):
+                    return own
+                return self.register(tenant, node, host, port, kind)  # changed meanwhile: read again
+            clash = (f"node {held[len('shared:'):]}'s shared server" if held.startswith("shared:")
+                     else f"tenant {held}")
         raise PortTaken(f"port {port} is taken", f"{clash} uses it", "choose another port range or id")
+
+    def claim_shared_port(self, node: str, port: int) -> None:
+        pkey, holder = self._key("ports", port), f"shared:{node}"
+        r = self._txn([self._absent(pkey)], [self._put(pkey, holder)], [{"request_range": {"key": _b64(pkey)}}])
+        if r.get("succeeded"):
+            return
+        kvs = ((r.get("responses") or [{}])[0].get("response_range") or {}).get("kvs") or []
+        held = _unb64(kvs[0].get("value", "")).decode() if kvs else ""
+        if held == holder:
+            return
+        if not held:  # released meanwhile: ask again
+            return self.claim_shared_port(node, port)
+        clash = f"node {held[len('shared:'):]}'s shared server" if held.startswith("shared:") else f"tenant {held}"
+        raise PortTaken(f"port {port} is taken", f"{clash} uses it", "choose another port range")
 
     def lookup(self, tenant: str) -> Ownership:
         kv, _ = self._read(self._key("tenants", tenant))
@@ -409,14 +438,29 @@ class EtcdStore(DirectoryStore):
         if cur.epoch != expected_epoch:
             raise Conflict(f"ownership of {tenant} changed underneath",
                            f"expected epoch {expected_epoch}, directory has {cur.epoch}", "re-read the tenant and retry")
-        new = Ownership(tenant, node, host, int(port), expected_epoch + 1, time.time())
+        new = Ownership(tenant, node, host, int(port), expected_epoch + 1, time.time(), cur.kind)
         compare = [self._unchanged(tkey, kv["mod_revision"])]
         ops = [self._put(tkey, new.to_dict())]
-        if int(port) != cur.port:  # ports normally travel with the tenant; keep the index right if not
-            compare.append(self._absent(self._key("ports", port)))
-            ops += [self._delete(self._key("ports", cur.port)), self._put(self._key("ports", port), tenant)]
+        shared_move = int(port) != cur.port and cur.kind == SHARED_KIND
+        pkey, holder = self._key("ports", port), f"shared:{node}"
+        if shared_move:
+            # A shared tenant moves to the new node's shared server's port, which that node claimed before the
+            # move (one txn, no read inside the freeze); the old port stays the old node's shared server's.
+            compare.append(self._equal(pkey, holder))
+        elif int(port) != cur.port:  # ports normally travel with the tenant; keep the index right if not
+            compare.append(self._absent(pkey))
+            ops += [self._delete(self._key("ports", cur.port)), self._put(pkey, tenant)]
         if self._txn(compare, ops).get("succeeded"):
             return new
+        if shared_move:
+            held, _ = self._read(pkey)
+            if held is None:  # not claimed (a target of a build before claims): claimed with the flip
+                if self._txn([self._unchanged(tkey, kv["mod_revision"]), self._absent(pkey)],
+                             [*ops, self._put(pkey, holder)]).get("succeeded"):
+                    return new
+            elif _unb64(held.get("value", "")).decode() != holder:
+                raise PortTaken(f"port {port} is taken", f"it is not node {node}'s shared server's",
+                                "the move's target must use its own shared server")
         kv, _ = self._read(tkey)
         if kv is None:
             raise self._not_found(tenant)
@@ -434,8 +478,9 @@ class EtcdStore(DirectoryStore):
         cur = self._ownership(kv)
         if expected_epoch is not None and cur.epoch != expected_epoch:
             raise Conflict(f"tenant {tenant} changed underneath", f"its epoch is {cur.epoch}", "retry")
-        if not self._txn([self._unchanged(tkey, kv["mod_revision"])],
-                         [self._delete(tkey), self._delete(self._key("ports", cur.port))]).get("succeeded"):
+        # A shared tenant's port stays its node's shared server's (its neighbours use it).
+        ports = [] if cur.kind == SHARED_KIND else [self._delete(self._key("ports", cur.port))]
+        if not self._txn([self._unchanged(tkey, kv["mod_revision"])], [self._delete(tkey), *ports]).get("succeeded"):
             raise Conflict(f"tenant {tenant} changed underneath", "its epoch moved", "retry")
 
     def watch(self, tenant: str, after_epoch: int, timeout_s: float) -> Ownership | None:

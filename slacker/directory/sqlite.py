@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import Conflict, NotFound, PortTaken
-from .base import (DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_member, check_state_value,
-                   validate_holder, validate_name, validate_ttl)
+from .base import (SERVER_KIND, SHARED_KIND, DirectoryStore, LockInfo, Member, OwnerChanges, Ownership, check_kind,
+                   check_member, check_state_value, validate_holder, validate_name, validate_ttl)
 
 
 class SQLiteStore(DirectoryStore):
@@ -51,6 +51,11 @@ class SQLiteStore(DirectoryStore):
                    acquired_at REAL NOT NULL,
                    expires_at REAL NOT NULL)"""
         )
+        # Directories made before tenant kinds: every tenant in them is a whole server.
+        if "kind" not in {r[1] for r in self._db.execute("PRAGMA table_info(ownership)")}:
+            self._db.execute(f"ALTER TABLE ownership ADD COLUMN kind TEXT NOT NULL DEFAULT '{SERVER_KIND}'")
+        # A node's shared server's port, claimed by its first shared tenant and kept by the node.
+        self._db.execute("CREATE TABLE IF NOT EXISTS shared_ports (port INTEGER PRIMARY KEY, node TEXT NOT NULL)")
         self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.execute(
             """CREATE TABLE IF NOT EXISTS members (
@@ -67,23 +72,51 @@ class SQLiteStore(DirectoryStore):
                          "tenant TEXT NOT NULL)")
 
     def _row(self, tenant: str) -> Ownership | None:
-        r = self._db.execute("SELECT tenant,node,host,port,epoch,updated_at FROM ownership WHERE tenant=?",
+        r = self._db.execute("SELECT tenant,node,host,port,epoch,updated_at,kind FROM ownership WHERE tenant=?",
                              (tenant,)).fetchone()
         return Ownership(*r) if r else None
 
-    def register(self, tenant: str, node: str, host: str, port: int) -> Ownership:
+    def register(self, tenant: str, node: str, host: str, port: int, kind: str = SERVER_KIND) -> Ownership:
+        check_kind(kind)
         with self._lock:
             if self._row(tenant) is not None:
                 raise Conflict(f"tenant {tenant} already exists", "the directory has it",
                                "pick another id, or delete the tenant first")
-            clash = self._db.execute("SELECT tenant FROM ownership WHERE port=?", (port,)).fetchone()
-            if clash:
-                raise PortTaken(f"port {port} is taken", f"tenant {clash[0]} uses it",
-                               "choose another port range or id")
+            claim = self._db.execute("SELECT node FROM shared_ports WHERE port=?", (port,)).fetchone()
+            # A shared tenant takes its node's shared server's port: no whole server's, no other node's.
+            if kind == SHARED_KIND:
+                row = self._db.execute("SELECT tenant FROM ownership WHERE port=? AND kind!=?",
+                                       (port, SHARED_KIND)).fetchone()
+            else:
+                row = self._db.execute("SELECT tenant FROM ownership WHERE port=?", (port,)).fetchone()
+            who = f"tenant {row[0]}" if row else None
+            if who is None and claim is not None and (kind != SHARED_KIND or claim[0] != node):
+                who = f"node {claim[0]}'s shared server"
+            if who is not None:
+                raise PortTaken(f"port {port} is taken", f"{who} uses it", "choose another port range or id")
             now = time.time()
-            self._db.execute("INSERT INTO ownership VALUES (?,?,?,?,1,?)", (tenant, node, host, port, now))
+            if kind == SHARED_KIND and claim is None:
+                self._db.execute("INSERT INTO shared_ports VALUES (?,?)", (port, node))
+            self._db.execute("INSERT INTO ownership (tenant,node,host,port,epoch,updated_at,kind) "
+                             "VALUES (?,?,?,?,1,?,?)", (tenant, node, host, port, now, kind))
             self._log_change(tenant)
-            return Ownership(tenant, node, host, port, 1, now)
+            return Ownership(tenant, node, host, port, 1, now, kind)
+
+    def claim_shared_port(self, node: str, port: int) -> None:
+        with self._lock:
+            self._claim_shared_port(node, port)
+
+    def _claim_shared_port(self, node: str, port: int) -> None:
+        """Under the lock."""
+        claim = self._db.execute("SELECT node FROM shared_ports WHERE port=?", (port,)).fetchone()
+        row = self._db.execute("SELECT tenant FROM ownership WHERE port=? AND kind!=?",
+                               (port, SHARED_KIND)).fetchone()
+        who = (f"tenant {row[0]}" if row else
+               f"node {claim[0]}'s shared server" if claim is not None and claim[0] != node else None)
+        if who is not None:
+            raise PortTaken(f"port {port} is taken", f"{who} uses it", "choose another port range")
+        if claim is None:
+            self._db.execute("INSERT INTO shared_ports VALUES (?,?)", (port, node))
 
     def lookup(self, tenant: str) -> Ownership:
         with self._lock:
@@ -96,12 +129,15 @@ class SQLiteStore(DirectoryStore):
     def list(self) -> list[Ownership]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT tenant,node,host,port,epoch,updated_at FROM ownership ORDER BY tenant").fetchall()
+                "SELECT tenant,node,host,port,epoch,updated_at,kind FROM ownership ORDER BY tenant").fetchall()
         return [Ownership(*r) for r in rows]
 
     def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
         with self._lock:
             now = time.time()
+            row = self._row(tenant)
+            if row is not None and row.kind == SHARED_KIND and row.epoch == expected_epoch and port != row.port:
+                self._claim_shared_port(node, port)  # the new node's shared server's port, never a whole server's
             cur = self._db.execute(
                 "UPDATE ownership SET node=?, host=?, port=?, epoch=epoch+1, updated_at=? "
                 "WHERE tenant=? AND epoch=?", (node, host, port, now, tenant, expected_epoch))
@@ -113,7 +149,7 @@ class SQLiteStore(DirectoryStore):
                                f"expected epoch {expected_epoch}, directory has {row.epoch}",
                                "re-read the tenant and retry")
             self._log_change(tenant)
-            return Ownership(tenant, node, host, port, expected_epoch + 1, now)
+            return Ownership(tenant, node, host, port, expected_epoch + 1, now, self._row(tenant).kind)
 
     def remove(self, tenant: str, expected_epoch: int | None = None) -> None:
         with self._lock:
@@ -188,7 +224,7 @@ class SQLiteStore(DirectoryStore):
                 newest, oldest = self._revision()
                 if since is None or since > newest or since < oldest - 1:
                     rows = self._db.execute(
-                        "SELECT tenant,node,host,port,epoch,updated_at FROM ownership ORDER BY tenant").fetchall()
+                        "SELECT tenant,node,host,port,epoch,updated_at,kind FROM ownership ORDER BY tenant").fetchall()
                     return OwnerChanges(newest, True, tuple(Ownership(*r) for r in rows))
                 if newest > since:
                     tenants = [t for (t,) in self._db.execute(

@@ -60,26 +60,29 @@ def open_plain_snapshot(conn) -> None:
 
 
 # ---- what to checksum ----------------------------------------------------------------------------
-def table_plans(conn) -> list[TablePlan]:
-    """Every user base table, with its columns, primary key and size estimate."""
+def table_plans(conn, schema: str | None = None) -> list[TablePlan]:
+    """Every user base table (of `schema` only, when named: a shared tenant's database), with its columns,
+    primary key and size estimate."""
     ph = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
+    where, args = f"table_schema NOT IN ({ph})", list(SYSTEM_SCHEMAS)
+    if schema is not None:
+        where, args = "table_schema = %s", [schema]
     with conn.cursor() as cur:
         # The file's size, not data_length: InnoDB's statistics lag on a table that just grew.
         cur.execute(f"SELECT t.table_schema, t.table_name, COALESCE(s.file_size, t.data_length, 0), "
                     f"COALESCE(t.table_rows, 0) FROM information_schema.tables t "
                     f"LEFT JOIN information_schema.innodb_sys_tablespaces s "
                     f"ON s.name = CONCAT(t.table_schema, '/', t.table_name) WHERE t.table_type = 'BASE TABLE' "
-                    f"AND t.table_schema NOT IN ({ph}) ORDER BY t.table_schema, t.table_name", SYSTEM_SCHEMAS)
+                    f"AND t.{where} ORDER BY t.table_schema, t.table_name", args)
         tables = cur.fetchall()
         cur.execute(f"SELECT table_schema, table_name, column_name, column_type FROM information_schema.columns "
-                    f"WHERE table_schema NOT IN ({ph}) ORDER BY table_schema, table_name, ordinal_position",
-                    SYSTEM_SCHEMAS)
+                    f"WHERE {where} ORDER BY table_schema, table_name, ordinal_position", args)
         cols: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for s, t, c, ty in cur.fetchall():
             cols.setdefault((s, t), []).append((c, ty))
         cur.execute(f"SELECT table_schema, table_name, column_name FROM information_schema.statistics "
-                    f"WHERE index_name = 'PRIMARY' AND table_schema NOT IN ({ph}) "
-                    f"ORDER BY table_schema, table_name, seq_in_index", SYSTEM_SCHEMAS)
+                    f"WHERE index_name = 'PRIMARY' AND {where} "
+                    f"ORDER BY table_schema, table_name, seq_in_index", args)
         pks: dict[tuple[str, str], list[str]] = {}
         for s, t, c in cur.fetchall():
             pks.setdefault((s, t), []).append(c)

@@ -151,6 +151,14 @@ class ServerConfig:
     ssl_cert: Path | None = None
     ssl_key: Path | None = None
     require_secure_transport: bool = False
+    # 0 for every whole-server tenant (a migration's target is a copy of its source); a node's shared server
+    # has one unique in the fleet (slacker/shared_server.py): one database moving out of it replicates
+    # into another shared server, whose own writes and the source's must keep positions apart.
+    gtid_domain_id: int = 0
+    # A whole server's copy on its target binlogs what it replicates (it becomes the tenant). A shared server
+    # must not: its binlog holds its own domain only, or a later move out of it would carry another server's
+    # domain into a third server's position (docs/shared-engine.md, "Delta of one database").
+    log_slave_updates: bool = True
 
     def render(self) -> str:
         lines = [
@@ -169,8 +177,8 @@ class ServerConfig:
             "binlog_format = ROW",
             "binlog_row_image = FULL",
             "binlog_row_metadata = FULL",
-            "log_slave_updates = ON",
-            "gtid_domain_id = 0",
+            f"log_slave_updates = {'ON' if self.log_slave_updates else 'OFF'}",
+            f"gtid_domain_id = {self.gtid_domain_id}",
             # Acknowledged commits must survive a crash of either side.
             "sync_binlog = 1",
             "innodb_flush_log_at_trx_commit = 1",
@@ -184,6 +192,9 @@ class ServerConfig:
             "collation-server = utf8mb4_general_ci",
             # The target of a migration starts read-only and must not run events twice.
             "event_scheduler = OFF",
+            # A tenant's own account (no SUPER) may create triggers and stored functions: with row-based binlogs
+            # a routine's effects are logged as rows, so the check this turns off guards nothing here.
+            "log_bin_trust_function_creators = ON",
         ]
         if self.read_only:
             lines.append("read_only = ON")
@@ -244,26 +255,31 @@ def create_service_accounts(conn, backup_password: str, repl_password: str) -> N
             cur.execute(stmt)
 
 
-def bootstrap_sql(admin_password: str, app_password: str, backup_password: str | None = None,
+# What an application may do in its own database(s); a whole server's account has it on *.* with SHOW DATABASES
+# and PROCESS besides, a shared tenant's on its database alone (slacker/mariadb/shared.py).
+DATABASE_PRIVILEGES = (
+    "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, CREATE TEMPORARY TABLES, "
+    "LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, "
+    "TRIGGER, REFERENCES"
+)
+
+
+def bootstrap_sql(admin_password: str, app_password: str | None, backup_password: str | None = None,
                   repl_password: str | None = None) -> str:
     """Accounts a new tenant gets: Slacker's admin (socket only), the backup and replication
-    accounts, and the application's.
+    accounts, and the application's (none for a node's shared server: each of its tenants has its own).
 
     The application account has no SUPER/READ_ONLY ADMIN so `read_only` holds it
     off a migration target until the handover.
     """
     a = pymysql.converters.escape_string(admin_password)
-    p = pymysql.converters.escape_string(app_password)
-    app_privs = (
-        "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, CREATE TEMPORARY TABLES, "
-        "LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, "
-        "TRIGGER, REFERENCES, SHOW DATABASES, PROCESS"
-    )
+    app_privs = DATABASE_PRIVILEGES + ", SHOW DATABASES, PROCESS"
     stmts = [
         f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'localhost' IDENTIFIED BY '{a}'",
         f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'localhost' WITH GRANT OPTION",
     ]
-    for host in ("%", "localhost"):
+    p = pymysql.converters.escape_string(app_password or "")
+    for host in (("%", "localhost") if app_password is not None else ()):
         stmts += [
             f"CREATE USER IF NOT EXISTS '{APP_USER}'@'{host}' IDENTIFIED BY '{p}'",
             f"GRANT {app_privs} ON *.* TO '{APP_USER}'@'{host}'",

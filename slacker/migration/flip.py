@@ -66,7 +66,7 @@ class Flip:
         """Send the flip. Returns the new ownership, or None if someone else moved the epoch first."""
         m = self.m
         target = m.node.cluster.node(m.opts.target)
-        port = m.source.tenant().port
+        port = m.target_port or m.source.tenant().port  # a shared tenant's: the target's shared server's
         while True:
             sent = time.monotonic()
             try:

@@ -95,18 +95,23 @@ class Handover:
             m.wait(min(0.2, max(0.01, m.opts.handover_wait_s - waited)))
             m.check_abort()
 
-    def _warm_connections(self) -> None:
+    def _warm_connections(self) -> float:
         """Open the connections the freeze will use (target agent; the directory when another agent
-        serves it) now, so no TLS handshake happens inside the freeze. Plain text: nothing to do."""
+        serves it) now, so no TLS handshake happens inside the freeze. Returns the seconds one read of
+        the directory takes right now: the compare-and-set's round trip without its write."""
         m = self.m
         m.node.peer(m.opts.target).warm()
         m.node.directory.warm()
+        t = time.monotonic()
+        m.node.directory.lookup(m.tenant_id)
+        return time.monotonic() - t
 
     def attempt(self, n: int) -> None:
         m = self.m
         budget = m.opts.max_freeze_s
         steps: dict[str, float] = {}
-        self._warm_connections()  # before the clock starts: opening them is not part of the freeze
+        # before the clock starts: opening them is not part of the freeze
+        directory_read_s = self._warm_connections()
         # A fresh lease that outlasts the whole attempt, so the target cannot give up on us mid-flip;
         # renewed before the clock starts, since nothing is frozen yet.
         m.lease.renew(timeout_s=5, ttl_s=max(m.opts.lease_ttl_s, budget + 2 * LEASE_MARGIN_S))
@@ -124,11 +129,13 @@ class Handover:
             steps[step] = round((time.monotonic() - t0) * 1000, 1)
             m.record(StepReached(step))
 
-        def left(step: str) -> float:
+        def left(step: str, need_s: float = 0.0) -> float:
             rest = deadline - time.monotonic()
-            if rest <= 0:
-                raise OverBudget("handover over budget", f"{step} reached {(time.monotonic() - t0) * 1000:.0f}ms",
-                                 "", phase=Phase.HANDOVER)
+            if rest <= need_s:
+                why = f"{step} reached {(time.monotonic() - t0) * 1000:.0f}ms"
+                if need_s:
+                    why += f" with {max(rest, 0) * 1000:.0f}ms left and {need_s * 1000:.0f}ms needed"
+                raise OverBudget("handover over budget", why, "", phase=Phase.HANDOVER)
             return rest
 
         def record(outcome: str, freeze_ms: float, reason: str = "") -> None:
@@ -158,11 +165,16 @@ class Handover:
             m.target("ready", {"final_gtid": final}, timeout_s=left("target ready") + 30)
             mark("target_ready")
             left("fence")
+            t_write = time.monotonic()
             m.journal.update(m.entry, state=SourceState.FENCED, final_gtid=final)
+            durable_write_s = time.monotonic() - t_write
             m.source.fence()
             mark("fenced")
             m.hold("fenced")
-            left("flip")
+            # The bound holds to the directory's answer, and past the flip nothing can be undone: what
+            # is left must cover what the flip costs, as measured in this attempt: the journal's write
+            # (flipping), the directory's round trip, and its durable write of the new owner.
+            left("flip", need_s=directory_read_s + 2 * durable_write_s)
 
             def lease_holds() -> None:
                 if m.lease.left_s() < LEASE_MARGIN_S:

@@ -66,7 +66,14 @@ class Migration:
         self.record = MigrationRecord(mid, tenant_id, node.name,
                                       Path(node.config.data_root) / "migrations" / f"{mid}.jsonl",
                                       protocol=node.protocol, recovered=recovered)
-        self.source = SourceSide(node, tenant_id)
+        # The tenant's side: a whole server, or one database of the node's shared server (its kind's seam).
+        self.kind = node.kind_here(tenant_id)
+        if self.kind == "shared":
+            from .onedb_source import OneDbSource
+            self.source = OneDbSource(node, tenant_id)
+        else:
+            self.source = SourceSide(node, tenant_id)
+        self.target_port: int | None = None  # where the tenant listens on the target (a shared server's port)
         self.peer = TargetPeer(node, self.opts.target, mid)
         self.entry = recovered or Entry(id=mid, tenant=tenant_id, role="source", peer=self.opts.target,
                                         state=SourceState.STARTED, source_node=node.name)
@@ -337,7 +344,9 @@ class Migration:
                 # Its lease runs out and the target removes it itself, once the directory confirms.
                 log.warning("could not remove the partial target of %s now: %s", self.id, exc.one_line())
         try:
-            if self.node.tenants.exists(self.tenant_id):
+            if self.kind == "shared":
+                self.source.bring_back(self._source_stopped)
+            elif self.node.tenants.exists(self.tenant_id):
                 tenant = self.source.tenant()
                 if tenant.info.fenced or self.source.fenced:
                     self.source.unfence()
@@ -488,12 +497,31 @@ class Migration:
             log.warning("migration %s: %s", self.id, w)
         self.tool = select_tool(version)
         tenant = self.source.tenant()
+        if self.kind == "shared":
+            self._preflight_shared(own)
+            return
         with self.record.steps.timed("accounts"):
             tenant.ensure_service_accounts()
         binlog_bytes = sum(p.stat().st_size for p in tenant.datadir.glob("binlog.*"))
         data_bytes = directory_bytes(tenant.datadir)
         self.record.bytes_total = (data_bytes if self.opts.mode == "stop-and-copy"
                                    else max(0, data_bytes - binlog_bytes))
+        self._before_target(own)
+        with self.record.steps.timed("target_create"):
+            doc = self.peer.create({
+            "migration_id": self.id, "tenant": self.tenant_id, "port": tenant.port,
+            "source_node": self.source_name,
+            "source_host": tenant.host, "epoch_before": own.epoch, "lease_ttl_s": self.opts.lease_ttl_s,
+            "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
+            "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
+            "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
+            "expected_bytes": self.record.bytes_total, "data_path": self.opts.data_path,
+            **({"plain_stream": True} if self.opts.plain_stream else {}),
+            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
+        self._target_made(doc)
+
+    def _before_target(self, own) -> None:
+        """What every move checks and journals before it asks the target to make anything."""
         self.transfer_token = new_token()
         target_url = self.node.cluster.node(self.opts.target).url
         if not url_may_carry_secrets(target_url, self.node.cluster.local_subnet):
@@ -508,20 +536,43 @@ class Migration:
         # Journaled before the target exists, so a restarted source agent knows to remove it.
         self.journal.update(self.entry, epoch_before=own.epoch)
         self._incoming_created = True
-        with self.record.steps.timed("target_create"):
-            doc = self.peer.create({
-            "migration_id": self.id, "tenant": self.tenant_id, "port": tenant.port,
-            "source_node": self.source_name,
-            "source_host": tenant.host, "epoch_before": own.epoch, "lease_ttl_s": self.opts.lease_ttl_s,
-            "buffer_pool_bytes": tenant.info.buffer_pool_bytes, "admin_password": tenant.admin_password(),
-            "app_password": tenant.app_password(), "backup_password": tenant.backup_password(),
-            "repl_password": tenant.repl_password(), "token": self.transfer_token, "mode": self.opts.mode,
-            "expected_bytes": self.record.bytes_total, "data_path": self.opts.data_path,
-            **({"plain_stream": True} if self.opts.plain_stream else {}),
-            **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
+
+    def _target_made(self, doc: dict) -> None:
         self.lease.granted_now()
         self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))
+
+    def _preflight_shared(self, own) -> None:
+        """A shared tenant's target: its database streams into the target node's shared server."""
+        from ..mariadb import onedb, ops
+
+        server = self.source.tenant()
+        physical = {}
+        conn = server.admin_connect(timeout_s=10)
+        try:
+            self.record.bytes_total = onedb.database_bytes(conn, self.tenant_id)
+            if self.opts.snapshot == "physical":  # what the tablespace path cannot carry is refused now
+                refusals = onedb.physical_refusals(onedb.contents(conn, self.tenant_id))
+                if refusals:
+                    raise onedb.refuse(f"tenant {self.tenant_id} cannot be copied by a partial backup",
+                                       "; ".join(refusals), "the source keeps serving; leave out --snapshot physical")
+                physical = {"snapshot": "physical", "definitions": onedb.table_definitions(conn, self.tenant_id),
+                            "database_ddl": onedb.database_definition(conn, self.tenant_id)}
+        finally:
+            ops.close_quietly(conn)
+        self._before_target(own)
+        with self.record.steps.timed("target_create"):
+            doc = self.peer.create({
+                "kind": "shared", "migration_id": self.id, "tenant": self.tenant_id, "source_node": self.source_name,
+                "source_host": server.host, "source_domain": server.gtid_domain_id, "epoch_before": own.epoch,
+                "lease_ttl_s": self.opts.lease_ttl_s, "app_password": self.node.kinds["shared"].get(
+                    self.tenant_id).password(), "repl_password": server.repl_password(),
+                "token": self.transfer_token, "mode": self.opts.mode, "expected_bytes": self.record.bytes_total,
+                "data_path": self.opts.data_path, **physical,
+                **({"plain_stream": True} if self.opts.plain_stream else {}),
+                **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
+        self._target_made(doc)
+        self.target_port = int(doc["target_port"])
 
     def _stream(self, producer_argv: list[str], timeout_s: float) -> None:
         """Run the throttled pipe to the target's receiver until it is acknowledged."""
@@ -585,6 +636,25 @@ class Migration:
 
         self.enter(Phase.SNAPSHOT)
         tenant = self.source.tenant()
+        if self.kind == "shared" and self.opts.snapshot == "physical":  # a partial hot backup of its database
+            from ..mariadb import onedb
+
+            defaults = self.work_dir / "backup.cnf"
+            mariadb.write_secret(defaults, self.tool.backup_defaults(
+                tenant.config_file.read_text(), mariadb.BACKUP_USER, tenant.backup_password(), tenant.socket))
+            (self.work_dir / "tmp").mkdir(exist_ok=True)
+            # --databases matches the data directory's names (onedb.dir_name).
+            self._stream(self.tool.stream_argv(defaults, self.work_dir / "tmp")
+                         + [f"--databases={onedb.dir_name(self.tenant_id)}"], self.opts.snapshot_timeout_s)
+            return
+        if self.kind == "shared":  # a logical snapshot of its database alone, no global lock
+            from ..onedb_snapshot import Login, dump_argv
+
+            defaults = self.work_dir / "dump.cnf"
+            mariadb.write_secret(defaults, Login(mariadb.ADMIN_USER, tenant.admin_password(),
+                                                 socket=tenant.socket).defaults())
+            self._stream(dump_argv(defaults, self.tenant_id), self.opts.snapshot_timeout_s)
+            return
         defaults = self.work_dir / "backup.cnf"
         mariadb.write_secret(defaults, self.tool.backup_defaults(
             tenant.config_file.read_text(), mariadb.BACKUP_USER, tenant.backup_password(), tenant.socket))
@@ -596,7 +666,7 @@ class Migration:
         pos = self.target_step("prepare", {}, timeout_s=3600)
         start = BackupPosition(pos["binlog_file"], int(pos["binlog_pos"]), pos["gtid"])  # the prepared copy's
         self.target_step("start", {}, timeout_s=180)
-        tenant = self.source.tenant()
+        tenant = self.source.tenant()  # a shared tenant's: the shared server
         self.target_step("replicate", {"source_host": tenant.host, "source_port": tenant.port,
                                    "start_gtid": start.gtid,
                                    "applier": self.opts.delta_applier, "mpl": self.opts.delta_mpl,

@@ -9,8 +9,7 @@ from typing import Any
 from ..controller.settings import ControllerSettings
 from ..errors import InvalidInput, MigrationFailed
 from ..delta import APPLIERS, DEFAULT_APPLIER, DEFAULT_MPL, parse_mpl
-from ..transfer import DEFAULT_PIPE
-from ..transfer.native import DATA_PATHS
+from ..transfer import DATA_PATHS, DEFAULT_PIPE
 
 MODES = ("live", "stop-and-copy")
 
@@ -33,8 +32,12 @@ class MigrationOptions:
     max_rounds: int = 20
     max_stalled_rounds: int = 3  # rounds in a row that did not shrink before giving up
     pipe: str = DEFAULT_PIPE
-    # The native pipe's data path (slacker.transfer.native.DATA_PATHS): auto, splice, copy, splice-send.
+    # The native pipe's data path (slacker.transfer.DATA_PATHS): auto, splice, copy, splice-send.
     data_path: str = "auto"
+    # How the snapshot is taken: auto (the tenant kind's own: a whole server's full hot backup, a shared tenant's
+    # logical dump), logical (a shared tenant's `mariadb-dump --single-transaction`) or physical (a whole
+    # server's backup; a shared tenant's partial one, `mariabackup --databases` + IMPORT TABLESPACE).
+    snapshot: str = "auto"
     # On a TLS cluster, send the snapshot stream in plain text (an operator's opt-out for a private link;
     # the agents' API, replication and the routers keep TLS). Off a TLS cluster the stream is plain anyway.
     plain_stream: bool = False
@@ -87,6 +90,9 @@ class MigrationOptions:
         if self.data_path != "auto" and self.data_path not in DATA_PATHS:
             raise InvalidInput(f"unknown data path {self.data_path!r}", f"known: auto, {', '.join(DATA_PATHS)}",
                                "omit it for auto")
+        if self.snapshot not in SNAPSHOTS:
+            raise InvalidInput(f"unknown snapshot method {self.snapshot!r}", f"known: {', '.join(SNAPSHOTS)}",
+                               "omit it for auto")
         if not isinstance(self.plain_stream, bool):
             raise InvalidInput("plain_stream must be true or false", f"got {self.plain_stream!r}", "")
         if not 0.1 <= self.step_s <= 60:
@@ -95,6 +101,8 @@ class MigrationOptions:
             raise InvalidInput(f"lease {self.lease_ttl_s}s is out of range", "use 2s to 600s", "")
         return self
 
+
+SNAPSHOTS = ("auto", "logical", "physical")
 
 # Sent on every request whatever their value: agents one protocol version apart may have other defaults.
 WIRE_ALWAYS = ("target", "mode", "max_freeze_s", "handover_attempts", "handover_wait_s", "verify", "max_rounds",

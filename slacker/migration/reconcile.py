@@ -3,7 +3,9 @@
 Run when the agent starts and on every supervisor tick (as Patroni checks the
 leader key before acting as primary): a tenant the directory assigns to
 another node is fenced; a fenced tenant the directory assigns here, with no
-migration holding it, is unfenced; a retired one is stopped and removed.
+migration holding it, is unfenced; a retired one is stopped and removed. A
+shared tenant is fenced by itself: its accounts locked and sessions ended,
+its record marked (a shared server's `read_only` would fence its neighbours).
 Tenants held by a migration (running or being recovered from its journal) are
 left to it. While the directory cannot be reached, nothing changes. Files in
 the tenants directory that are no tenant (no tenant.json) are moved aside into
@@ -65,6 +67,7 @@ class Reconciler:
 
     def tick(self) -> None:
         self.unaccounted()
+        self.shared()
         busy = set(self.node.supervisor.busy)
         local = [t for t in self.node.tenants.list()
                  if t.id not in busy and t.info.desired_state != "incoming"]
@@ -109,6 +112,37 @@ class Reconciler:
                     self._apply_fence(t)
             except SlackerError as exc:
                 log.warning("reconciling tenant %s: %s", t.id, exc.one_line())
+
+    def shared(self) -> None:
+        """The node's shared tenants, each by itself (a shared server's `read_only` would fence every
+        neighbour): one the directory names elsewhere is fenced by its own accounts (locked, sessions ended,
+        the record marked); a fenced one the directory names here, with no move holding it, is unfenced."""
+        manager = self.node.kinds.get("shared")
+        if manager is None:
+            return
+        busy = set(self.node.supervisor.busy)
+        local = [t.id for t in manager.list() if t.id not in busy]
+        if not local:
+            return
+        fenced = set(manager.fenced_ids())
+        try:
+            owners = self.node.directory.owners(local)
+        except AgentUnavailable:
+            return
+        for tid in local:
+            own = owners.get(tid)
+            if own is None or tid in set(self.node.supervisor.busy):  # unknown, or a move took it meanwhile
+                continue
+            try:
+                if own.node != self.node.name and tid not in fenced:
+                    log.error("shared tenant %s is writable here but the directory names %s: fencing it", tid,
+                              own.node)
+                    manager.fence_here(tid)
+                elif own.node == self.node.name and tid in fenced:
+                    log.warning("shared tenant %s is fenced but the directory names this node: unfencing", tid)
+                    manager.unfence_here(tid)
+            except SlackerError as exc:
+                log.warning("reconciling shared tenant %s: %s", tid, exc.one_line())
 
     def _apply_fence(self, t) -> None:
         try:

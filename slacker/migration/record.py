@@ -216,5 +216,5 @@ class MigrationRecord:
             "latency_source": live.latency_source,
             # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},
-                          applier=opts.delta_applier, durable=self.durable_ms),
+                          applier=self.delta_stats.get("applier") or opts.delta_applier, durable=self.durable_ms),
         }

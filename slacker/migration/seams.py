@@ -133,6 +133,7 @@ class Seam:
     rate_policy = _live("rate_policy")
     pipe = _live("pipe")
     verification = _live("verification")
+    target_port = _live("target_port")  # the tenant's port on the target, when it is not the source's
     # live figures, from the migration's record (slacker.migration.record)
     created = _recorded("created")
     phase = _recorded("phase")

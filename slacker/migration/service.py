@@ -95,7 +95,10 @@ class MigrationService:
                 if m.tenant_id == tenant_id and m.active:
                     raise Conflict(f"tenant {tenant_id} is already migrating", f"migration {m.id} is in {m.phase}",
                                    f"wait for it, or `slacker migrate --abort {tenant_id}`")
-        self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
+        self.node.refuse_unmovable(tenant_id, options.mode, options.verify or options.verify_only,  # docs/shared.md
+                                   options.snapshot)
+        if self.node.kind_here(tenant_id) == "server":
+            self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
         if self.node.config.tls is not None and not TLS_PIPES.get(options.pipe):
             raise InvalidInput(f"the {options.pipe} pipe cannot be used: this cluster requires TLS",
                                "pv | nc sends the backup in plain text", "use --pipe native (the default)")

@@ -19,6 +19,8 @@ log = logging.getLogger("slacker.migration.source")
 
 
 class SourceSide:
+    verify_schema = None  # --verify compares every user table of the server
+
     def __init__(self, node, tenant_id: str) -> None:
         self.node = node
         self.tenant_id = tenant_id

@@ -38,6 +38,8 @@ PORT_FREE_WAIT_S = 10.0
 
 
 class IncomingMigration:
+    verify_schema = None  # --verify compares every user table of the server
+
     def __init__(self, node, entry: Entry, tenant: Tenant, participants: Participants,
                  source_host: str = "") -> None:
         self.node = node
@@ -101,14 +103,18 @@ class IncomingMigration:
                 extract = ["tar", "-x", "-f", "-", "-C", str(tenant.datadir)]
             else:
                 extract = select_tool().extract_argv(tenant.datadir)
-            inc.receiver = Receiver(inc.id, body["token"], extract, bind_host=node.config.tenant_host,
-                                    ssl_context=None if body.get("plain_stream") else node.tls_server_context(),
-                                    data_path=body.get("data_path"))
-            inc.receiver.start()
+            inc.receive(body, extract)
         except BaseException:
             inc.remove()
             raise
         return inc
+
+    def receive(self, body: dict, extract: list[str]) -> None:
+        """The copy's receiver, listening: one authenticated stream (the request's token) into `extract`."""
+        self.receiver = Receiver(self.id, body["token"], extract, bind_host=self.node.config.tenant_host,
+                                 ssl_context=None if body.get("plain_stream") else self.node.tls_server_context(),
+                                 data_path=body.get("data_path"))
+        self.receiver.start()
 
     def describe(self) -> dict:
         return {"id": self.id, "tenant": self.tenant_id, "state": self.state, "mode": self.mode,
@@ -212,7 +218,8 @@ class IncomingMigration:
         with self._lock:
             self._require(TargetState.CATCHING_UP)
             if self._verifier is None:
-                self._verifier = TargetVerifier(lambda: self.tenant.admin_connect(timeout_s=10), self.applier)
+                self._verifier = TargetVerifier(lambda: self.tenant.admin_connect(timeout_s=10), self.applier,
+                                                self.verify_schema)
             v = self._verifier
         if op == "hold":
             return v.hold()
@@ -301,12 +308,7 @@ class IncomingMigration:
             self._hold(hold_s, "unfencing")
             self.node.tenants.apply_fence(self.tenant)
             self._hold(hold_s, "unfenced")
-            # It takes writes: routers still holding the tenant's statements send them here now, whoever
-            # asked for this activation (the source, or this agent on its own after a restart).
-            self.participants.held_anywhere(self.tenant_id).release(after_flip=True, own=own)
-            self.node.journal.remove(self.entry)
-            self._move(TargetState.OWNED)
-            log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
+            self._owned(own)  # it takes writes
 
     def flipped(self) -> bool:
         """Promoted and the directory names this node: nothing is left to decide, only to activate.
@@ -323,15 +325,8 @@ class IncomingMigration:
         """Remove every trace of the incoming tenant; never raises. Never once it is owned.
         Its files go through the trash (crash-atomic); the journal entry goes last, so a restart in
         between finds either the journaled tenant again or nothing under its name."""
-        with self._lock:
-            if self.state in (TargetState.OWNED, TargetState.ABORTED):
-                return
-            self._move(TargetState.ABORTED)
-        if self.receiver is not None:
-            try:
-                self.receiver.abort()
-            except Exception:
-                log.exception("receiver abort failed")
+        if not self._stop_for_removal():
+            return
         proc = self._prepare_proc
         if proc is not None:
             kill_group(proc.pid)
@@ -352,6 +347,27 @@ class IncomingMigration:
             log.exception("removing incoming tenant %s failed", self.tenant_id)
             return  # journaled still: the next start (or settle) removes it
         self.node.journal.remove(self.entry)
+
+    def _stop_for_removal(self) -> bool:
+        """Marked aborted (False: owned or aborted already, nothing to remove) and its stream stopped."""
+        with self._lock:
+            if self.state in (TargetState.OWNED, TargetState.ABORTED):
+                return False
+            self._move(TargetState.ABORTED)
+        if self.receiver is not None:
+            try:
+                self.receiver.abort()
+            except Exception:
+                log.exception("receiver abort failed")
+        return True
+
+    def _owned(self, own) -> None:
+        """Activated: routers still holding the tenant's statements send them here now, whoever asked for the
+        activation (the source, or this agent on its own after a restart); the journal entry goes."""
+        self.participants.held_anywhere(self.tenant_id).release(after_flip=True, own=own)
+        self.node.journal.remove(self.entry)
+        self._move(TargetState.OWNED)
+        log.info("tenant %s activated on %s (epoch %d)", self.tenant_id, self.node.name, own.epoch)
 
     def _pause(self, step: str) -> None:
         """Fault injection (tests): hold inside the removal of the partial copy, at `remove-STEP`."""
@@ -408,7 +424,20 @@ class IncomingRegistry:
         """After a restart: journaled incoming tenants wait for the directory; unjournaled ones never
         reached the flip and go."""
         journaled = {}
+        shared = self.node.kinds.get("shared")
+        incoming_shared = {r["id"]: r for r in shared.incoming()} if shared is not None else {}
         for e in self.node.journal.entries("target"):
+            if e.tenant in incoming_shared:
+                from .onedb_target import IncomingOneDb
+
+                incoming_shared.pop(e.tenant)
+                inc = IncomingOneDb(self.node, e, self.participants)
+                inc.recovered = True
+                if e.state != TargetState.PROMOTED:
+                    e.lease_until = 0  # its stream and delta connection died with the old agent: settle at once
+                self.node.claim(e.tenant)
+                self._items[e.id] = inc
+                continue
             if self.node.tenants.exists(e.tenant) and self.node.tenants.get(e.tenant).info.desired_state == "incoming":
                 journaled[e.tenant] = e
                 continue
@@ -423,6 +452,12 @@ class IncomingRegistry:
                         log.warning("unfencing tenant %s after a restart: %s", t.id, exc.one_line())
                     self.participants.held_anywhere(e.tenant).release(after_flip=True)
             self.node.journal.remove(e)
+        for tid in incoming_shared:  # laid out, never journaled (or the journal entry went first): never flipped
+            log.warning("removing unjournaled incoming shared tenant %s", tid)
+            try:
+                shared.remove_incoming(tid)
+            except Exception as exc:  # noqa: BLE001 - its record stays; the next start tries again
+                log.warning("removing incoming shared tenant %s: %s", tid, exc)
         for t in self.node.tenants.list():
             if t.info.desired_state != "incoming":
                 continue
@@ -440,6 +475,8 @@ class IncomingRegistry:
             self._items[e.id] = inc
 
     def create(self, body: dict) -> dict:
+        if body.get("kind") == "shared":
+            return self._create_shared(body)
         for key in ("migration_id", "tenant", "port", "admin_password", "app_password", "token"):
             if key not in body:
                 raise InvalidInput(f"incoming migration lacks {key}", "", "")
@@ -455,15 +492,32 @@ class IncomingRegistry:
             raise Conflict(f"port {port} is in use on {self.node.config.tenant_host}",
                            f"the tenant needs its port; {', '.join(holders) or 'a process'} listens there "
                            f"(still after {PORT_FREE_WAIT_S:g}s)", "stop whatever listens there")
+        return self._made(tid, lambda: IncomingMigration.create(self.node, body, self.participants))
+
+    def _made(self, tid: str, make) -> dict:
+        """The tenant claimed for the move while `make()` makes its incoming migration, which is then listed."""
         self.node.claim(tid)
         try:
-            inc = IncomingMigration.create(self.node, body, self.participants)
+            inc = make()
         except BaseException:
             self.node.release(tid)
             raise
         with self._lock:
             self._items[inc.id] = inc
         return inc.describe()
+
+    def _create_shared(self, body: dict) -> dict:
+        """A shared tenant's move into this node's shared server (slacker.migration.onedb_target)."""
+        from .onedb_target import IncomingOneDb
+
+        for key in ("migration_id", "tenant", "app_password", "repl_password", "source_domain", "token"):
+            if key not in body:
+                raise InvalidInput(f"incoming migration lacks {key}", "", "")
+        tid = self.node.kinds["shared"].kind.check_id(body["tenant"])
+        if self.node.holds_tenant(tid):
+            raise Conflict(f"node {self.node.name} already has a tenant {tid}",
+                           "a tenant with that id exists there", "delete it first or pick another target")
+        return self._made(tid, lambda: IncomingOneDb.create(self.node, body, self.participants))
 
     def get(self, mid: str) -> IncomingMigration:
         with self._lock:
@@ -482,6 +536,15 @@ class IncomingRegistry:
             inc = self._items.get(mid)
         if inc is None:
             # Settled already (by its own lease check or before a restart): fine if it is ours now.
+            shared = self.node.kinds.get("shared")
+            if shared is not None and shared.holds(tenant_id):
+                own = self.node.directory.lookup(tenant_id)
+                try:
+                    ready = shared.get(tenant_id)
+                except NotFound:
+                    ready = None
+                if ready is not None and own.node == self.node.name:
+                    return {"activated": True, "already": True}
             if self.node.tenants.exists(tenant_id):
                 t = self.node.tenants.get(tenant_id)
                 own = self.node.directory.lookup(tenant_id)

@@ -105,6 +105,10 @@ class Telemetry:
                   "rate_bytes_per_s": m.current_rate(), "throughput_bytes_per_s": round(self.throughput, 1)}
         if m.pipe is not None and m.pipe.commit_locked and not m.pipe.done:
             sample["commit_locked"] = True  # the rate above is not applied: the copy runs unthrottled
+        if m.pipe is not None:
+            locked_bytes, locked_s = m.pipe.unthrottled
+            if locked_bytes or locked_s:  # so far, under the commit lock: a lock shorter than a sample too
+                sample["unthrottled_bytes"], sample["unthrottled_s"] = locked_bytes, round(locked_s, 3)
         if m.pipe is not None and m.pipe.preread_bytes:
             sample["preread_bytes"] = m.pipe.preread_bytes  # the backup tool's program, read before it ran
         if m.finishing_reason:

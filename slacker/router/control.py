@@ -95,7 +95,7 @@ class Router:
         self._stop = threading.Event()
         self._routes: dict[str, dict] = {}  # tenant -> last route sent
         self._pending: dict[str, Ownership] = {}  # tenants known but not routable yet (no login hash)
-        self._logins: dict[tuple[str, str], tuple[str, str]] = {}  # (node, tenant) -> (user, hash) read in bulk
+        self._logins: dict[tuple[str, str], dict] = {}  # (node, tenant) -> its login (user, hash, ...) read in bulk
         self._since: int | None = None  # the directory revision followed up to; None: take a snapshot
         self._dir_ok: bool | None = None
         self._threads: list[threading.Thread] = []
@@ -228,16 +228,19 @@ class Router:
             return
         fetched = self._logins.pop((own.node, own.tenant), None)
         if known and known.get("hash") and own.epoch > 1:  # moved: the same accounts on the new owner
-            user, digest = known["user"], known["hash"]
+            login = {k: known[k] for k in ("user", "hash", "owner_user", "database") if k in known}
         elif fetched is not None:  # read with its node's other tenants (_fetch_logins)
-            user, digest = fetched
+            login = fetched
         else:  # created (again): its own accounts
             if own.node not in self.agents:
                 raise NotFound(f"node {own.node} is unknown to this router", "it is not in the cluster file", "")
             login = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/login")
-            user, digest = login["user"], login["hash"]
         msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
-               "epoch": own.epoch, "user": user, "hash": digest, "updated_at": own.updated_at}
+               "epoch": own.epoch, "user": login["user"], "hash": login["hash"], "updated_at": own.updated_at}
+        # A shared tenant: the client's USER@TENANT logs in to the owner as the tenant's own account, in its database.
+        for key in ("owner_user", "database"):
+            if login.get(key):
+                msg[key] = str(login[key])
         self._send(msg)
         self._routes[own.tenant] = msg
 
@@ -268,7 +271,7 @@ class Router:
                 log.info("logins of node %s in one request: %s; asking per tenant", node, exc.one_line())
                 continue
             for entry in doc.get("logins") or []:
-                self._logins[(node, str(entry["tenant"]))] = (str(entry["user"]), str(entry["hash"]))
+                self._logins[(node, str(entry["tenant"]))] = entry
 
     def _follow_once(self, timeout_s: float) -> None:
         """One request for every tenant's changes since the revision followed (a snapshot the first

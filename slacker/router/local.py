@@ -7,6 +7,7 @@ and is ready when its admin endpoint answers.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import signal
 import subprocess
@@ -63,33 +64,41 @@ def start(run_dir: Path, cluster_file: Path, listen: str, admin: str | None = No
     pid = read_pid(rdir / "router.pid")
     if pid is not None and alive(pid) and (rdir / "admin").exists():
         return (rdir / "admin").read_text().strip()
-    admin = _free(admin or admin_for(listen, run_dir))
-    listen = _free(listen)
-    tls = []
-    if (run_dir / "tls").is_dir():  # a TLS cluster: the router gets a certificate from the cluster CA too
-        from ..tls import ensure_cluster_pki
-        host = parse_address(listen)[0]
-        files = ensure_cluster_pki(run_dir / "tls", {"router": [host, "localhost"]})["router"]
-        tls = ["--tls-cert", str(files.cert), "--tls-key", str(files.key)]
-    # As on an application host: the router credential only (a cluster made before scoped
-    # credentials has none, and its router keeps the cluster file's).
-    cred = run_dir / "credentials" / "router"
-    credential = ["--credential", str(cred)] if cred.exists() else []
-    with open(rdir / "router.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "slacker", "--cluster", str(cluster_file), *credential, "router",
-                                 "--listen", listen, "--admin", admin, *tls], stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-    (rdir / "router.pid").write_text(f"{proc.pid}\n")
-    (rdir / "admin").write_text(f"{admin}\n")
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            fetch_status(admin, timeout_s=1)
-            return admin
-        except SlackerError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
+    wanted_admin, wanted_listen = admin or admin_for(listen, run_dir), listen
+    # A free port is probed, then bound by the router a moment later: another process on this host may take
+    # it in between (seen between test workers: the admin probe met another router's MySQL greeting). The
+    # router then cannot bind and exits; it is started again on newly probed ports.
+    for _attempt in range(3):
+        admin = _free(wanted_admin)
+        listen = _free(wanted_listen)
+        tls = []
+        if (run_dir / "tls").is_dir():  # a TLS cluster: the router gets a certificate from the cluster CA too
+            from ..tls import ensure_cluster_pki
+            host = parse_address(listen)[0]
+            files = ensure_cluster_pki(run_dir / "tls", {"router": [host, "localhost"]})["router"]
+            tls = ["--tls-cert", str(files.cert), "--tls-key", str(files.key)]
+        # As on an application host: the router credential only (a cluster made before scoped
+        # credentials has none, and its router keeps the cluster file's).
+        cred = run_dir / "credentials" / "router"
+        credential = ["--credential", str(cred)] if cred.exists() else []
+        with open(rdir / "router.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "slacker", "--cluster", str(cluster_file), *credential,
+                                     "router", "--listen", listen, "--admin", admin, *tls],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        (rdir / "router.pid").write_text(f"{proc.pid}\n")
+        (rdir / "admin").write_text(f"{admin}\n")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                fetch_status(admin, timeout_s=1)
+                return admin
+            except (SlackerError, http.client.HTTPException):  # not up yet, or another process's port
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        if proc.poll() is None:
+            break
     tail = " | ".join((rdir / "router.log").read_text(errors="replace").strip().splitlines()[-4:])
     raise RouterUnavailable(f"the router on {listen} did not come up", tail, f"see {rdir / 'router.log'}")
 

@@ -8,39 +8,38 @@ nobody asks, chosen by measurement (docs/transfer.md).
 
 from __future__ import annotations
 
-from ..errors import InvalidInput
-from .base import ThrottledPipe, TransferResult, normalize_rate
-from .bucket import TokenBucket
-from .meter import RateMeter, transfer_rate_meter
-from .native import NativePipe
-from .protocol import new_token
-from .pvnc import CreditGovernor, PvNcPipe
-from .receiver import ReceiveResult, Receiver
+from typing import TYPE_CHECKING
 
-PIPES: dict[str, type[ThrottledPipe]] = {"native": NativePipe, "pv": PvNcPipe}
+from ..lazy import exports
+
+if TYPE_CHECKING:
+    from .base import ThrottledPipe, TransferResult, normalize_rate
+    from .bucket import TokenBucket
+    from .meter import RateMeter, transfer_rate_meter
+    from .native import NativePipe
+    from .pipes import PIPES, make_pipe
+    from .protocol import new_token
+    from .pvnc import CreditGovernor, PvNcPipe
+    from .receiver import ReceiveResult, Receiver
+
 DEFAULT_PIPE = "native"
 TLS_PIPES = {"native": True, "pv": False}  # which pipes can carry the stream over TLS
+# The native pipe's data paths: how the bytes move on each side (sender, receiver), splice in the
+# kernel or copy through Python (slacker.transfer.native.wants_splice).
+DATA_PATHS = {"splice": (True, True), "copy": (False, False), "splice-send": (True, False)}
 
-
-def make_pipe(kind: str = DEFAULT_PIPE, *args, ssl_context=None, **kwargs) -> ThrottledPipe:
-    """Build a sender of the given kind ("native" or "pv"); arguments as ThrottledPipe's.
-
-    With `ssl_context` (the cluster requires TLS) only the native pipe can carry the stream:
-    `pv | nc` would send the backup in plain text, so it is refused."""
-    try:
-        cls = PIPES[kind]
-    except KeyError:
-        raise InvalidInput(f"unknown pipe {kind!r}", f"known pipes: {', '.join(sorted(PIPES))}",
-                           f"use one of them, or omit it for the default ({DEFAULT_PIPE})") from None
-    if ssl_context is not None:
-        if not TLS_PIPES.get(kind):
-            raise InvalidInput(f"the {kind} pipe cannot be used: this cluster requires TLS",
-                               "pv | nc sends the backup in plain text", "use --pipe native (the default)")
-        kwargs["ssl_context"] = ssl_context
-    return cls(*args, **kwargs)
+# Loaded on first use: `slacker migrate` (and its --help) needs only the names above, not the pipes'
+# sockets, TLS and subprocesses.
+__getattr__ = exports(__name__, {
+    "ThrottledPipe": "base", "TransferResult": "base", "normalize_rate": "base", "TokenBucket": "bucket",
+    "RateMeter": "meter", "transfer_rate_meter": "meter", "NativePipe": "native", "PIPES": "pipes",
+    "make_pipe": "pipes", "new_token": "protocol", "CreditGovernor": "pvnc", "PvNcPipe": "pvnc",
+    "ReceiveResult": "receiver", "Receiver": "receiver",
+})
 
 
 __all__ = [
+    "DATA_PATHS",
     "DEFAULT_PIPE",
     "PIPES",
     "TLS_PIPES",

@@ -141,6 +141,8 @@ class ThrottledPipe(ABC):
         # commits, False when it let go, None otherwise (see backup.commit_lock_event).
         self._commit_lock_events = commit_lock_events
         self._commit_locked = False
+        self._unthrottled = (0, 0.0)  # bytes and seconds copied under the commit lock, locks already released
+        self._locked_at: tuple[int, float] | None = None  # bytes_sent and clock when the current lock was taken
 
     # -- public interface ---------------------------------------------------
 
@@ -166,6 +168,17 @@ class ThrottledPipe(ABC):
     def commit_locked(self) -> bool:
         """The producer says it holds a lock that blocks the source's commits."""
         return self._commit_locked
+
+    @property
+    def unthrottled(self) -> tuple[int, float]:
+        """Bytes and seconds copied so far while the producer held the commit lock (the limit lifted),
+        the current lock's included: what a check of the applied rate leaves out."""
+        with self._lock:
+            b, s = self._unthrottled
+            if self._locked_at is not None:
+                b += max(0, self.bytes_sent - self._locked_at[0])
+                s += time.monotonic() - self._locked_at[1]
+        return b, s
 
     @property
     def effective_rate(self) -> float | None:
@@ -255,6 +268,13 @@ class ThrottledPipe(ABC):
         if event is not None and bool(event) != self._commit_locked:
             with self._lock:
                 self._commit_locked = bool(event)
+                sent, now = self.bytes_sent, time.monotonic()
+                if event:
+                    self._locked_at = (sent, now)
+                elif self._locked_at is not None:
+                    b, s = self._unthrottled
+                    self._unthrottled = (b + max(0, sent - self._locked_at[0]), s + now - self._locked_at[1])
+                    self._locked_at = None
             log.info("%s %s: producer %s the commit lock; rate %s", self.kind, self.migration_id,
                      "took" if event else "released", "unlimited" if event else _fmt(self._rate))
             self._rate_changed()

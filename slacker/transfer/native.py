@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from . import protocol
+from . import DATA_PATHS, protocol
 from ._proc import StreamTail, env_or_none, kill_group, spawn
 from ..errors import InvalidInput
 from .base import ThrottledPipe, stage_error
@@ -30,8 +30,6 @@ from .stages import StageClock, exited_child_cpu_s
 F_SETPIPE_SZ = 1031
 CHUNK_BYTES = 1 << 20
 PRODUCER_EXIT_GRACE_S = 30.0
-# How the bytes move on each side (sender, receiver): splice in the kernel, or copy through Python.
-DATA_PATHS = {"splice": (True, True), "copy": (False, False), "splice-send": (True, False)}
 # What "auto" means for a plain stream (TLS always copies: splice would bypass the encryption).
 AUTO_DATA_PATH = "copy"
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import functools
+import shutil
 import os
 import signal
 import subprocess
@@ -50,6 +52,35 @@ START_LIMIT = 8_000_000        # bytes/s handed to pv at spawn: pv grants a tent
 MAX_PV_LIMIT = 1 << 40         # "unlimited" once pv has been limited (-L 0 is ignored by -R)
 
 
+@functools.lru_cache(maxsize=1)
+def private_ipc() -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """How to give pv a System V IPC namespace of its own: (spawn prefix, `pv -R` prefix).
+
+    pv 1.6 keys its remote-control queue on `/tmp` alone, so every pv on the host shares one
+    queue, and any of them deletes it when it exits; a pv whose queue went no longer hears
+    `pv -R` at all (seen: another host's backup script's pv, a parallel test's). In a namespace
+    of its own the queue is pv's alone. Root needs only `unshare --ipc`; another user gets one
+    inside a user namespace of its own (`--map-current-user`, so files and signals are the
+    same). None where neither works (no util-linux, or namespaces forbidden).
+    """
+    unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
+    if unshare is None or nsenter is None:
+        return None
+    if os.geteuid() == 0:
+        spawn_with, enter_with = (unshare, "--ipc"), (nsenter, "--ipc")
+    else:
+        spawn_with = (unshare, "--user", "--map-current-user", "--ipc")
+        enter_with = (nsenter, "--user", "--ipc", "--preserve-credentials")
+    try:
+        ok = subprocess.run([*spawn_with, "true"], stdin=subprocess.DEVNULL, capture_output=True,
+                            timeout=5).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        return None
+    return spawn_with, enter_with
+
+
 @dataclass
 class CreditGovernor:
     """Model of pv 1.6's rate credit and the limit that keeps it bounded.
@@ -67,6 +98,7 @@ class CreditGovernor:
     hysteresis: float = 0.1
     min_sample_s: float = 0.05
     climb: float = 1.5            # limit x this per step while pv holds data back
+    unheeded_samples: int = 3     # samples in a row above pv's budget before a limit counts as lost
 
     def __post_init__(self) -> None:
         self.applied = 0
@@ -80,6 +112,8 @@ class CreditGovernor:
         self._budget = 0.0             # limit x time since the last sample
         self._history: collections.deque[float] = collections.deque(maxlen=self.history_samples)
         self._recent: collections.deque[float] = collections.deque(maxlen=3)
+        self._over = 0                 # samples in a row in which pv passed more than its budget
+        self.unheeded = False          # pv is not on the limit it acknowledged: send it again
 
     def start(self, now: float, limit: int) -> None:
         """pv started with -L limit: its first tick grants limit/10 at once."""
@@ -95,6 +129,8 @@ class CreditGovernor:
             self._mark = max(self._mark, now)
         self.applied = limit
         self._applied_at = now
+        self._over = 0
+        self.unheeded = False
 
     def observe(self, t: float, pv_bytes: int, pv_limited: bool = False, paused: bool = False) -> bool:
         """Advance to pv's sample (t, bytes); False if too soon after the previous one."""
@@ -106,6 +142,13 @@ class CreditGovernor:
             return False
         budget = self._budget + self.applied * max(0.0, t - self._mark)
         delta = max(0, pv_bytes - self._bytes)
+        # pv cannot pass more than its credit and what the limit added since: more, sample
+        # after sample, means pv is not on the limit we think (a `pv -R` message lost when
+        # another pv on the host deleted the queue they all share, yet acknowledged).
+        slack = self.applied / 10.0 + self.min_credit_bytes  # one pv tick, and our own noise
+        self._over = self._over + 1 if delta > self.credit + budget + slack else 0
+        if self._over >= self.unheeded_samples:
+            self.unheeded = True
         self.credit = max(0.0, self.credit + budget - delta)
         if pv_limited:
             self.credit = 0.0  # pv is withholding data, so its budget is empty
@@ -169,6 +212,8 @@ class CreditGovernor:
         return self._prev_t is not None and self._prev_t >= self._applied_at
 
     def should_send(self, limit: int, requested: float | None) -> bool:
+        if self.unheeded:
+            return True
         if limit == self.applied:
             return False
         if requested is not None and limit == int(requested):
@@ -216,7 +261,9 @@ class PvNcPipe(ThrottledPipe):
         self._supervisor: threading.Thread | None = None
         self._governor: threading.Thread | None = None
         self.rate_messages = 0  # pv -R calls made (diagnostics)
+        self.resent = 0         # limits sent again because pv did not keep to them
         self._pv_path = "pv"
+        self._remote_prefix: tuple[str, ...] = ()  # how `pv -R` enters pv's own IPC namespace (private_ipc)
 
     @property
     def bytes_sent(self) -> int:
@@ -281,6 +328,16 @@ class PvNcPipe(ThrottledPipe):
         pv_argv = [pv_path, "-n", "-b", "-f", "-i", PV_INTERVAL_S, "-L", str(limit)]
         if not self.rate_control:
             pv_argv = pv_argv[:-2] if self._rate is None else pv_argv[:-1] + [str(max(1, int(self._rate)))]
+        else:
+            ipc = private_ipc()
+            if ipc is None:
+                log.warning("pv shares its rate-control queue with every pv on this host (no private IPC "
+                            "namespace: unshare missing or refused); a rate change may be lost and is sent "
+                            "again when pv is seen not to keep to it")
+                self._remote_prefix = ()
+            else:
+                pv_argv = [*ipc[0], *pv_argv]
+                self._remote_prefix = ipc[1]
         child_ends = [out_r, in_w]  # ours to close once the child holding it runs
         try:
             # nc leads the process group; pv and the producer join it, so one killpg ends all.
@@ -484,6 +541,10 @@ class PvNcPipe(ThrottledPipe):
             if not paused and self._nc_stopped:
                 self._signal_nc(signal.SIGCONT)  # resume first: pv is still at -L 1, no burst
             limit = gov.decide(requested, limited)
+            if gov.unheeded:
+                self.resent += 1
+                log.info("pv %d passes more than -L %d allows: sending the limit again", self._pv.pid,
+                         gov.applied)
             if gov.should_send(limit, requested) and self._pv.poll() is None:
                 if self._pv_remote(limit):
                     climbing = limited and limit > gov.applied
@@ -500,7 +561,9 @@ class PvNcPipe(ThrottledPipe):
 
     def _pv_remote(self, limit: int) -> bool:
         """`pv -R PID -L limit`; retried because any other pv exiting deletes the shared queue."""
-        argv = [self._pv_path, "-R", str(self._pv.pid), "-b", "-i", PV_INTERVAL_S, "-L", str(limit)]
+        pid = str(self._pv.pid)  # unshare execs pv: the same process
+        enter = [*self._remote_prefix[:1], "-t", pid, *self._remote_prefix[1:]] if self._remote_prefix else []
+        argv = [*enter, self._pv_path, "-R", pid, "-b", "-i", PV_INTERVAL_S, "-L", str(limit)]
         for _ in range(PV_REMOTE_TRIES):
             if self._pv.poll() is not None:
                 return False

@@ -106,7 +106,7 @@ class OnlineVerification:
             doc = m.target("verify", {"op": "open", "gtid": self.position, "timeout_s": m.opts.round_timeout_s},
                             timeout_s=m.opts.round_timeout_s + 30)
             self.held_s = round(time.monotonic() - th, 3)
-            plans = rowsums.table_plans(conn)
+            plans = rowsums.table_plans(conn, m.source.verify_schema)
             self._same_tables(plans, doc["tables"])
             self.tables_total = len(plans)
             self.bytes_total = sum(p.data_bytes for p in plans)

@@ -16,9 +16,10 @@ from ..mariadb import ops, rowsums
 
 
 class TargetVerifier:
-    def __init__(self, connect, applier) -> None:
+    def __init__(self, connect, applier, schema: str | None = None) -> None:
         self._connect = connect  # an admin connection to the incoming tenant
         self.applier = applier
+        self.schema = schema  # a shared tenant's database: only its tables are compared
         self.conn = None
         self.position = ""
         self.plans: dict[str, rowsums.TablePlan] = {}
@@ -42,7 +43,7 @@ class TargetVerifier:
             finally:
                 self._held = False
                 self.applier.release()  # the snapshot holds the view; the delta goes on meanwhile
-            self.plans = {p.label: p for p in rowsums.table_plans(self.conn)}
+            self.plans = {p.label: p for p in rowsums.table_plans(self.conn, self.schema)}
             return {"position": gtid, "tables": {n: p.shape for n, p in self.plans.items()}}
 
     def chunk(self, table: str, lo: list | None, hi: list | None) -> list[int]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..client import Endpoint
+from ..loads import SESSION_DATABASE_SQL
 
 DRIVERS = ("mysqlclient", "pymysql")
 
@@ -108,6 +109,7 @@ class Driver:
 
     def connect(self, ep: Endpoint, database: str | None, connect_timeout_s: float = 5.0,
                 query_timeout_s: float = 60.0) -> Any:
+        """A connection in `database`, else in the endpoint's (a shared tenant's own), else in none."""
         raise NotImplementedError
 
     def transaction_runner(self, conn: Any) -> Callable[[Sequence[Statement]], None]:
@@ -117,6 +119,14 @@ class Driver:
     def execute(self, conn: Any, sql: str) -> list[tuple]:
         """One statement outside the hot path; returns its rows."""
         raise NotImplementedError
+
+    def session_database(self, conn: Any) -> str | None:
+        """The database the connection's session is in (a shared tenant's own, where its login puts it)."""
+        rows = self.execute(conn, SESSION_DATABASE_SQL)
+        name = rows[0][0] if rows and rows[0] else None
+        if isinstance(name, bytes):
+            name = name.decode()
+        return name if isinstance(name, str) and name else None
 
     def rollback_quietly(self, conn: Any) -> None:
         try:
@@ -141,7 +151,8 @@ class MysqlclientDriver(Driver):
 
         tls = {"ssl": {"ca": ep.ssl_ca}} if getattr(ep, "ssl_ca", None) else {}  # a TLS cluster's tenant
         return MySQLdb.connect(host=ep.host, port=int(ep.port), user=ep.user, password=ep.password,
-                               database=database or "", connect_timeout=max(1, int(round(connect_timeout_s))),
+                               database=database or ep.database or "",
+                               connect_timeout=max(1, int(round(connect_timeout_s))),
                                read_timeout=max(1, int(query_timeout_s)), write_timeout=max(1, int(query_timeout_s)),
                                autocommit=True, charset="utf8mb4", **tls)
 
@@ -181,7 +192,8 @@ class PymysqlDriver(Driver):
             from ..tls import client_context
             tls = {"ssl": client_context(ep.ssl_ca)}
         return pymysql.connect(host=ep.host, port=int(ep.port), user=ep.user, password=ep.password,
-                               database=database, connect_timeout=connect_timeout_s, read_timeout=query_timeout_s,
+                               database=database or ep.database, connect_timeout=connect_timeout_s,
+                               read_timeout=query_timeout_s,
                                write_timeout=query_timeout_s, autocommit=True, charset="utf8mb4", **tls)
 
     def transaction_runner(self, conn):

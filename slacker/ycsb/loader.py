@@ -14,11 +14,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from .. import loads
 from ..client import Endpoint
 from ..errors import Conflict, InvalidInput, SlackerError, TenantError
 from .driver import classify, db_errors, get_driver
 from .generators import ValueGenerator, key_namer
-from .properties import IDENT_RE, Workload
+from .properties import DEFAULT_DATABASE, Workload
 from .workload import create_table_sql, insert_prefix
 
 TARGET_STATEMENT_BYTES = 1_000_000  # well under MariaDB's 16 MiB max_allowed_packet
@@ -57,7 +58,7 @@ class LoadConfig:
     workload: Workload
     threads: int = 4
     batch_rows: int | None = None        # default: about 1 MB per statement
-    database: str | None = None
+    database: str | None = None          # default: the workload's, else the session's, else ycsb
     drop: bool = False                   # drop and recreate an existing table
     driver: str = "mysqlclient"
     connect_timeout_s: float = 5.0
@@ -70,9 +71,9 @@ class LoadConfig:
 def load_table(cfg: LoadConfig) -> LoadResult:
     """Create the schema and load the rows; raise a one-line error on any failure."""
     wl = cfg.workload
-    db = cfg.database or wl.database
-    if not IDENT_RE.match(db):
-        raise InvalidInput(f"invalid database name {db!r}", "expected letters, digits and _", "for example ycsb")
+    given = cfg.database or wl.database
+    if given is not None:
+        loads.check_database(given)
     if not (1 <= cfg.threads <= 64):
         raise InvalidInput(f"invalid thread count {cfg.threads}", "it must be between 1 and 64", "")
     batch = cfg.batch_rows or max(1, min(5000, TARGET_STATEMENT_BYTES // max(1, wl.row_bytes)))
@@ -87,9 +88,13 @@ def load_table(cfg: LoadConfig) -> LoadResult:
     except errors as exc:
         raise TenantError(f"cannot reach tenant {ep.tenant} at {where}", _describe(exc),
                           "check that it runs: `slacker status`, `slacker locate`") from None
+    db = DEFAULT_DATABASE
     try:
-        driver.execute(conn, f"CREATE DATABASE IF NOT EXISTS {db}")
-        driver.execute(conn, f"USE {db}")
+        chosen = loads.choose(given, driver.session_database(conn), DEFAULT_DATABASE)
+        db = chosen.name
+        if chosen.create:
+            driver.execute(conn, f"CREATE DATABASE IF NOT EXISTS {chosen.quoted}")
+            driver.execute(conn, f"USE {chosen.quoted}")
         if cfg.drop:
             driver.execute(conn, f"DROP TABLE IF EXISTS {wl.table}")
         driver.execute(conn, create_table_sql(wl))

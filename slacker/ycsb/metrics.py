@@ -171,8 +171,10 @@ class TenantStats:
         self.node = ""
 
     # --- hot path -------------------------------------------------------------------
-    def record_commit(self, scheduled_t: float, done_t: float, op_counts: Sequence[int]) -> float:
-        """Count one committed transaction; its latency includes the time it queued."""
+    def record_commit(self, scheduled_t: float, done_t: float, op_counts: Sequence[int],
+                      began_t: float | None = None) -> float:
+        """Count one committed transaction; its latency includes the time it queued. `began_t`: when its
+        last attempt started (None: unknown, taken as after any disruption)."""
         latency_s = done_t - scheduled_t
         with self.lock:
             self._cur_latencies.append(latency_s)
@@ -183,9 +185,12 @@ class TenantStats:
             for i, c in enumerate(op_counts):
                 if c:
                     cur[i] += c
-        if self.disrupted_since is not None and (self._disruption_reason != "read_only"
-                                                 or any(op_counts[i] for i in WRITE_OPS)):
-            # A read commits on a frozen owner too: a read-only gap ends with the first write.
+        since = self.disrupted_since
+        if since is not None and (began_t is None or began_t >= since) and (
+                self._disruption_reason != "read_only" or any(op_counts[i] for i in WRITE_OPS)):
+            # A read commits on a frozen owner too: a read-only gap ends with the first write. A transaction
+            # begun before the disruption was noted ran against the owner as it was before (a write the
+            # freeze let finish, its commit read by its thread after another's failure): it ends nothing.
             self._end_disruption(done_t)
         self.last_commit_t = done_t
         return latency_s

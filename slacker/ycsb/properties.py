@@ -19,6 +19,7 @@ OPERATIONS = ("read", "update", "insert", "scan", "readmodifywrite")
 REQUEST_DISTRIBUTIONS = ("uniform", "zipfian", "latest", "hotspot", "exponential", "sequential")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 PROPORTION_TOLERANCE = 1e-6
+DEFAULT_DATABASE = "ycsb"  # without a `database`: the session's (a shared tenant's own), else this
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ PROPERTIES: dict[str, PropertySpec] = {s.name: s for s in (
     # Slacker's extensions.
     _p("operationspertransaction", "int", 1, "operations per SQL transaction (BEGIN ... COMMIT)",
        minimum=1, maximum=10000),
-    _p("database", "ident", "ycsb", "database (schema) holding the table"),
+    _p("database", "ident", None, "database (schema) holding the table; default: the session's (a shared "
+       "tenant's own), else " + DEFAULT_DATABASE),
 )}
 
 # YCSB client/binding settings that have a Slacker counterpart or no meaning
@@ -133,7 +135,7 @@ class Workload:
     exponential_percentile: float = 95.0
     exponential_frac: float = 0.8571428571
     operationspertransaction: int = 1
-    database: str = "ycsb"
+    database: str | None = None  # None: the session's database, else ycsb (slacker/loads.py)
     workload: str = "site.ycsb.workloads.CoreWorkload"
     # Where it came from, for reports: file names and the overrides applied.
     sources: tuple[str, ...] = ()

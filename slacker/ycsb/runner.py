@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
+from .. import loads
 from ..client import Endpoint
 from ..errors import InvalidInput, NotFound, SlackerError, TenantError
 from .arrivals import ARRIVALS, RateProfile, RateStep, arrival_offsets
 from .driver import Driver, Failure, classify, db_errors, get_driver
 from .metrics import OPERATION_NAMES, HarnessCollector, LogHistogram, MetricsServer, TenantStats, percentile_sorted
-from .properties import IDENT_RE, Workload
+from .properties import DEFAULT_DATABASE, Workload
 from .results import SUSTAINED_RATIO, IntervalRecord, RunResult, TenantResult
 from .targets import EndpointTracker, TenantTarget
 from .workload import SharedKeys, TransactionPlanner
@@ -54,7 +55,7 @@ class RunConfig:
     out_path: str | None = None           # per-interval JSON lines
     seed: int | None = None
     driver: str = "mysqlclient"
-    database: str | None = None           # default: the workload's `database` property
+    database: str | None = None           # default: the workload's `database`, else the session's, else ycsb
     retry_timeout_s: float = 30.0         # a transaction is retried until this long after its first failure
     connect_timeout_s: float = 5.0
     query_timeout_s: float = 60.0
@@ -88,8 +89,8 @@ class RunConfig:
         if self.arrival not in ARRIVALS:
             raise InvalidInput(f"invalid arrival process {self.arrival!r}", "expected poisson or constant", "")
         db = self.database or self.workload.database
-        if not IDENT_RE.match(db):
-            raise InvalidInput(f"invalid database name {db!r}", "expected letters, digits and _", "for example ycsb")
+        if db is not None:
+            loads.check_database(db)
 
 
 class _Worker:
@@ -105,6 +106,7 @@ class _Worker:
         self.run_txn: Callable[[Sequence[tuple[bool, str]]], None] | None = None
         self.busy = False
         self.connected_t = 0.0
+        self.attempt_t = 0.0  # when the current transaction's latest attempt began
         self.thread: threading.Thread | None = None
 
     def connect(self, ep: Endpoint) -> None:
@@ -152,12 +154,13 @@ class _Worker:
                 self.busy = True
                 plan = plan_next()
                 try:
+                    self.attempt_t = clock()
                     self.run_txn(plan.statements)
                     ok = True
                 except errors as exc:
                     ok = self._retry(plan, exc)
                 if ok:
-                    record(scheduled, clock(), plan.op_counts)
+                    record(scheduled, clock(), plan.op_counts, self.attempt_t)
                 for k in plan.inserted:
                     # YCSB acknowledges an insert key even when the insert failed, so readers never wait on it.
                     ack(k)
@@ -206,6 +209,7 @@ class _Worker:
                         b.stats.record_abandoned(failure.reason)
                         return False
             try:
+                self.attempt_t = time.monotonic()
                 self.run_txn(plan.statements)
                 return True
             except b.errors as e:
@@ -248,7 +252,8 @@ class _TenantBench:
         self.target = target
         self.index = index
         self.workload = cfg.workload
-        self.database = cfg.database or cfg.workload.database
+        self.given_database = cfg.database or cfg.workload.database
+        self.database = self.given_database  # decided by prepare(): this, else the probe's session's, else ycsb
         self.driver: Driver = cfg.driver_factory() if cfg.driver_factory else get_driver(cfg.driver)
         self.errors = db_errors() + getattr(self.driver, "extra_errors", ())
         self.tracker = EndpointTracker(target.tenant, target.resolver)
@@ -284,6 +289,10 @@ class _TenantBench:
             first_insert = None
             wl = self.workload
             try:
+                chosen = loads.choose(self.given_database, self.driver.session_database(probe), DEFAULT_DATABASE)
+                self.database = chosen.name
+                if chosen.create:  # not the session's own: it must be there (`ycsb load` makes it)
+                    self.driver.execute(probe, f"USE {chosen.quoted}")
                 self.driver.execute(probe, f"SELECT 1 FROM {wl.table} LIMIT 1")
                 if wl.insertproportion > 0 or wl.requestdistribution == "latest":
                     # Continue after rows earlier runs inserted, so new keys do not collide with them.

@@ -37,8 +37,11 @@ class SimulatedServer:
     read_only: bool = False
     fail_with: tuple[int, str] | None = None  # every transaction fails with this (code, message)
     rows: int = 1000
+    database: str | None = None  # where a login puts a session naming none (the router, a shared tenant's)
     transactions: int = 0
     statements: int = 0
+    executed: list[str] = field(default_factory=list, repr=False)  # every statement outside transactions
+    connected: list[str | None] = field(default_factory=list, repr=False)  # each connection's database
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _serial_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -48,8 +51,9 @@ class SimulatedServer:
 
 
 class SimulatedConnection:
-    def __init__(self, server: SimulatedServer) -> None:
+    def __init__(self, server: SimulatedServer, database: str | None = None) -> None:
         self.server = server
+        self.database = database  # the session's, as DATABASE() says
         self.closed = False
 
     def close(self) -> None:
@@ -75,7 +79,9 @@ class SimulatedDriver(Driver):
         server = self._server(ep)
         if server.down:
             raise SimulatedError(2002, f"Can't connect to server on '{ep.host}' (111)")
-        return SimulatedConnection(server)
+        session = database or ep.database or server.database  # server.database: where its login puts a session
+        server.connected.append(session)
+        return SimulatedConnection(server, session)
 
     def transaction_runner(self, conn: SimulatedConnection):
         server = conn.server
@@ -103,6 +109,11 @@ class SimulatedDriver(Driver):
 
     def execute(self, conn: SimulatedConnection, sql: str) -> list[tuple[Any, ...]]:
         conn.server.check()
+        conn.server.executed.append(sql)
+        if sql.upper() == "SELECT DATABASE()":
+            return [(conn.database,)]
+        if sql.upper().startswith("USE "):
+            conn.database = sql[4:].strip().strip("`")
         if "COUNT(*)" in sql.upper():
             return [(conn.server.rows,)]
         return [(1,)]

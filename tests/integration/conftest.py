@@ -6,6 +6,7 @@ stopped and their directories removed, agents are shut down.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -24,13 +25,31 @@ from slacker.tenants import TenantManager
 
 from benchkit.migration import processes_mentioning
 
-# Tests keep their tenants out of the way of a demo cluster (13306-23305 on 127.0.0.2+).
-TEST_PORT_RANGE = (23306, 32305)  # below the kernel's ephemeral ports (32768-60999)
+# Tests keep their tenants out of the way of a demo cluster (13306-23305 on 127.0.0.2+), below the kernel's
+# ephemeral ports (32768-60999). Tests run side by side (pytest-xdist workers, or another checkout's run with
+# SLACKER_TEST_SLOT set): each slot has ports and loopback blocks of its own, so a tenant's port (a hash of
+# its id) and a cluster's addresses never collide with another slot's.
+SLOTS = 9
+PORTS_PER_SLOT = 1000
+BLOCKS_PER_SLOT = 16
+
+
+def _slot() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return (int(os.environ.get("SLACKER_TEST_SLOT", "0") or 0) + index) % SLOTS
+
+
+SLOT = _slot()
+TEST_PORT_RANGE = (23306 + SLOT * PORTS_PER_SLOT, 23306 + (SLOT + 1) * PORTS_PER_SLOT - 1)
 
 
 def pytest_collection_modifyitems(items):
+    # A conftest's hook sees every item of the session: mark only this directory's.
+    here = str(Path(__file__).parent)
     for item in items:
-        item.add_marker(pytest.mark.integration)
+        if str(item.path).startswith(here):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture
@@ -74,9 +93,17 @@ _next_block = [0]
 
 
 def next_loopback_block() -> str:
-    """The first node address of a 127.0.x.0/24 block of its own: sockets of earlier tests stay apart."""
+    """The first node address of a 127.0.x.0/24 block of its own (among this slot's): sockets of earlier
+    tests, and of tests running beside this one, stay apart."""
     _next_block[0] += 1
-    return f"127.0.{100 + (os.getpid() + _next_block[0]) % 150}.2"
+    return f"127.0.{100 + SLOT * BLOCKS_PER_SLOT + _next_block[0] % BLOCKS_PER_SLOT}.2"
+
+
+def next_subnet() -> str:
+    """A /24 for a netns cluster, different for each slot and each try (a taken one is tried again)."""
+    _next_block[0] += 1
+    k = _next_block[0]
+    return f"10.{78 + k % 8}.{(SLOT * 27 + k * 37) % 250}.0/24"
 
 
 @pytest.fixture
@@ -137,8 +164,7 @@ def _make_netns(run_dir: Path, nodes: int, port_range, directory_node: str, dire
     several test runs (and demo clusters on 10.77.0.0/24) can live side by side."""
     last = None
     for _ in range(20):
-        _next_block[0] += 1
-        subnet = f"10.{78 + _next_block[0] % 8}.{(os.getpid() + _next_block[0] * 37) % 250}.0/24"
+        subnet = next_subnet()
         try:
             path = local_cluster.up(run_dir, nodes=nodes, api_port=7701, port_range="%d-%d" % port_range,
                                     directory_node=directory_node, fault_injection=True, directory=directory,
@@ -155,6 +181,29 @@ def _make_netns(run_dir: Path, nodes: int, port_range, directory_node: str, dire
 
 netns_available = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                      reason="network namespaces need root and iproute2")
+
+
+@contextlib.contextmanager
+def routed_cluster(nodes: int = 2):
+    """A cluster with a router for a module's tests to share (its fixture's body): (cluster, run dir, the
+    router's admin address, the router's client address); down and removed afterwards, whatever happened."""
+    tmp = Path(tempfile.mkdtemp(prefix="sl-", dir="/tmp"))
+    run_dir = tmp / "run"
+    first = next_loopback_block()
+    try:
+        path = local_cluster.up(run_dir, nodes=nodes, first_address=first, api_port=_free_port(first),
+                                port_range="%d-%d" % TEST_PORT_RANGE, directory_node="node-1", fault_injection=True)
+        os.environ["SLACKER_CLUSTER"] = str(path)
+        admin = local_router.start(run_dir, path, "127.0.0.1:0")
+        yield load_cluster(str(path)), run_dir, admin, local_router.listening(run_dir)
+    finally:
+        os.environ.pop("SLACKER_CLUSTER", None)
+        try:
+            local_router.stop(run_dir)
+        except Exception:
+            pass
+        tear_down(run_dir)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from tests.directory_contract import *  # noqa: F401,F403  (the contract's tests
 
 from .conftest import _free_port  # noqa: E402
 
-pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed"),
+              pytest.mark.xdist_group("etcd_directory")]  # one worker starts the module's etcd
 
 
 def start_etcd(tmp: Path) -> tuple[Path, list[str]]:

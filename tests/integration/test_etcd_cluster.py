@@ -71,6 +71,28 @@ def test_live_migration_on_the_etcd_directory(etcd_cluster):
     assert doc["mode"] == "live"
     _, directory = cluster_clients(etcd_cluster)
     assert directory.lookup("mig").epoch == 2
+    # A shared tenant there and back: node-2 has no shared server, so the move makes one on a port it claims
+    # in etcd; each flip lands on the new node's claimed port and leaves the old node's claim in place.
+    from slacker.client import resolve
+
+    r = CliRunner().invoke(main, ["tenant", "create", "t60", "--shared", "--on", "node-1"])
+    assert r.exit_code == 0, r.output
+    conn = resolve("t60", etcd_cluster).connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE kv (k INT PRIMARY KEY)")
+        cur.execute("INSERT INTO kv VALUES (1), (2)")
+    conn.close()
+    home = directory.lookup("t60").port
+    for dst in ("node-2", "node-1"):
+        r = CliRunner().invoke(main, ["migrate", "t60", "--to", dst, "--unthrottled"])
+        assert r.exit_code == 0, (r.output, r.stderr)
+        own = directory.lookup("t60")
+        assert own.node == dst and (own.port == home) == (dst == "node-1"), own
+        conn = resolve("t60", etcd_cluster).connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM kv")
+            assert cur.fetchone()[0] == 2
+        conn.close()
 
 
 def test_etcd_leader_killed_mid_migration(etcd_cluster):

@@ -167,6 +167,7 @@ def _wait_active(agent, n: int, timeout_s: float = 90) -> list[dict]:
     raise AssertionError(f"fewer than {n} migrations copying on node-1")
 
 
+@pytest.mark.slow
 def test_drain_interrupted_by_sigint_and_sigkill_resumes_and_moves_each_tenant_once(fleet):
     cluster, listen, admin = fleet
     agents, directory = cluster_clients(cluster)
@@ -222,6 +223,7 @@ def test_drain_interrupted_by_sigint_and_sigkill_resumes_and_moves_each_tenant_o
     assert next(n for n in json.loads(out)["nodes"] if n["node"] == "node-1")["cordoned"] is None
 
 
+@pytest.mark.slow
 def test_a_move_that_keeps_failing_is_reported_the_node_stays_cordoned_and_a_rerun_finishes(make_cluster):
     """f1 has a MyISAM table, so every live migration of it fails in preflight: it is tried 1 + --retries
     times, reported with its one-line reason and exit 8, while f2 moves; node-1 stays cordoned with f1
@@ -313,6 +315,7 @@ def _pad(cluster, tenant: str, mb: int) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_drain_goes_on_across_a_restart_of_the_source_agent(make_cluster):
     """node-1's agent is killed while two moves copy and started again: the drain rides it out, the
     moves the restart ended are tried again, and every tenant ends off node-1, moved once."""
@@ -382,6 +385,7 @@ def _wait_sharing(agent, n: int, timeout_s: float = 60) -> dict:
     raise AssertionError(f"fewer than {n} copies share node-1's budget: {doc}")
 
 
+@pytest.mark.slow
 def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
     """Two copies off node-1 at once are throttled by node-1's one controller: its rate (at most the
     --max-rate given, the node's cap) is split between them, each gets about half, the sum never more; the
@@ -427,6 +431,7 @@ def test_two_moves_off_one_source_split_one_controller_s_rate(make_cluster):
     assert agents["node-1"].request("GET", "/v1/budget")["active"] is False  # the last copy closed it
 
 
+@pytest.mark.slow
 def test_a_node_whose_copies_are_all_held_at_zero_sheds_one_and_the_drain_still_finishes(make_cluster):
     """Two copies share node-1's budget; then node-1's latency goes over the setpoint whatever the copies
     do (z's transactions sleep 1 s against a 50 ms SLA), so the budget holds both at 0 B/s. After the

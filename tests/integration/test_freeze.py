@@ -50,9 +50,18 @@ def test_the_lock_is_granted_under_row_lock_contention(tenant, tenant_endpoint):
             granted.append(held.granted_ms)
             freezing.unfreeze(held.conn)
             time.sleep(0.3)
-        with pytest.raises(LockNotGranted) as info:  # without interrupting, it is not granted in time
+        # Without interrupting, a statement that runs past the timeout holds the lock back. One of the load's own
+        # may or may not be running at that moment (a busy machine slows the clients): a long read makes it sure.
+        sleeper = tenant_endpoint.connect()
+        reader = threading.Thread(daemon=True, target=lambda: sleeper.cursor().execute(
+            "SELECT SLEEP(2) FROM oltp.accounts WHERE id = 1"))
+        reader.start()
+        time.sleep(0.3)
+        with pytest.raises(LockNotGranted) as info:
             freezing.freeze(tenant.admin_connect, lock_timeout_s=0.25, interrupt_after_s=3600)
         assert "held back by connection" in info.value.why
+        reader.join(5)
+        sleeper.close()
     finally:
         load.stop()
     assert max(granted) < 250, granted

@@ -207,6 +207,7 @@ def test_target_server_killed_after_flip(scenario):
 
 
 # ---- the directory unreachable ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_directory_stopped_while_fenced_then_abort(scenario3):
     """No directory needed to roll back: the abort unfences the source."""
     s = scenario3

@@ -81,6 +81,7 @@ def _owner(cluster, tenant: str) -> str:
     return cluster_clients(cluster)[1].lookup(tenant).node
 
 
+@pytest.mark.slow
 def test_a_host_joins_by_starting_its_agent_and_takes_tenants_without_a_restart(make_cluster):
     cluster = make_cluster(nodes=2, directory="etcd", stats_interval_s=1)
     assert "[[nodes]]" not in cluster.path.read_text()  # the file says how to reach the directory, no more
@@ -141,6 +142,7 @@ def test_a_host_joins_by_starting_its_agent_and_takes_tenants_without_a_restart(
         local_router.stop(cluster.path.parent)
 
 
+@pytest.mark.slow
 def test_agents_one_version_apart_migrate_two_apart_refuse(make_cluster):
     cluster = make_cluster(nodes=2)
     create_loaded_tenant(cluster, "v1", rows=200)

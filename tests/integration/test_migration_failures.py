@@ -152,11 +152,25 @@ def test_preflight_refuses_non_innodb_and_warns_on_missing_primary_key(cluster):
     assert not (node_dir(cluster, "node-1") / "tenants" / "pf").exists()
 
 
-def test_a_cold_backup_tool_is_read_in_at_the_rate_and_an_abort_there_leaves_nothing(loaded):
+def test_a_cold_backup_tool_is_read_in_at_the_rate_and_an_abort_there_leaves_nothing(loaded, tmp_path, monkeypatch):
     # A backup tool not in memory is read in at the copy's rate before it starts (slacker.pagecache):
     # at 0.5 MB/s its 26 MB take most of a minute. An abort meanwhile ends the migration as aborted,
     # with no backup process ever started and the source serving every acknowledged write.
+    # The source agent runs a private copy of the tool: another test's backup beside this one (parallel
+    # workers) would read the shared one back into memory between its eviction and this copy's start.
+    import shutil
+
+    from slacker import mariadb
+
+    from .test_router_handover import _kill_agent, _start_agent
+
     cluster, writer, src_pid = loaded
+    private = tmp_path / "bin"
+    private.mkdir()
+    shutil.copy2(os.path.realpath(mariadb.find_program("mariabackup")), private / "mariabackup")
+    monkeypatch.setenv("PATH", f"{private}:{os.environ['PATH']}")
+    _kill_agent(cluster, "node-1")
+    _start_agent(cluster, "node-1")
     if not evict_backup_tool():
         pytest.skip("mariabackup's pages could not be dropped from the page cache here")
     doc = start_migration(cluster, "mig", target="node-2", rate_bytes_per_s=500_000)

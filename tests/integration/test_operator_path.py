@@ -63,7 +63,8 @@ APP = "app1"  # the application host: the router only, with the router credentia
 DOC_ARTEFACT = "slacker-0.1.0-py3.11-x86_64"  # the artefact's name as the page shows it
 PER_HOST_BLOCKS = {"agent-file", "config-check", "certs"}  # written for db-a: on db-X, db-a's values are db-X's
 
-pytestmark = [netns_available,
+pytestmark = [netns_available, pytest.mark.xdist_group("operator_path"),  # one worker sets up `path`
+              pytest.mark.slow,  # building and installing the artefact: started first
               pytest.mark.skipif(shutil.which("systemd-analyze") is None or shutil.which("setpriv") is None
                                  or shutil.which("runuser") is None, reason="needs systemd-analyze, setpriv, runuser")]
 

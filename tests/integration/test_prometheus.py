@@ -126,6 +126,7 @@ def unknown_names(expr: str, names: dict[str, set[str]]) -> list[str]:
     return wrong
 
 
+@pytest.mark.slow
 def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
     cluster = make_cluster(nodes=2, stats_interval_s=1.0)
     admin = local_router.start(cluster.path.parent, cluster.path, "127.0.0.1:0")

@@ -58,6 +58,7 @@ def _plan() -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow
 def test_rebalance_moves_one_tenant_off_the_hot_node_then_cools_down(make_cluster):
     c = make_cluster(nodes=3, cpu_per_node=QUOTA, stats_interval_s=INTERVAL_S)
     agents, directory = cluster_clients(c)

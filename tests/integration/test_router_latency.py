@@ -7,6 +7,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
 from slacker.latency import RouterLatencySource
@@ -58,6 +60,7 @@ def _admins(directory) -> list[str]:
     return [r["admin"] for r in registered_routers(directory) if r.get("admin")]
 
 
+@pytest.mark.slow
 def test_the_routers_latency_is_the_clients(routed):
     cluster, listen, admin = routed
     ep = _tenant(cluster, admin, "lat1", "node-1")

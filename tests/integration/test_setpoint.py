@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from .test_cli import one_line_error, slacker
 
 
@@ -24,6 +26,7 @@ def free_port() -> int:
     return p
 
 
+@pytest.mark.slow
 def test_controller_steers_the_copy(cluster, tmp_path):
     assert slacker("tenant", "create", "pid1", "--buffer-pool", "64M")[0] == 0
     rc, out, err = slacker("ycsb", "load", "pid1", "-P", "workloads/slacker", "-p", "recordcount=20000")
@@ -84,7 +87,9 @@ def test_controller_steers_the_copy(cluster, tmp_path):
             if not mig["active"] or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        assert mig["result"] == "succeeded", mig.get("error")
+        # The whole error as text (a dict is elided in pytest's report: a prepare failure seen once in six
+        # full runs showed no reason).
+        assert mig["result"] == "succeeded", json.dumps(mig.get("error"))
     finally:
         harness.send_signal(signal.SIGINT)
         try:

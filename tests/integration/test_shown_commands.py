@@ -17,11 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from click.testing import CliRunner
 
 from slacker.cli import main
 
-from .conftest import TEST_PORT_RANGE, _free_port, _next_block
+from .conftest import TEST_PORT_RANGE, _free_port, next_loopback_block, next_subnet
 from benchkit.migration import processes_mentioning, start_migration, wait_flipped, wait_migration, wait_phase
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -95,12 +97,10 @@ class Shell:
 
 def _own_addresses(words: list[str]) -> list[str]:
     """Options that keep a shown `cluster up` off other clusters: a loopback block, ports, a subnet of its own."""
-    _next_block[0] += 1
     if "--netns" in words:
-        k = _next_block[0]
-        extra = ["--netns-subnet", f"10.{78 + k % 8}.{(os.getpid() + k * 37) % 250}.0/24"]
+        extra = ["--netns-subnet", next_subnet()]
     else:
-        first = f"127.0.{100 + (os.getpid() + _next_block[0]) % 150}.2"
+        first = next_loopback_block()
         extra = ["--address", first, "--api-port", str(_free_port(first))]
     extra += ["--port-range", "%d-%d" % TEST_PORT_RANGE, "--router", "127.0.0.1:0"]  # a router on free ports
     if "etcd" in words and "--netns" not in words:  # in namespaces each member has an address of its own
@@ -111,6 +111,24 @@ def _own_addresses(words: list[str]) -> list[str]:
             peer = _free_port(host)
         extra += ["--etcd-client-port", str(client), "--etcd-peer-port", str(peer)]
     return extra
+
+
+def _restore_database(story: Shell, words: list[str]) -> None:
+    """Before `tenant register ID --shared --on NODE` as shown: database ID restored into NODE's shared
+    server by hand (its admin account on the server's own socket), a table and a row in it."""
+    import pymysql
+    tenant, node = words[3], words[words.index("--on") + 1]
+    node_dir = story.cwd / "run" / node
+    password = (node_dir / "shared" / "secrets" / "admin.password").read_text().strip()
+    conn = pymysql.connect(unix_socket=str(node_dir / "sock" / "_shared.sock"), user="slacker", password=password,
+                           autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{tenant}`")
+            cur.execute(f"CREATE TABLE `{tenant}`.orders (id INT PRIMARY KEY)")
+            cur.execute(f"INSERT INTO `{tenant}`.orders VALUES (1)")
+    finally:
+        conn.close()
 
 
 def _nodes(words: list[str]) -> int:
@@ -230,6 +248,7 @@ def _marked_rows(sh: Shell, timeout_s: float = 120) -> tuple[str, int]:
             time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_every_shown_command_runs_as_shown(short_tmp) -> None:
     shown = readme_commands()
     # `slacker migrate --help` shows a subset of the README's lines: running those runs the help's too.
@@ -262,6 +281,10 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 _run_abort(story, words)
             elif words[1:3] == ["migrate", "--finish"]:
                 _run_finish(story, words)
+            elif words[1:3] == ["tenant", "register"]:
+                _restore_database(story, words)  # what the shown line presumes: the operator's dump restored
+                _, out, _ = story.run(words)
+                assert f"app@{words[3]}" in out, out
             elif words[1:3] == ["cluster", "down"]:
                 before = None if "--purge" in words else _mark_rows(story)
                 story_shape = _shape_of(story)

@@ -11,6 +11,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from slacker.agent.client import cluster_clients
 from slacker.client import resolve
 
@@ -45,6 +47,7 @@ def outgoing(tenant_id: str) -> dict:
             if m.get("tenant") == tenant_id and m.get("direction") != "incoming"][-1]
 
 
+@pytest.mark.slow
 def test_a_busy_target_throttles_the_copy(cluster):
     create_loaded_tenant(cluster, "mv", rows=4000, node="node-1")
     agents, _ = cluster_clients(cluster)
@@ -53,7 +56,20 @@ def test_a_busy_target_throttles_the_copy(cluster):
     stop = threading.Event()
     loader = busy_load(cluster, "busy", stop)
     try:
-        time.sleep(3)
+        # The refusal up front may take its figure at once from the agents' windows (the migration's seed):
+        # wait until the target agent's window holds the load (at least the 3 transactions it needs for a
+        # latency), not a fixed 3 s. A window without them reads as an idle target: on a loaded machine
+        # the copy was admitted on the source's own figure, held at 0 by the target, and the foreground
+        # migrate never returned (timed out after 180 s, 1 run in 16).
+        def window() -> list[dict]:
+            rows = agents["node-2"].request("GET", "/v1/tenant-stats", query={"history": 0})["tenants"]
+            return [r for r in rows if r["tenant"] == "busy" and r.get("latency_s") is not None
+                    and r["transactions_per_s"] * r["window_s"] >= 3]
+
+        deadline = time.monotonic() + 30
+        while not window() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert window() and window()[0]["latency_s"] > 0.03, window()
         # The target agent publishes the counters the guard reads.
         doc = agents["node-2"].request("GET", "/v1/tenant-stats", query={"counters": 1})
         assert [c["tenant"] for c in doc["counters"]] == ["busy"] and doc["counters"][0]["count"] > 0

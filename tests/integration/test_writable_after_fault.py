@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pymysql
 import pytest
 
-from slacker import local_cluster, mariadb
+from slacker import mariadb
 from slacker.ackwriter import SCHEMA, WriteProber
 from slacker.agent.client import cluster_clients
-from slacker.config import load_cluster
-from slacker.router import local as local_router
 
-from .conftest import TEST_PORT_RANGE, _free_port, next_loopback_block, tear_down
+from .conftest import routed_cluster
 from benchkit.migration import acked_ids_present, start_migration, wait_migration
 from .test_cli import slacker
 from .test_router import _tenant
@@ -53,6 +48,8 @@ SOURCE, TARGET = os.environ.get("SLACKER_TEST_MOVE", "node-1:node-2").split(":")
 # The routers' hold lasts 2 x --max-freeze + 5 s: with 0.5 s it ends while the agent is down (new and
 # held statements then meet the fenced target until it is activated); with 10 s it outlasts the fault,
 # so the held statements must be released to the new owner when it is back, not at the hold's end.
+pytestmark = pytest.mark.xdist_group("routed_once")  # the steps share one cluster on one worker
+
 STEPS = {
     "flipped": ("source", {"flipped": 2}, 0.5),
     "activating": ("target", {"activating": 30}, 0.5),
@@ -66,24 +63,8 @@ STEPS = {
 @pytest.fixture(scope="module")
 def routed_once():
     """A two-node cluster and a router, shared by every step (each uses a tenant of its own)."""
-    tmp = Path(tempfile.mkdtemp(prefix="sl-", dir="/tmp"))
-    run_dir = tmp / "run"
-    first = next_loopback_block()
-    try:
-        path = local_cluster.up(run_dir, nodes=2, first_address=first, api_port=_free_port(first),
-                                port_range="%d-%d" % TEST_PORT_RANGE, fault_injection=True)
-        os.environ["SLACKER_CLUSTER"] = str(path)
-        cluster = load_cluster(str(path))
-        admin = local_router.start(run_dir, path, "127.0.0.1:0")
-        yield cluster, local_router.listening(run_dir), admin
-    finally:
-        os.environ.pop("SLACKER_CLUSTER", None)
-        try:
-            local_router.stop(run_dir)
-        except Exception:
-            pass
-        tear_down(run_dir)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with routed_cluster() as (cluster, _, admin, listen):
+        yield cluster, listen, admin
 
 
 class RoutedWriter:
@@ -219,7 +200,7 @@ def test_target_agent_killed_past_the_flip_writable_soon_after_it_is_back(routed
     assert prober.double_writable == [], f"two writable servers at once: {prober.double_writable[:3]}"
     _, directory = cluster_clients(cluster)
     assert directory.lookup(tenant).node == TARGET
-    lost = acked_ids_present(cluster, tenant, [i for i, _ in writer.acked], table="w.t")
+    lost = acked_ids_present(cluster, tenant, [i for i, _ in writer.acked], table="t", database="w")
     assert not lost, f"{len(lost)} acknowledged writes lost"
     assert prober.accepted[TARGET] > 0, "the prober never saw the new owner take a write"
     assert _writable(servers, ep.password) == [TARGET]
@@ -326,7 +307,7 @@ def test_migrate_waits_for_a_restarted_source_agent(routed_once, point):
             proc.kill()
             proc.communicate()
     assert prober.double_writable == [], f"two writable servers at once: {prober.double_writable[:3]}"
-    lost = acked_ids_present(cluster, tenant, [i for i, _ in writer.acked], table="w.t")
+    lost = acked_ids_present(cluster, tenant, [i for i, _ in writer.acked], table="t", database="w")
     assert not lost, f"{len(lost)} acknowledged writes lost"
     assert f"waiting for the source agent {SOURCE} to come back" in err, err
     assert f"the source agent {SOURCE} answers again" in err, err

@@ -55,6 +55,7 @@ class World:
     lock_not_granted: int = 0  # the next N freezes are not granted
     slow_catch_up: int = 0  # the next N catch-ups time out
     blockers: list = field(default_factory=list)
+    slow_directory_s: float = 0.0  # each directory call takes this long
 
     def fault(self, step: str) -> str | None:
         kind = self.faults.pop(step, None)
@@ -205,6 +206,7 @@ class FakeDirectory:
 
     def lookup(self, tenant: str) -> Ownership:
         self.w.clients_write()
+        time.sleep(self.w.slow_directory_s)
         if self.w.fault("lookup"):
             raise AgentUnavailable("directory unreachable", "injected", "")
         return self._own()
@@ -212,6 +214,7 @@ class FakeDirectory:
     def compare_and_set(self, tenant: str, epoch: int, node: str, host: str, port: int) -> Ownership:
         w = self.w
         w.clients_write()
+        time.sleep(w.slow_directory_s)
         kind = w.fault("cas")
         if kind == "error":
             raise AgentUnavailable("directory unreachable", "injected", "")
@@ -248,6 +251,13 @@ class FakeNode:
                                        directory_node="node-1")
         self.tenants = SimpleNamespace(exists=lambda tid: not world.retired)
         self.supervisor = SimpleNamespace(forget=lambda tid: None, busy=set())
+
+    def refuse_unmovable(self, tenant_id: str, mode: str = "live", verify: bool = False,
+                         snapshot: str = "auto") -> None:
+        """A whole-server tenant's move is built (slacker/kinds/)."""
+
+    def kind_here(self, tenant_id: str) -> str:
+        return "server"
 
     def peer(self, name: str):
         assert name == "node-2"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from slacker import errors
 from slacker.cli import EXIT_CODES
@@ -209,6 +210,80 @@ def test_a_command_that_only_talks_to_agents_loads_no_database_client_or_metrics
     code = f"import sys, {module}; print(sorted(m for m in ('pymysql', 'prometheus_client') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# What a start may load beyond the interpreter and click (the floor: `python -c "import click"`), and
+# what it must never load: the agent client and the directory backends (http.client, ssl, sqlite3) are
+# the directory's, loaded when a command first reads the members; logging, Prometheus and the MySQL
+# clients are a running command's. A cheap module a start really needs is added here, with its reason.
+START_FORBIDDEN = ("http.client", "ssl", "logging", "slacker.agent.client", "slacker.directory.etcd",
+                   "slacker.directory.sqlite", "slacker.config", "prometheus_client", "MySQLdb", "pymysql")
+START_STDLIB = {"json", "json.decoder", "json.encoder", "json.scanner", "dataclasses", "copy", "signal", "locale"}
+# click's help formatter asks shutil for the terminal's width (shutil brings its compressors); pwd is
+# `slacker config check`'s, whose module --help loads with every family.
+HELP_STDLIB = {"shutil", "bz2", "lzma", "zlib", "textwrap", "pwd"}
+START_SLACKER = {"slacker", "slacker.cli", "slacker.cli.common", "slacker.errors", "slacker.units"}
+START_ALLOWANCE = {  # args -> (stdlib beyond the floor, slacker modules; None: any but the forbidden)
+    ("--version",): (START_STDLIB, START_SLACKER),
+    ("locate", "X", "--help"): (START_STDLIB | HELP_STDLIB, START_SLACKER | {"slacker.cli.tenant_cmd"}),
+    # Every family's options (their defaults come from the controller, delta and transfer packages).
+    ("--help",): (START_STDLIB | HELP_STDLIB, None),
+}
+# Run in a subprocess: the console entry (slacker.cli:run) with argv, its modules written out where it
+# leaves (run() ends in os._exit once its output is flushed).
+_LIST_MODULES = """
+import os, sys
+out, sys.argv = sys.argv[1], ["slacker", *sys.argv[2:]]
+def _exit(code, _real=os._exit):
+    with open(out, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+    _real(code)
+os._exit = _exit
+if sys.argv[1:] == ["--floor"]:
+    import click
+    os._exit(0)
+from slacker.cli import run
+run()
+"""
+
+
+def _modules_loaded(tmp_path, *args: str) -> tuple[set[str], float]:
+    out = tmp_path / "modules.txt"
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", _LIST_MODULES, str(out), *args], capture_output=True, text=True,
+                       cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, timeout=60)
+    elapsed_s = time.perf_counter() - t0
+    assert p.returncode == 0, p.stderr
+    return set(out.read_text().split()), elapsed_s
+
+
+@pytest.mark.parametrize("args", sorted(START_ALLOWANCE), ids=" ".join)
+def test_the_cli_start_loads_only_what_it_uses(args, tmp_path):
+    """`slacker --version`, `--help` and `locate X --help` start at the floor: every command pays for its
+    start (issue 68: the agent client imported for every command cost 0.2 s). The modules are the gate;
+    the wall time is printed, never asserted (a busy machine is not a regression)."""
+    floor, _ = _modules_loaded(tmp_path, "--floor")
+    loaded, elapsed_s = _modules_loaded(tmp_path, *args)
+    print(f"slacker {' '.join(args)}: {elapsed_s * 1000:.0f} ms in a subprocess")
+    forbidden = sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in START_FORBIDDEN))
+    assert not forbidden, f"slacker {' '.join(args)} loads {forbidden}"
+    stdlib, ours = START_ALLOWANCE[args]
+    extra = {m for m in loaded - floor if not m.startswith(("_", "click."))}  # C parts and click's own
+    unexpected = sorted(m for m in extra if m.split(".")[0] != "slacker" and m not in stdlib)
+    if ours is not None:
+        unexpected += sorted(m for m in extra if m.split(".")[0] == "slacker" and m not in ours)
+    assert not unexpected, f"slacker {' '.join(args)} loads {unexpected}, outside its allowance"
+
+
+def test_the_version_is_the_packages():
+    """`--version` says slacker.__version__ (no importlib.metadata at start): the one pyproject.toml states."""
+    import tomllib
+    from pathlib import Path
+
+    import slacker
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert slacker.__version__ == pyproject["project"]["version"]
+    assert run("--version").stdout.endswith(f", version {slacker.__version__}\n")
 
 
 def test_the_console_script_exits_with_the_commands_code_and_all_its_output():

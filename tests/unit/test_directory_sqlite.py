@@ -103,3 +103,21 @@ class LockMachine(RuleBasedStateMachine):
 
 TestLockMachine = LockMachine.TestCase
 TestLockMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+def test_a_directory_made_before_tenant_kinds_reads_its_tenants_as_whole_servers(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE ownership (tenant TEXT PRIMARY KEY, node TEXT NOT NULL, host TEXT NOT NULL, "
+               "port INTEGER NOT NULL, epoch INTEGER NOT NULL, updated_at REAL NOT NULL)")
+    db.execute("INSERT INTO ownership VALUES ('t1', 'node-1', '127.0.0.2', 20001, 3, 1.0)")
+    db.commit()
+    db.close()
+    s = SQLiteStore(path)
+    try:
+        assert (s.lookup("t1").kind, s.lookup("t1").epoch) == ("server", 3)
+        assert s.register("t2", "node-1", "127.0.0.2", 20002, kind="shared").kind == "shared"
+    finally:
+        s.close()

@@ -2,7 +2,8 @@
 docs/*.md is one the click CLI has, every bare `--option` is one of Slacker's (or a bench's or a
 script's), every `slacker_*` metric is one the code exports, and every repository path or `slacker.*`
 module they name is in the tree. Code blocks and inline code are read; prose is read for paths and
-metrics only (there "slacker" is the project's name)."""
+metrics only (there "slacker" is the project's name). An option's `--help` states the default the code
+uses, and every image under docs/img is shown (or linked) by a page."""
 
 from __future__ import annotations
 
@@ -282,3 +283,134 @@ def test_drift_is_found(cli, tmp_path):
         "page.md:12: points outside the repository: /work/shared/notes.md",
         "page.md:12: points outside the repository: git show 490c0e6:docs/old.md",
     ]
+
+
+# --- an option's stated default is the one the code uses ----------------------------------------------
+
+
+def code_defaults() -> dict[tuple[tuple[str, ...], str], str | float]:
+    """(command path, option) -> the default the code uses when the option is not given: the words its
+    --help must show, or a duration in seconds. An option whose default is a plain value (`default=`)
+    shows it by itself; these show a text (`show_default=`), which nothing else would check."""
+    from slacker.controller.settings import DEFAULT_KIND
+    from slacker.delta import DEFAULT_APPLIER, DEFAULT_MPL
+    from slacker.latency import DEFAULT_STEP_S, DEFAULT_WINDOW_S, default_source_text
+    from slacker.transfer import DEFAULT_PIPE
+
+    return {
+        (("migrate",), "--latency-source"): default_source_text(),
+        (("migrate",), "--controller"): DEFAULT_KIND,
+        (("migrate",), "--pipe"): DEFAULT_PIPE,
+        (("migrate",), "--delta-applier"): DEFAULT_APPLIER,
+        (("migrate",), "--delta-mpl"): DEFAULT_MPL,
+        (("migrate",), "--window"): DEFAULT_WINDOW_S,
+        (("migrate",), "--step"): DEFAULT_STEP_S,
+    }
+
+
+def default_drift(group: click.Command, expected: dict[tuple[tuple[str, ...], str], str | float]) -> list[str]:
+    """Each option of `expected` whose --help shows another default than the code's."""
+    from slacker.units import parse_duration
+
+    ctx, wrong = click.Context(group), []
+    for (path, name), want in sorted(expected.items()):
+        cmd = group
+        for word in path:
+            cmd = cmd.get_command(ctx, word)
+        opt = next(p for p in cmd.params if isinstance(p, click.Option) and name in p.opts)
+        shown = opt.show_default if isinstance(opt.show_default, str) else opt.default
+        if (parse_duration(shown) if isinstance(want, float) else shown) != want:
+            wrong.append(f"slacker {' '.join(path)} {name}: --help says the default is {shown!r}, the code uses {want!r}")
+    return wrong
+
+
+def latency_rule() -> list[str]:
+    """The default latency source as slacker.throttle.LatencyChoice picks it, the sources in the order it
+    tries them: what it reads for a tenant a router carries, then for a tenant no router carries."""
+    from types import SimpleNamespace
+
+    from slacker import throttle
+    from slacker.latency import parse_latency_source_spec
+
+    carried = {"t-routed": ({"a:1": (50.0, 3)}, {}), "t-direct": ({"a:1": (0.0, 0)}, {})}
+    choice = throttle.LatencyChoice(SimpleNamespace())
+    choice.admins = lambda: ["a:1"]
+    spec = parse_latency_source_spec(throttle.DEFAULT_SOURCES[0])
+    real = throttle.router_traffic, throttle._pfs_maker
+    throttle.router_traffic = lambda tenant, admins, kind: carried[tenant]
+    throttle._pfs_maker = lambda tenant, spec, w, s: lambda: None
+    try:
+        for tenant in carried:
+            choice.maker(SimpleNamespace(id=tenant), spec, 3.0, 1.0)()
+    finally:
+        throttle.router_traffic, throttle._pfs_maker = real
+    return list(dict.fromkeys(choice.tenants[t]["source"] for t in carried))
+
+
+def sources_named(text: str) -> list[str]:
+    """The latency sources a text names, in the order it names them."""
+    found = sorted((m.start(), "router" if m.group(0).startswith("router") else "performance_schema")
+                   for m in re.finditer(r"router|performance[_-]schema", text))
+    return list(dict.fromkeys(name for _, name in found))
+
+
+def test_an_options_help_states_the_default_the_code_uses():
+    assert default_drift(main, code_defaults()) == []
+    # --latency-source: the rule LatencyChoice follows is DEFAULT_SOURCE_ORDER, and the help names the
+    # sources in the order the rule tries them (issue 68: it named performance_schema alone).
+    from slacker.latency import DEFAULT_SOURCE_ORDER
+    rule = latency_rule()
+    assert rule == [source for source, _, _ in DEFAULT_SOURCE_ORDER]
+    opt = next(p for p in main.get_command(click.Context(main), "migrate").params if p.name == "latency_sources")
+    assert sources_named(opt.show_default) == rule
+
+
+def test_a_stated_default_the_code_does_not_use_is_found():
+    @click.command()
+    @click.option("--latency-source", show_default="per-transaction latency from performance_schema")
+    @click.option("--pipe", default=None, show_default="pv")
+    def cmd(latency_source, pipe):
+        pass
+
+    group = click.Group(commands={"migrate": cmd})
+    assert default_drift(group, {(("migrate",), "--pipe"): "native"}) == [
+        "slacker migrate --pipe: --help says the default is 'pv', the code uses 'native'"]
+    assert sources_named(cmd.params[0].show_default) == ["performance_schema"] != latency_rule()
+
+
+# --- every image under docs/img is shown by a page ------------------------------------------------------
+
+IMAGE = re.compile(r"""!?\[[^\]]*\]\(([^)\s]+)|<img\b[^>]*\bsrc=["']([^"']+)""")
+
+
+def images_shown(pages: list[Path]) -> set[Path]:
+    """The files the pages show as images or link to (a plot a page links is one a reader opens)."""
+    shown = set()
+    for page in pages:
+        for m in IMAGE.finditer(page.read_text()):
+            target = (m.group(1) or m.group(2)).split("#")[0]
+            if target and "://" not in target:
+                shown.add((page.parent / target).resolve())
+    return shown
+
+
+def unshown_images(pages: list[Path], img_dir: Path) -> list[str]:
+    shown = images_shown(pages)
+    return [f"{p.relative_to(img_dir.parent.parent).as_posix()} is shown by no page"
+            for p in sorted(img_dir.iterdir()) if p.is_file() and not ignored(p.relative_to(REPO).as_posix()
+                                                                             if p.is_relative_to(REPO) else p.name)
+            and p.resolve() not in shown]
+
+
+def test_every_image_is_shown_by_a_page():
+    """A plot no page shows is either a figure a page should show (with what it shows) or a stale one."""
+    assert unshown_images(PAGES, REPO / "docs" / "img") == []
+
+
+def test_an_image_no_page_shows_is_found(tmp_path):
+    (tmp_path / "docs" / "img").mkdir(parents=True)
+    for name in ("shown.png", "linked.png", "orphan.png"):
+        (tmp_path / "docs" / "img" / name).write_bytes(b"")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("![what it shows](img/shown.png) and [the plot](img/linked.png#top); `img/orphan.png` in code.\n")
+    assert unshown_images([page], tmp_path / "docs" / "img") == ["docs/img/orphan.png is shown by no page"]

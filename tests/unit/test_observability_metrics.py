@@ -115,6 +115,10 @@ def test_cordon_and_owned_tenants_as_the_directory_and_supervisor_say(tmp_path):
 
     states = ["running", "running", "stopped", "incoming", "retired"]
     snap = {f"t{i}": SimpleNamespace(id=f"t{i}", desired_state=s, healthy=True, queries_per_s=0.0, queries_total=0,
-                                     connections=0, restarts=0) for i, s in enumerate(states)}
+                                     connections=0, restarts=0, kind="shared" if i == 1 else "server")
+            for i, s in enumerate(states)}
     tenants = scrape(TenantCollector("n1", SimpleNamespace(snapshot=lambda: snap)))
     assert 'slacker_node_tenants{node="n1"} 3.0' in tenants
+    # Every tenant's kind, as an info metric.
+    assert 'slacker_tenant_info{kind="server",node="n1",tenant="t0"} 1.0' in tenants
+    assert 'slacker_tenant_info{kind="shared",node="n1",tenant="t1"} 1.0' in tenants

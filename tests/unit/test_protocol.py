@@ -95,6 +95,20 @@ def test_a_slow_catch_up_is_over_budget_and_retried(tmp_path):
     assert w.target_state == "owned" and end_state_violations(w, m) == []
 
 
+def test_a_directory_too_slow_for_the_budget_left_is_never_flipped_past_the_bound(tmp_path):
+    # Its answer is the end of the freeze, and a flip sent cannot be taken back: an attempt that has
+    # less time left than the directory's measured round trip gives up before the flip.
+    w = World(slow_directory_s=0.15)
+    m = _run(tmp_path, w, max_freeze_s=0.1)
+    assert m.result == "failed" and "did not fit" in m.record.error.what, m.record.error
+    assert "flip reached" in m.record.error.why and "needed" in m.record.error.why
+    assert w.owner == "node-1" and w.epoch == 1 and end_state_violations(w, m) == []
+    w = World(slow_directory_s=0.02)  # one that fits: the freeze, to its answer, stays within the bound
+    m = _run(tmp_path, w, max_freeze_s=0.25)
+    assert m.result == "succeeded", m.record.error
+    assert all(a.freeze_ms <= 250 for a in m.record.attempts), m.record.attempts
+
+
 def test_a_long_transaction_is_waited_for_outside_the_freeze_then_fails(tmp_path):
     w = World(blockers=[["connection 9 (user app): transaction open 12.0s"]] * 100)
     m = _run(tmp_path, w, handover_wait_s=0.2)

@@ -51,7 +51,7 @@ def test_an_unremovable_retired_copy_does_not_stop_the_fencing_of_another(tmp_pa
         (old.root / name).write_bytes(data)
     stray = laid_out(mgr, "stray", 14002, "running")
     directory.register("stray", "node-1", "127.0.0.1", 14002)  # another node owns it
-    node = SimpleNamespace(name="node-2", tenants=mgr, directory=directory, supervisor=Supervisor(mgr))
+    node = SimpleNamespace(name="node-2", tenants=mgr, directory=directory, supervisor=Supervisor(mgr), kinds={})
     try:
         Reconciler(node).tick()
     except OSError:

@@ -151,7 +151,7 @@ def test_validate_runs_once_at_each_edge_from_the_cli_to_the_phase_machine(tmp_p
 
     nodes = {"node-1": SimpleNamespace(), "node-2": SimpleNamespace()}
     cluster = SimpleNamespace(nodes=nodes, node=lambda n: nodes[n])
-    directory = SimpleNamespace(lookup=lambda tid: SimpleNamespace(node="node-1"))
+    directory = SimpleNamespace(lookup=lambda tid: SimpleNamespace(node="node-1", kind="server"))
     monkeypatch.setattr(CliContext, "cluster", lambda self: cluster)
     monkeypatch.setattr("slacker.agent.client.cluster_clients", lambda c: ({"node-1": Source()}, directory))
     out = CliRunner().invoke(main, ["migrate", "t1", "--to", "node-2", "--setpoint", "50ms", "--max-freeze", "2s",

@@ -213,8 +213,13 @@ class PvPlant:
         return self.queued >= self.BUFFER * 0.75 and not self.downstream_full
 
 
-def simulate(schedule, seconds, producer, downstream=lambda t: math.inf, governor=True, start=None):
-    """Run plant + governor (decisions every 0.1 s, pv -R taking 0.1 s); return (times, written, plant)."""
+def simulate(schedule, seconds, producer, downstream=lambda t: math.inf, governor=True, start=None,
+             lost=lambda t: False):
+    """Run plant + governor (decisions every 0.1 s, pv -R taking 0.1 s); return (times, written, plant).
+
+    A message sent at a time `lost` names is acknowledged and never reaches pv (another pv on the
+    host deleted the queue they share).
+    """
     dt = 0.005
     requested = schedule(0.0)
     limit = initial_limit(requested) if start is None else start
@@ -229,7 +234,8 @@ def simulate(schedule, seconds, producer, downstream=lambda t: math.inf, governo
         times.append(plant.t)
         written.append(plant.written)
         if pending and plant.t >= pending[0]:
-            plant.limit = pending[1]
+            if not pending[2]:
+                plant.limit = pending[1]
             gov.set_applied(pending[1], plant.t)
             pending = None
         if plant.t >= next_decision and pending is None:
@@ -238,13 +244,13 @@ def simulate(schedule, seconds, producer, downstream=lambda t: math.inf, governo
             if not governor:
                 want = max(1, int(requested)) if requested else 1
                 if want != plant.limit:
-                    pending = (plant.t + 0.1, want)
+                    pending = (plant.t + 0.1, want, False)
                 continue
             limited = plant.pv_limited()
             gov.observe(plant.t, int(plant.written), limited, paused=requested == 0)
             limit = gov.decide(requested, limited)
             if gov.should_send(limit, requested):
-                pending = (plant.t + 0.1, limit)
+                pending = (plant.t + 0.1, limit, lost(plant.t))
     return times, written, plant
 
 
@@ -272,6 +278,29 @@ def test_governed_pv_honours_a_cut_within_a_second():
     assert rate_between(times, written, 2, 10) >= 9 * MB  # the producer was not held back
     assert rate_between(times, written, 11, 14) <= 1.2 * MB
     assert credit_at(sched, 10, lambda t: 10 * MB) <= BOUND_S * 10 * MB
+
+
+def test_a_cut_that_never_reached_pv_is_sent_again():
+    """pv acknowledged the cut but kept its old limit: its flow over its budget gives it away."""
+    sched = lambda t: 200 * MB if t < 10 else 1 * MB  # noqa: E731
+    lost = lambda t: 10 <= t < 10.2  # noqa: E731  the cut's message, and one right after
+    times, written, _ = simulate(sched, 14, lambda t: 10 * MB, lost=lost)
+    assert rate_between(times, written, 11, 14) <= 1.2 * MB
+    times, written, _ = simulate(sched, 14, lambda t: 10 * MB, lost=lambda t: False)
+    assert rate_between(times, written, 11, 14) <= 1.2 * MB
+
+
+def test_a_limit_pv_obeys_is_not_sent_again():
+    sent = []
+    gov = CreditGovernor()
+    gov.start(0.0, 10 * MB)
+    t, total = 0.0, 0
+    for _ in range(50):  # pv passes exactly its limit, sample after sample
+        t += 0.1
+        total += MB
+        gov.observe(t, total)
+        sent.append(gov.should_send(gov.decide(10 * MB, False), 10 * MB))
+    assert not gov.unheeded and not any(sent[5:])
 
 
 # The design bound: pv's credit stays within ~0.5 s of the flow actually achieved (one

@@ -55,7 +55,7 @@ def test_defaults_are_ycsbs():
     assert (wl.fieldcount, wl.fieldlength, wl.readproportion, wl.updateproportion) == (10, 100, 0.95, 0.05)
     assert (wl.requestdistribution, wl.insertorder, wl.readallfields, wl.writeallfields) == \
         ("uniform", "hashed", True, False)
-    assert wl.operationspertransaction == 1 and wl.database == "ycsb" and wl.table == "usertable"
+    assert wl.operationspertransaction == 1 and wl.database is None and wl.table == "usertable"
 
 
 def test_unknown_property_has_did_you_mean():

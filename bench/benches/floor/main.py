@@ -15,7 +15,7 @@ variant and repeat on the first tenant: the rate achieved against the rate asked
     bench/run floor --variant copy="--data-path copy" --variant default=
     bench/run floor --cluster run/cluster.toml --tenants f200=65000 --repeats 1
     bench/run floor --report-only bench/out/floor/results.json
-    bench/run floor --report-only after.json --before before.json --img docs/img/floor.png
+    bench/run floor --report-only after.json --before before.json     # two runs side by side
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def parse_args(argv=None):
                     help="also a fixed --rate copy of the first tenant per variant and repeat (e.g. 20MB/s)")
     ap.add_argument("--buffer-pool", default="128M")
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "out" / "floor"))
-    ap.add_argument("--img", default=None, help="also copy the plot here (e.g. docs/img/floor.png)")
+    ap.add_argument("--img", default=None, help="also copy the plot here (e.g. docs/img/floor-idle.png)")
     ap.add_argument("--data-copy", default=None, help="also write results.json here (e.g. docs/data/floor.json)")
     ap.add_argument("--address", default="127.0.77.2", help="loopback address of node-1")
     ap.add_argument("--api-port", type=int, default=7777)

@@ -73,13 +73,18 @@ def closed_loop_cost(ep: Endpoint, wl, driver: str, transactions: int) -> dict:
     """One connection, transactions back to back: client CPU per operation, no threads, no queue."""
     import random
 
+    from slacker.loads import choose
     from slacker.ycsb.driver import get_driver
+    from slacker.ycsb.properties import DEFAULT_DATABASE
     from slacker.ycsb.workload import SharedKeys, TransactionPlanner
 
     planner = TransactionPlanner(wl, SharedKeys.for_run(wl), random.Random(1))
     plans = [planner.plan() for _ in range(transactions)]
     d = get_driver(driver)
     conn = d.connect(ep, wl.database)
+    db = choose(wl.database, d.session_database(conn), DEFAULT_DATABASE)  # as the harness decides (slacker/loads.py)
+    if db.create:
+        d.execute(conn, f"USE {db.quoted}")
     run = d.transaction_runner(conn)
     run(plans[0].statements)  # warm up
     cpu0, wall0 = time.process_time(), time.perf_counter()

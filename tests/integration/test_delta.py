@@ -87,11 +87,11 @@ class ConflictingWriters:
                 time.sleep(0.05)
 
 
-def migrate_under_conflicts(cluster, **options):
+def migrate_under_conflicts(cluster, writers: int = 4, **options):
     create_loaded_tenant(cluster, "mig", rows=2000)
     _, directory = cluster_clients(cluster)
     before = directory.lookup("mig")
-    hot = ConflictingWriters(cluster, "mig").setup()
+    hot = ConflictingWriters(cluster, "mig", threads=writers).setup()
     writer = AckedWriter(follow(cluster, "mig"), rate_per_s=150).start()
     hot.start()
     try:
@@ -137,7 +137,10 @@ def test_adaptive_mpl_reports_its_choice(cluster):
 
 
 def test_serial_applier_still_works(cluster):
-    doc, _, _ = migrate_under_conflicts(cluster, delta_applier="serial")
+    # Two conflicting writers, not four: four of them and the acked writer wrote 536/s in a CI run where the
+    # serial applier's best was 495/s, and the migration rightly refused to go on (the delta cannot converge).
+    # This test is about the serial applier applying correctly; its load leaves it headroom.
+    doc, _, _ = migrate_under_conflicts(cluster, writers=2, delta_applier="serial")
     assert doc["delta"]["applier"] == "serial"
     assert all(r["mpl"] == 0 for r in doc["rounds"])
 

@@ -114,6 +114,7 @@ class CreditGovernor:
         self._recent: collections.deque[float] = collections.deque(maxlen=3)
         self._over = 0                 # samples in a row in which pv passed more than its budget
         self.unheeded = False          # pv is not on the limit it acknowledged: send it again
+        self.last_share = 0.0          # what pv passed over the last interval / what its limits allowed
 
     def start(self, now: float, limit: int) -> None:
         """pv started with -L limit: its first tick grants limit/10 at once."""
@@ -150,6 +151,7 @@ class CreditGovernor:
         if self._over >= self.unheeded_samples:
             self.unheeded = True
         self.credit = max(0.0, self.credit + budget - delta)
+        self.last_share = delta / budget if budget > 0 else 0.0
         if pv_limited:
             self.credit = 0.0  # pv is withholding data, so its budget is empty
         self.last_rate = delta / (t - self._t)
@@ -179,11 +181,14 @@ class CreditGovernor:
         cap = float("inf") if requested is None else float(requested)
         if pv_limited:
             floor = self.min_credit_bytes / self.horizon_s
-            if self.fresh() and self.last_rate >= 0.8 * self.applied:
+            if self.last_share >= 0.8 and self.applied > 1:
                 # pv passes all it may and data still waits: climb, at most x1.5 per
                 # step, so an overshoot adds at most half a step's worth of the flow
                 # as credit (x2 left 7-8 MB of it at a 10 MB/s producer's start on a
-                # loaded host: 0.8 s at full speed after any cut).
+                # loaded host: 0.8 s at full speed after any cut). The share is of the
+                # budget of every limit in force over the interval, so an interval that
+                # began under the previous limit counts too: a climb needs no wait for
+                # a sample wholly under the new one (a resume took 0.6-1.2 s that way).
                 limit = self.climb * max(float(self.applied), floor)
             elif self.fresh():
                 # Data waits, yet pv passed well under its limit over an interval wholly under

@@ -162,6 +162,7 @@ ACCESS: tuple[Access, ...] = (
     Access("GET", f"/v1/migrations/{_M}", "read a migration", READ),
     Access("POST", f"/v1/migrations/{_M}/abort", "abort migrations"),
     Access("POST", f"/v1/migrations/{_M}/finish", "finish migrations"),
+    Access("POST", f"/v1/migrations/{_M}/cutover", "cut migrations over"),
     Access("POST", f"/v1/migrations/{_M}/set", "steer migrations"),
     Access("GET", f"/v1/migrations/{_M}/series", "read a migration's time series", READ),
     # the target's half of a migration, as the source's agent (admin) drives it

@@ -11,6 +11,7 @@ from ..controller.settings import CLI_KINDS, DEFAULT_KIND, KINDS, ControllerSett
 from ..delta import DEFAULT_APPLIER, DEFAULT_MPL
 from ..errors import Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..latency import default_source_text
+from ..migration.cutover import CutoverPlan
 from ..migration.options import MigrationOptions, MigrationRequest
 from ..migration.remote import follow, one_rate, parse_holds, start_migration
 from ..transfer import DEFAULT_PIPE
@@ -116,6 +117,20 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
 @option("--catchup-mode/--no-catchup-mode", "catchup_mode", default=True, show_default=True,
               help="Relax the target's fsyncs during the delta phase (restored before the freeze). "
                    "--no-catchup-mode keeps every commit durable: slower, for comparisons.")
+@option("--cutover", "cutover", default="auto", metavar="WHEN", show_default=True,
+              help="When the handover may begin. auto: as soon as the delta converges. manual: only on "
+                   "`--cutover-now`. at=TIME: from TIME (ISO 8601, UTC unless it names an offset) for ten minutes. "
+                   "window=HH:MM-HH:MM[,ZONE]: in that daily window (UTC unless a zone is named). Anything but "
+                   "auto waits ready: the target keeps applying, nothing is frozen, the source serves; a cutover "
+                   "happens only in its time and only while the target keeps up (lag <= 1s). Enforced by the "
+                   "agents (works with --detach). See docs/migration.md, Cutover.")
+@option("--cutover-timeout", "cutover_timeout", default=None, metavar="DURATION[,abort|wait]",
+              show_default="24h,abort",
+              help="How long a migration may wait ready, from the moment it is ready; then abort (roll back, the "
+                   "source keeps serving) or wait (stay ready, flagged; only --cutover-now or --abort end it).")
+@option("--cutover-now", "cutover_now", is_flag=True,
+              help="Cut the waiting migration of TENANT_ID over now (if it is still copying: as soon as it is "
+                   "ready).")
 @option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
 @option("--finish", "finish_", is_flag=True,
@@ -144,7 +159,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, verify_only: bool,
             mode: str,
             pipe: str | None, data_path: str | None, snapshot: str | None, plain_stream: bool, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
-            delta_mpl: str | None, catchup_mode: bool, abort_: bool, finish_: bool, handover_attempts: int,
+            delta_mpl: str | None, catchup_mode: bool, cutover: str, cutover_timeout: str | None, cutover_now: bool,
+            abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
@@ -155,6 +171,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --to node-1 --rate 20MB/s        # fixed throttle
       slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
       slacker migrate t42 --set setpoint=900ms             # change it while it runs
+      slacker migrate t42 --to node-2 --cutover manual     # copy, catch up, then wait ready
+      slacker migrate --cutover-now t42                    # ... and cut over now
       slacker migrate --abort t42                          # cancel; the source keeps serving
       slacker migrate --finish t42                         # past the flip: retry the last steps now
 
@@ -180,14 +198,19 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     own = directory.lookup(tenant_id)
     source = agents[own.node]
 
-    if abort_ or finish_ or settings:
-        if sum(map(bool, (abort_, finish_, settings))) > 1:
-            raise InvalidInput("--abort, --finish and --set exclude each other", "pick one", "")
+    if abort_ or finish_ or settings or cutover_now:
+        if sum(map(bool, (abort_, finish_, settings, cutover_now))) > 1:
+            raise InvalidInput("--abort, --finish, --cutover-now and --set exclude each other", "pick one", "")
         # After the flip the directory names the target; the migration runs on the old owner.
         source = _migration_agent(agents, tenant_id) or source
         if abort_:
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/abort", {"reason": "aborted by the operator"})
             click.echo(f"aborting migration {doc['id']} (phase {doc['phase']})")
+        if cutover_now:
+            doc = source.request("POST", f"/v1/migrations/{tenant_id}/cutover", {})
+            click.echo(f"migration {doc['id']}: cutting over " + (
+                "now" if doc["phase"] == "ready" else f"as soon as it is ready (phase {doc['phase']})")
+                + f"; follow with `slacker status`")
         if finish_:
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/finish", {})
             click.echo(f"migration {doc['id']}: retrying its forward steps now (phase {doc['phase']}"
@@ -212,7 +235,12 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     if data_path and pipe == "pv":
         raise InvalidInput("--data-path applies to the native pipe", "pv | nc has a data path of its own",
                            "drop --data-path or --pipe pv")
+    plan = CutoverPlan.parse(cutover, cutover_timeout)  # a past or malformed time refused here, in one line
+    if plan.waits and max_duration is not None:
+        raise InvalidInput(f"--max-duration and --cutover {cutover} exclude each other",
+                           "a migration that waits ready ends by --cutover-timeout", "drop --max-duration")
     request = MigrationRequest.checked(tenant_id, MigrationOptions(
+        cutover=plan.spec(), cutover_timeout=cutover_timeout or "",
         target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
         handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
         max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
@@ -247,7 +275,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             limit.poll(d)
 
     try:
-        doc = follow(source, doc, on_poll, POLL_S, on_unreachable=gone.missing)
+        doc = follow(source, doc, on_poll, POLL_S, on_unreachable=gone.missing,
+                     until=(lambda d: d["phase"] == "ready") if plan.waits else None)
     except NotFound as exc:
         if gone.since is None:
             raise
@@ -268,6 +297,12 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             doc = source.request("GET", f"/v1/migrations/{mid}")
     if show_progress:
         click.echo("", err=True)
+    if doc["active"] and doc["phase"] == "ready":  # the agents wait for the cutover; this command is done
+        if as_json:
+            print_json(doc)
+        else:
+            print_ready(doc)
+        return
     if as_json:
         print_json(doc)
     else:
@@ -446,6 +481,8 @@ def progress_line(doc: dict) -> str:
         line += f"  table {v.get('tables_done', 0)}/{v.get('tables_total', 0)}"
     if doc.get("rounds") and doc["phase"] == "delta":
         line += f"  round {len(doc['rounds'])}"
+    if doc["phase"] == "ready" and doc.get("ready"):
+        line += f"  {ready_text(doc['ready'])}"
     if doc.get("waiting"):  # past the flip, a step cannot go on: what it waits for, whether writes go on
         line += f"  {doc['waiting']['message']} [{format_duration(doc['waiting']['seconds'])}]"
     elif doc.get("finishing_reason"):
@@ -453,6 +490,25 @@ def progress_line(doc: dict) -> str:
     if doc.get("waiting_for"):
         line += f"  (handover waits for {doc['waiting_for']})"
     return line
+
+
+def ready_text(r: dict) -> str:
+    lag = "lag -" if r.get("lag_ms") is None else f"lag {r['lag_ms']:.0f}ms"
+    if r.get("lag_p99_ms") is not None:
+        lag += f" (p99 {r['lag_p99_ms']:.0f}ms)"
+    keeps = "keeps up" if r.get("keeps_up") else "LAGS"
+    return (f"ready {format_duration(r.get('ready_for_s') or 0)}, {lag}, target {keeps}; {r.get('waiting_for', '')}; "
+            f"source keeps {format_size(r.get('binlog_bytes') or 0)} of binlog, streams "
+            f"{format_rate(r.get('binlog_bytes_per_s') or 0)}")
+
+
+def print_ready(doc: dict) -> None:
+    r = doc.get("ready") or {}
+    click.echo(f"migration {doc['id']}: READY  ({doc['tenant']} {doc['source']} -> {doc['target']}, "
+               f"--cutover {r.get('cutover', '?')}, timeout {r.get('cutover_timeout', '?')})")
+    click.echo(f"  {ready_text(r)}")
+    click.echo(f"  cut over now: slacker migrate --cutover-now {doc['tenant']}; cancel: slacker migrate --abort "
+               f"{doc['tenant']}; follow: slacker status")
 
 
 def print_summary(doc: dict) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, time as dtime, timedelta, timezone
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import InvalidInput
 from ..units import parse_duration
@@ -93,6 +92,8 @@ class CutoverPlan:
             return cls("at", at=at, timeout_s=timeout_s, on_timeout=on_timeout)
         window, _, zone = value.partition(",")
         zone = zone.strip() or "UTC"
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # loaded when a window is asked for, not by the CLI's start
+
         try:
             ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError):
@@ -116,6 +117,8 @@ class CutoverPlan:
         if self.kind == "at":
             return self.at <= now < self.at + timedelta(seconds=AT_WINDOW_S)
         if self.kind == "window":
+            from zoneinfo import ZoneInfo  # as in parse: only a window needs the zone database
+
             local = now.astimezone(ZoneInfo(self.zone)).time().replace(second=0, microsecond=0)
             if self.start < self.end:
                 return self.start <= local < self.end
@@ -126,11 +129,13 @@ class CutoverPlan:
         """A one-off moment that is over (only `at`)."""
         return self.kind == "at" and now >= self.at + timedelta(seconds=AT_WINDOW_S)
 
-    def decide(self, now: datetime, ready_for_s: float, lag_s: float | None, *, now_asked: bool) -> Decision:
-        """Once a second while ready: go, keep waiting (with why), or end the wait (`end="abort"`)."""
+    def decide(self, now: datetime, ready_for_s: float, lag_s: float | None, *, now_asked: bool,
+               behind: bool = False) -> Decision:
+        """Once a second while ready: go, keep waiting (with why), or end the wait (`end="abort"`). `behind`:
+        the source's latest position has not reached the target yet, so `lag_s` is only a lower bound."""
         if now_asked:
             return Decision(go=True, why="--cutover-now")
-        keeps_up = lag_s is not None and lag_s <= KEEPS_UP_LAG_S
+        keeps_up = lag_s is not None and lag_s <= KEEPS_UP_LAG_S and not behind
         timed_out = ready_for_s >= self.timeout_s
         if self.in_moment(now) and keeps_up and self.kind != "manual":
             return Decision(go=True, why=f"{self.spec()}: in its time, the target keeps up")
@@ -144,7 +149,8 @@ class CutoverPlan:
             return Decision(why=f"{self.spec()} passed without a cutover; only --cutover-now or --abort now" + late)
         if self.in_moment(now):
             return Decision(why=f"in {self.spec()}, but the target lags "
-                                f"({'unknown' if lag_s is None else f'{lag_s * 1000:.0f}ms'} > "
+                                f"({'unknown' if lag_s is None else f'{lag_s * 1000:.0f}ms'}"
+                                f"{' and counting' if behind else ''} > "
                                 f"{KEEPS_UP_LAG_S * 1000:.0f}ms): not cutting over" + late)
         return Decision(why=f"waiting for {self.spec()}" + late)
 

@@ -40,6 +40,7 @@ from .options import MigrationAborted, MigrationOptions
 from .participants import Participants
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
+from .ready import ReadyWait
 from .rounds import DeltaRounds
 from .noreturn import PointOfNoReturn
 from .record import LiveFigures, MigrationRecord, new_id
@@ -93,6 +94,7 @@ class Migration:
         self._source_stopped = False
         self._retired_copy = None  # the old copy, set aside at retire; its files deleted after the result
         self._finish_now = threading.Event()
+        self._cutover_now = threading.Event()  # `slacker migrate --cutover-now`
         self.finish_backoff_s = 0.5  # the first wait before a failed forward step is retried; then doubling
         # The roles the phase machine sequences, one file each; each sees the migration through one seam
         # (slacker.migration.seams) and hands back what it decides.
@@ -157,6 +159,17 @@ class Migration:
     def finish_now(self) -> None:
         """`slacker migrate --finish`: retry the forward steps at once instead of at the next backoff."""
         self._finish_now.set()
+
+    def cutover_now(self) -> None:
+        """`slacker migrate --cutover-now`: a migration that waits for its cutover goes at once when ready (or
+        as soon as its delta converges, if it is still copying). Conflict for one that never waits."""
+        if not self.opts.cutover_plan().waits:
+            raise Conflict(f"migration {self.id} does not wait for a cutover",
+                           "it was started with --cutover auto: it cuts over as soon as its delta converges", "")
+        if self.phase not in (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT, Phase.PREPARE, Phase.DELTA,
+                              Phase.VERIFY, Phase.READY):
+            raise Conflict(f"migration {self.id} is already cutting over", f"it is in {self.phase}", "")
+        self._cutover_now.set()
 
     def pause(self) -> None:
         """`--set pause` of a migration without a controller: rate 0, the rate before kept for `resume`."""
@@ -243,6 +256,10 @@ class Migration:
                     self.record.verified = self.verification.result == "equal"
             if self.opts.verify_only:
                 return  # _drive rolls back: the source was never touched
+        plan = self.opts.cutover_plan()
+        if plan.waits:  # ready: the target applies continuously until the operator's time (slacker.migration.ready)
+            why = ReadyWait(self.seam, plan, self.delta_rounds.origin, self._cutover_now).run()
+            log.info("migration %s: cutting over (%s)", self.id, why)
         self.handover.run()
 
     def _drive(self, steps) -> None:

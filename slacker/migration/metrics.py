@@ -86,6 +86,12 @@ class MigrationCollector(Collector):
         past = gauge("slacker_migration_past_flip_seconds",
                      "Seconds since the directory named the target while the source still finishes (0: before "
                      "the flip)")
+        ready_s = gauge("slacker_migration_ready_seconds", "Seconds a migration has waited ready for its cutover "
+                        "(--cutover other than auto; 0: not ready)")
+        ready_lag = gauge("slacker_migration_ready_lag_seconds", "A ready migration's end-to-end lag, from the "
+                          "source's position to the target having applied it (NaN: not ready)")
+        ready_binlog = gauge("slacker_migration_ready_binlog_bytes", "Binlog a ready migration keeps on its source "
+                             "for the target (0: not ready)")
         now = time.monotonic()
         for m in self.service.active():
             rec = m.record
@@ -104,6 +110,11 @@ class MigrationCollector(Collector):
             freeze.add_metric(key, last_freeze_s(rec))
             budget.add_metric(key, m.opts.max_freeze_s)
             past.add_metric(key, past_flip_s(rec, now))
+            ready = rec.ready if rec.phase == Phase.READY else None
+            ready_s.add_metric(key, ready.ready_for_s if ready is not None else 0.0)
+            ready_lag.add_metric(key, ready.lag_ms / 1000 if ready is not None and ready.lag_ms is not None
+                                 else math.nan)
+            ready_binlog.add_metric(key, ready.binlog_bytes if ready is not None else 0)
         results, attempts, over = self.service.tally.snapshot()
         ended = CounterMetricFamily("slacker_migrations_finished", "Migrations this node ran as source that "
                                     "ended, by result", labels=["node", "result"])
@@ -117,4 +128,4 @@ class MigrationCollector(Collector):
                                           "Handover attempts whose freeze ran past --max-freeze", labels=["node"])
         over_budget.add_metric([self.node], over)
         yield from (phase, phase_s, done, size, rate, throughput, progress, unreachable, freeze, budget, past,
-                    ended, tries, over_budget)
+                    ready_s, ready_lag, ready_binlog, ended, tries, over_budget)

@@ -10,6 +10,7 @@ from ..controller.settings import ControllerSettings
 from ..errors import InvalidInput, MigrationFailed
 from ..delta import APPLIERS, DEFAULT_APPLIER, DEFAULT_MPL, parse_mpl
 from ..transfer import DATA_PATHS, DEFAULT_PIPE
+from .cutover import CutoverPlan
 
 MODES = ("live", "stop-and-copy")
 
@@ -57,6 +58,15 @@ class MigrationOptions:
     delta_mpl: int | str = DEFAULT_MPL    # auto | parallel appliers
     # Relax the target's fsyncs while it is not the owner (docs/delta.md); off only for comparisons.
     delta_catchup: bool = True
+    # When the handover may begin (slacker.migration.cutover): auto (as soon as the delta converges), manual,
+    # at=TIME or window=HH:MM-HH:MM[,ZONE]; anything but auto waits in the ready phase. The timeout
+    # (DURATION[,abort|wait], "" for 24h,abort) counts from the moment it is ready.
+    cutover: str = "auto"
+    cutover_timeout: str = ""
+
+    def cutover_plan(self) -> CutoverPlan:
+        """The plan, as the agent reads it: a time that passed while the copy ran is taken as now."""
+        return CutoverPlan.parse(self.cutover, self.cutover_timeout, strict=False)
 
     def validate(self) -> "MigrationOptions":
         if isinstance(self.controller, dict):
@@ -99,6 +109,15 @@ class MigrationOptions:
             raise InvalidInput(f"step {self.step_s}s is out of range", "use 0.1s to 60s", "")
         if not 2 <= self.lease_ttl_s <= 600:
             raise InvalidInput(f"lease {self.lease_ttl_s}s is out of range", "use 2s to 600s", "")
+        if not isinstance(self.cutover, str) or not isinstance(self.cutover_timeout, str):
+            raise InvalidInput("cutover and cutover_timeout must be strings", "", "")
+        if self.cutover_plan().waits:
+            if self.mode != "live":
+                raise InvalidInput(f"--cutover {self.cutover} needs a live migration",
+                                   "stop-and-copy stops the source at once: there is nothing to wait in", "")
+            if self.verify_only:
+                raise InvalidInput(f"--cutover {self.cutover} and --verify-only exclude each other",
+                                   "--verify-only never cuts over", "drop one")
         return self
 
 

@@ -26,6 +26,7 @@ class Phase(StrEnum):
     PREPARE = "prepare"
     DELTA = "delta"
     VERIFY = "verify"
+    READY = "ready"
     HANDOVER = "handover"
     COPY = "copy"
     CLEANUP = "cleanup"
@@ -65,8 +66,12 @@ PHASE_MOVES: dict[Phase, dict[Phase, str]] = {
     P.SNAPSHOT: {P.PREPARE: "the hot backup streamed and acknowledged by the target"},
     P.PREPARE: {P.DELTA: "the target prepared the copy, started it fenced and replicates"},
     P.DELTA: {P.HANDOVER: "the remaining delta fits half of --max-freeze",
-              P.VERIFY: "--verify: the rounds caught up; both sides are compared at one position"},
-    P.VERIFY: {P.DELTA: "equal: rounds catch up what was written meanwhile (--verify-only ends here)"},
+              P.VERIFY: "--verify: the rounds caught up; both sides are compared at one position",
+              P.READY: "--cutover other than auto: converged; the target applies continuously, nothing frozen"},
+    P.VERIFY: {P.DELTA: "equal: rounds catch up what was written meanwhile (--verify-only ends here)",
+               P.READY: "equal, and --cutover other than auto: waiting for the operator's time"},
+    P.READY: {P.DELTA: "the plan's time came with the target keeping up, or --cutover-now: the last rounds, "
+                       "then the handover"},
     P.HANDOVER: {P.DELTA: "an attempt over budget, or a wait for a long transaction: more rounds first",
                  P.CLEANUP: "the directory names the target (the point of no return passed)",
                  P.FINISHING: "past the flip, a forward step failed: retried until done"},

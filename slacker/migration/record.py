@@ -22,7 +22,7 @@ from .journal import Entry
 from .options import HandoverAttempt, MigrationOptions, PhaseTiming, RoundReport
 from .protocol import Phase
 from .seams import (AttemptEnded, ControllerStepped, Finishing, Flipped, LeftCatchUp, Outage, Result, RoundDone,
-                    StepReached, WaitingFor, Warned)
+                    ReadyState, StepReached, WaitingFor, Warned)
 from .steps import StepTimes
 from .telemetry import utc
 
@@ -82,6 +82,7 @@ class MigrationRecord:
         self.handover_steps_ms: dict[str, float] = {}
         self.handover_step = ""  # the last step the current handover attempt reached (locked, fenced, ...)
         self.waiting_for = ""  # what the handover waits for before it may freeze (a long transaction, DDL)
+        self.ready: ReadyState | None = None  # the ready phase's last second (--cutover other than auto)
         self.holding = ""  # the fault-injection point (hold_s) it pauses at now
         self.outage_s: float | None = None  # directory unreachable at the flip, source fenced meanwhile
         self.finishing_reason = ""
@@ -153,6 +154,8 @@ class MigrationRecord:
                 self.finishing_reason = reason
             case ControllerStepped(report):
                 self.controller_state = report
+            case ReadyState():
+                self.ready = result
             case Warned(text):
                 if text not in self.warnings:
                     self.warnings.append(text)
@@ -211,6 +214,8 @@ class MigrationRecord:
             "series_path": str(self.series_path), "pipe": opts.pipe,
             "max_freeze_ms": opts.max_freeze_s * 1000,
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
+            # the ready phase (--cutover): lag, what it waits for, what it costs the source (slacker.migration.ready)
+            "ready": asdict(self.ready) if self.ready is not None else None,
             "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
             # which latency the controller steered by, per tenant, and why (slacker.throttle.LatencyChoice)
             "latency_source": live.latency_source,

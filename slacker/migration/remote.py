@@ -58,14 +58,15 @@ def start_migration(source_agent, request: MigrationRequest) -> dict:
 
 
 def follow(source_agent, doc: dict, on_poll: Callable[[dict], None] | None = None,
-           poll_s: float = POLL_S, on_unreachable: Callable[[dict, AgentUnavailable], None] | None = None) -> dict:
-    """Follow the migration until it is no longer active (a long poll every `poll_s`: its end is seen
-    as soon as it happens); returns its last document.
+           poll_s: float = POLL_S, on_unreachable: Callable[[dict, AgentUnavailable], None] | None = None,
+           until: Callable[[dict], bool] | None = None) -> dict:
+    """Follow the migration until it is no longer active, or `until(document)` holds (a long poll every
+    `poll_s`: its end is seen as soon as it happens); returns its last document.
 
     With `on_unreachable`, a source agent that does not answer is waited for (it may be restarting:
     it recovers the migration from its journal under the same id), and `on_unreachable(last document,
     the error)` is called at each poll it misses; without it the error is raised."""
-    while doc["active"]:
+    while doc["active"] and not (until is not None and until(doc)):
         t0 = time.monotonic()
         try:
             # The agent holds the request until the migration ends or poll_s passed: the end is seen at once.

@@ -26,6 +26,7 @@ class DeltaRounds:
     def __init__(self, m: Seam, start: tuple[tuple[str, int], str]) -> None:
         self.m = m  # the migration as its roles see it: options, source side, target steps; each round back
         self.position = start  # ((binlog file, offset), gtid) the next round counts from
+        self.origin = start[0]  # the snapshot's (binlog file, offset): the source keeps its binlog from here
         self.apply_rate: float | None = None
 
     def run(self) -> None:

@@ -92,8 +92,25 @@ class Warned:
     text: str
 
 
+@dataclass(frozen=True)
+class ReadyState:
+    """The ready phase's second (ReadyWait): the end-to-end lag, what the wait waits for, what it costs."""
+    ready_for_s: float
+    lag_ms: float | None
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+    keeps_up: bool
+    behind: bool                 # the latest position read has not arrived yet: lag_ms is a lower bound
+    waiting_for: str
+    past_timeout: bool
+    binlog_bytes: int            # binlog the source keeps for the target (since the delta's start)
+    binlog_bytes_per_s: float    # the rate the source streams to it
+    cutover: str
+    cutover_timeout: str
+
+
 Result = (RoundDone | LeftCatchUp | AttemptEnded | StepReached | WaitingFor | Flipped | FlipNotSent | Outage
-          | Finishing | ControllerStepped | Warned)
+          | Finishing | ControllerStepped | Warned | ReadyState)
 
 
 # ---- the seam -----------------------------------------------------------------------------------
@@ -146,6 +163,7 @@ class Seam:
     handover_step = _recorded("handover_step")
     bytes_total = _recorded("bytes_total")
     controller_state = _recorded("controller_state")
+    ready = _recorded("ready")  # the ready phase's last second (ReadyState), None before it
 
     @property
     def rounds_done(self) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..controller.budget import NodeBudget
 from ..controller.loop import CopyRate
-from ..errors import Conflict, InvalidInput, NotFound
+from ..errors import CatchUpTimeout, Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
 from ..trash import TrashName, as_field, discard, sweep, sweep_building
 from .machine import Migration
@@ -236,6 +236,14 @@ def attach(node, server, participants: Participants) -> None:
         m.finish_now()
         return m.to_dict()
 
+    @server.route("POST", f"/v1/migrations/{MID}/cutover")
+    def cutover(srv, body, q, mid):
+        m = svc.get(mid)
+        if not m.active:
+            raise Conflict(f"migration {m.id} already ended", f"result: {m.result}", "")
+        m.cutover_now()
+        return m.to_dict()
+
     @server.route("POST", f"/v1/migrations/{MID}/set")
     def set_(srv, body, q, mid):
         m = svc.get(mid)
@@ -290,8 +298,14 @@ def attach(node, server, participants: Participants) -> None:
     @server.route("POST", f"/v1/incoming/{MID}/wait")
     def inc_wait(srv, body, q, mid):
         m = inc.get(mid)
-        waited = m.wait_for(str(body["gtid"]), float(body.get("timeout_s", 60)))
-        return {"waited_s": waited, "applier": m.applier_stats()}  # apply rate and MPL per round
+        try:
+            waited = m.wait_for(str(body["gtid"]), float(body.get("timeout_s", 60)))
+        except CatchUpTimeout:
+            if not body.get("probe"):
+                raise
+            # the ready phase's probe (slacker.migration.ready): not there yet is an answer, not a failure
+            return {"caught_up": False, "waited_s": float(body.get("timeout_s", 60)), "applier": m.applier_stats()}
+        return {"caught_up": True, "waited_s": waited, "applier": m.applier_stats()}  # apply rate, MPL per round
 
     @server.route("POST", f"/v1/incoming/{MID}/durable")
     def inc_durable(srv, body, q, mid):

@@ -90,8 +90,12 @@ class Telemetry:
 
     def _note_progress(self, done: int) -> None:
         """Progress is anything that moves the migration on: a phase begun, bytes copied, a delta round,
-        a handover step or attempt, a verified table."""
+        a handover step or attempt, a verified table; while ready, every second the target keeps up (waiting
+        for the cutover is the phase's work: a lagging target is its own alert)."""
         m = self.m
+        if m.phase == Phase.READY and m.ready is not None and m.ready.keeps_up:
+            self.progress_at = time.time()
+            return
         mark = (m.phase, done, m.rounds_done, m.attempts_made, m.handover_step,
                 m.verification.tables_done if m.verification is not None else 0)
         if mark != self._progress_mark:
@@ -120,6 +124,9 @@ class Telemetry:
         if m.phase == Phase.VERIFY and m.verification is not None:  # bytes_done above is the verification's
             sample["bytes_total"] = m.verification.bytes_total
             sample["verify_tables_done"] = m.verification.tables_done
+        if m.phase == Phase.READY and m.ready is not None:  # the lag and what the wait keeps on the source
+            sample["ready_lag_ms"] = m.ready.lag_ms
+            sample["ready_binlog_bytes"] = m.ready.binlog_bytes
         if m.phase == Phase.DELTA and m.delta_stats:  # the MPL and apply rate over time
             sample["delta_mpl"] = m.delta_stats.get("mpl")
             sample["apply_tps"] = m.delta_stats.get("apply_tps")

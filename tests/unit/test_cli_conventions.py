@@ -116,7 +116,8 @@ def test_no_text_metavar_and_typed_units():
             assert mv == "DURATION", (path, p.opts)
         if re.search(r"timeout|interval|cooldown|ttl|freeze|wait|setpoint|period|--sla|--window|--step", p.opts[0]) \
                 and not p.opts[0].endswith("-margin"):
-            assert mv in ("DURATION", "POINT=DURATION"), (path, p.opts, mv)
+            # a duration, alone, at a point, or with what happens when it passes (--cutover-timeout)
+            assert mv in ("DURATION", "POINT=DURATION", "DURATION[,abort|wait]"), (path, p.opts, mv)
         if re.fullmatch(r"--(max-)?rate|--disk-read-per-node", p.opts[0]) and path != "ycsb run":
             assert mv == "RATE", (path, p.opts, mv)
 

@@ -27,6 +27,19 @@ def tls_client(cluster):
     return client_context(cluster.tls_ca)
 
 
+def restart_agent(cluster, node: str) -> None:
+    """SIGKILL the node's agent (if it runs) and start it again, as its service manager would."""
+    d = node_dir(cluster, node)
+    pid = read_pid(d / "agent.pid")
+    if pid and alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, 10)
+    spec = cluster.node(node)
+    local_cluster._spawn_agent(d)
+    local_cluster._wait_answering(AgentClient(spec.url, cluster.token(), spec.name, timeout_s=5,
+                                              ca_file=cluster.tls_ca), d)
+
+
 class Scenario:
     """A loaded tenant on node-1 under a steady acknowledged write load, with a prober writing to
     every node's copy of it every 100 ms."""
@@ -78,15 +91,7 @@ class Scenario:
         assert wait_gone(pid, 10)
 
     def restart_agent(self, node: str) -> None:
-        d = node_dir(self.cluster, node)
-        pid = self.agent_pid(node)
-        if pid and alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            wait_gone(pid, 10)
-        spec = self.cluster.node(node)
-        local_cluster._spawn_agent(d)
-        local_cluster._wait_answering(AgentClient(spec.url, self.cluster.token(), spec.name, timeout_s=5,
-                                                  ca_file=self.cluster.tls_ca), d)
+        restart_agent(self.cluster, node)
 
     def tenant_pid(self, node: str) -> int | None:
         return read_pid(node_dir(self.cluster, node) / "tenants" / self.tenant / "run" / "mariadbd.pid")

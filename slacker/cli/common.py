@@ -254,3 +254,14 @@ def stop_like_ctrl_c(sigterm: bool = False) -> None:
         signal.signal(signal.SIGTERM, interrupt)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, interrupt)
+
+
+def ready_text(r: dict) -> str:
+    """A ready migration's wait in one line (the document's `ready`: slacker.migration.ready)."""
+    lag = "lag -" if r.get("lag_ms") is None else f"lag {r['lag_ms']:.0f}ms"
+    if r.get("lag_p99_ms") is not None:
+        lag += f" (p99 {r['lag_p99_ms']:.0f}ms)"
+    keeps = "keeps up" if r.get("keeps_up") else "LAGS"
+    return (f"ready {units.format_duration(r.get('ready_for_s') or 0)}, {lag}, target {keeps}; "
+            f"{r.get('waiting_for', '')}; source keeps {units.format_size(r.get('binlog_bytes') or 0)} of binlog, "
+            f"streams {units.format_rate(r.get('binlog_bytes_per_s') or 0)}")

@@ -17,7 +17,7 @@ from ..migration.remote import follow, one_rate, parse_holds, start_migration
 from ..transfer import DEFAULT_PIPE
 from ..units import format_duration, format_rate, format_size
 from . import main
-from .common import DURATION, RATE, CliContext, needs_unit, option, pass_cli, print_fields, print_json, print_table, source_state_text, binding_text
+from .common import DURATION, RATE, CliContext, needs_unit, option, pass_cli, print_fields, print_json, print_table, ready_text, source_state_text, binding_text
 
 POLL_S = 0.5
 
@@ -171,7 +171,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --to node-1 --rate 20MB/s        # fixed throttle
       slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
       slacker migrate t42 --set setpoint=900ms             # change it while it runs
-      slacker migrate t42 --to node-2 --cutover manual     # copy, catch up, then wait ready
+      slacker migrate t42 --to node-1 --cutover manual     # copy, catch up, then wait ready
       slacker migrate --cutover-now t42                    # ... and cut over now
       slacker migrate --abort t42                          # cancel; the source keeps serving
       slacker migrate --finish t42                         # past the flip: retry the last steps now
@@ -490,16 +490,6 @@ def progress_line(doc: dict) -> str:
     if doc.get("waiting_for"):
         line += f"  (handover waits for {doc['waiting_for']})"
     return line
-
-
-def ready_text(r: dict) -> str:
-    lag = "lag -" if r.get("lag_ms") is None else f"lag {r['lag_ms']:.0f}ms"
-    if r.get("lag_p99_ms") is not None:
-        lag += f" (p99 {r['lag_p99_ms']:.0f}ms)"
-    keeps = "keeps up" if r.get("keeps_up") else "LAGS"
-    return (f"ready {format_duration(r.get('ready_for_s') or 0)}, {lag}, target {keeps}; {r.get('waiting_for', '')}; "
-            f"source keeps {format_size(r.get('binlog_bytes') or 0)} of binlog, streams "
-            f"{format_rate(r.get('binlog_bytes_per_s') or 0)}")
 
 
 def print_ready(doc: dict) -> None:

@@ -9,7 +9,7 @@ import click
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
 from ..units import format_binary_size, format_size
 from . import main
-from .common import SERVER_SIZE, CliContext, option, pass_cli, print_json, print_table, source_state_text, binding_text
+from .common import SERVER_SIZE, CliContext, option, pass_cli, print_json, print_table, ready_text, source_state_text, binding_text
 
 
 def _clients(cli: CliContext):
@@ -398,6 +398,8 @@ def _migration_line(m: dict) -> str:
         line += f", verified {pct:.0f}% (table {v.get('tables_done', 0)}/{v.get('tables_total', 0)})"
     if m.get("eta_s") is not None:
         line += f", ETA {m['eta_s']:.0f}s"
+    if m.get("phase") == "ready" and m.get("ready"):  # waiting for its cutover (--cutover)
+        line += f"; {ready_text(m['ready'])}"
     if m.get("waiting"):  # past the flip, a step cannot go on: what it waits for, whether writes go on
         line += f"; {m['waiting']['message']} (for {m['waiting']['seconds']:.0f}s)"
     elif m.get("finishing_reason"):

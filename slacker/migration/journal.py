@@ -30,6 +30,9 @@ class Entry:
     source_node: str = ""
     lease_until: float = 0.0  # target: wall-clock end of the source's last lease
     note: str = ""
+    # source, state ready: what a restarted agent needs to resume the wait (the options as sent, the delta's
+    # origin and position, the tenant's port on the target, when it became ready)
+    resume: dict | None = None
     updated_at: float = field(default_factory=time.time)
 
 

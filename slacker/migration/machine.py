@@ -36,7 +36,7 @@ from .flip import Flip
 from .handover import Handover, one_line
 from .journal import Entry
 from .lease import Lease
-from .options import MigrationAborted, MigrationOptions
+from .options import MigrationAborted, MigrationOptions, MigrationRequest
 from .participants import Participants
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
@@ -256,10 +256,44 @@ class Migration:
                     self.record.verified = self.verification.result == "equal"
             if self.opts.verify_only:
                 return  # _drive rolls back: the source was never touched
-        plan = self.opts.cutover_plan()
-        if plan.waits:  # ready: the target applies continuously until the operator's time (slacker.migration.ready)
-            why = ReadyWait(self.seam, plan, self.delta_rounds.origin, self._cutover_now).run()
-            log.info("migration %s: cutting over (%s)", self.id, why)
+        if self.opts.cutover_plan().waits:
+            self._journal_ready()
+            self._ready()
+        self.handover.run()
+
+    # ---- ready: waiting for the operator's cutover ---------------------------------------------
+    def _journal_ready(self) -> None:
+        """What a restarted agent needs to resume the wait, kept before the wait begins."""
+        (file, pos), gtid = self.delta_rounds.position
+        self.journal.update(self.entry, state=SourceState.READY, resume={
+            "options": MigrationRequest(self.tenant_id, self.opts).to_wire(),
+            "origin": list(self.delta_rounds.origin), "position": [file, pos, gtid],
+            "target_port": self.target_port, "protocols": list(self.record.protocols), "ready_at": time.time()})
+
+    def _ready(self) -> None:
+        """The target applies continuously until the operator's time (slacker.migration.ready); then the
+        handover, journaled from `started` as always."""
+        resume = self.entry.resume or {}
+        already = max(0.0, time.time() - resume["ready_at"]) if resume.get("ready_at") else 0.0
+        why = ReadyWait(self.seam, self.opts.cutover_plan(), self.delta_rounds.origin, self._cutover_now,
+                        already_s=already).run()
+        log.info("migration %s: cutting over (%s)", self.id, why)
+        self.journal.update(self.entry, state=SourceState.STARTED)
+
+    def _resume_ready(self) -> None:
+        """After an agent restart with the migration ready: the target still holds its copy and applies (it
+        kept it while its lease lasted): renew the lease, wait again, then the handover. A target that
+        gave its copy up fails the lease's renewal, and the migration rolls back with the source serving."""
+        r = self.entry.resume
+        self.record.epoch_before = self.entry.epoch_before
+        self.record.protocols = tuple(r.get("protocols") or (self.node.protocol, 1))
+        self.target_port = r.get("target_port")
+        file, pos, gtid = r["position"]
+        self.delta_rounds = DeltaRounds(self.seam, ((file, int(pos)), gtid))
+        self.delta_rounds.origin = (r["origin"][0], int(r["origin"][1]))
+        self.lease.renew(timeout_s=5)
+        self.lease.start()
+        self._ready()
         self.handover.run()
 
     def _drive(self, steps) -> None:
@@ -289,6 +323,11 @@ class Migration:
         # Routers may hold the tenant for the handover that was cut short: let them go when decided.
         self.handover.release_everywhere_when_done()
         try:
+            if self.entry.state == SourceState.READY and self.entry.resume:
+                log.warning("migration %s: resuming the ready wait after an agent restart", self.id)
+                self._incoming_created = True
+                self._drive(self._resume_ready)
+                return
             if self.entry.state == SourceState.STARTED:
                 self._fail(MigrationFailed(f"migration {self.id} was interrupted",
                                            "the source agent restarted before the handover", "retry the migration",
@@ -305,6 +344,7 @@ class Migration:
                                            f"{own.node} at epoch {own.epoch}", "retry the migration",
                                            phase=Phase.RECOVERING))
         finally:
+            self.lease.stop()
             self._end()
             self.telemetry.stop()
 

@@ -37,6 +37,7 @@ class Phase(StrEnum):
 class SourceState(StrEnum):
     """The source's journal: how far the handover got, which decides recovery after a restart."""
     STARTED = "started"
+    READY = "ready"
     FENCED = "fenced"
     FLIPPING = "flipping"
     FLIPPED = "flipped"
@@ -78,11 +79,15 @@ PHASE_MOVES: dict[Phase, dict[Phase, str]] = {
     P.COPY: {P.HANDOVER: "the data directory streamed"},
     P.CLEANUP: {P.FINISHING: "a forward step failed: retried until done"},
     P.FINISHING: {},
-    P.RECOVERING: {P.FINISHING: "the directory names the target: forward; otherwise the migration fails"},
+    P.RECOVERING: {P.FINISHING: "the directory names the target: forward; otherwise the migration fails",
+                   P.READY: "the journal says ready: the wait resumes where it was, the target still applying"},
 }
 
 SOURCE_MOVES: dict[SourceState, dict[SourceState, str]] = {
-    S.STARTED: {S.FENCED: "frozen, the target ready at the final position: the fence is persisted, then set"},
+    S.STARTED: {S.FENCED: "frozen, the target ready at the final position: the fence is persisted, then set",
+                S.READY: "ready for the operator's cutover: the options and the delta's position are kept, so a "
+                         "restarted agent resumes the wait"},
+    S.READY: {S.STARTED: "the cutover begins (the plan's time, or --cutover-now): the handover journals as always"},
     S.FENCED: {S.STARTED: "the attempt is given up before the flip: unfenced, unfrozen",
                S.FLIPPING: "the compare-and-set is about to be sent (an abort is refused from here on)"},
     S.FLIPPING: {S.FLIPPED: "the directory answered: it names the target",

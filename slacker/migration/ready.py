@@ -44,11 +44,12 @@ class ReadyWait:
     """Waits, ready, until the plan says go (returns the reason) or the wait ends (MigrationAborted)."""
 
     def __init__(self, m: Seam, plan: CutoverPlan, start: tuple[str, int], now_asked: threading.Event,
-                 wall=lambda: datetime.now(timezone.utc), clock=time.monotonic) -> None:
+                 wall=lambda: datetime.now(timezone.utc), clock=time.monotonic, already_s: float = 0.0) -> None:
         self.m, self.plan = m, plan
         self.start = start          # (binlog file, offset) the delta counts from: what the source keeps for us
         self.now_asked = now_asked  # `slacker migrate --cutover-now`
         self.wall, self.clock = wall, clock
+        self.already_s = already_s  # ready before an agent restart: the timeout counts from the first moment
         self.lags: deque[float] = deque(maxlen=LAG_WINDOW)
         self._pending: deque[tuple[str, float]] = deque(maxlen=LAG_WINDOW)  # (position, read at) not applied yet
         self._binlog: deque[tuple[float, int]] = deque()  # (time, binlog bytes kept) for the rate
@@ -56,7 +57,7 @@ class ReadyWait:
     def run(self) -> str:
         m = self.m
         m.enter(Phase.READY)
-        t0 = self.clock()
+        t0 = self.clock() - self.already_s
         conn = m.source.connect(timeout_s=10)
         try:
             while True:

@@ -16,6 +16,7 @@ from .machine import Migration
 from .metrics import MigrationCollector, Tally
 from .options import MigrationOptions, MigrationRequest
 from .participants import Participants
+from .protocol import Phase, SourceState
 from .reconcile import Reconciler
 from .target import IncomingRegistry
 
@@ -62,6 +63,8 @@ class MigrationService:
     def _recover_outgoing(self) -> None:
         for entry in self.node.journal.entries("source"):
             opts = MigrationOptions(target=entry.peer)
+            if entry.state == SourceState.READY and entry.resume:  # the options it waits with, as it was sent
+                opts = MigrationRequest.from_wire(entry.resume["options"]).options
             mig = Migration(self.node, entry.tenant, opts, participants=self.participants, recovered=entry)
             log.warning("migration %s was in state %s when the agent stopped: recovering", entry.id, entry.state)
             self.node.claim(entry.tenant)
@@ -175,7 +178,8 @@ class MigrationService:
     def shutdown(self) -> None:
         """Abort what can still be aborted; a migration past its flip is left to the journal."""
         with self._lock:
-            active = [m for m in self._outgoing.values() if m.active]
+            # A migration ready for its cutover is left to its journal: the restarted agent resumes the wait.
+            active = [m for m in self._outgoing.values() if m.active and m.phase != Phase.READY]
         for m in active:
             try:
                 m.abort("the source agent is shutting down")

@@ -17,6 +17,7 @@ from slacker.agent.client import cluster_clients
 from slacker.cli import main
 from slacker.client import Endpoint, TenantClient, resolve
 
+from benchkit.faults import restart_agent
 from benchkit.migration import acked_ids_present, create_loaded_tenant, wait_migration
 
 from .conftest import routed_cluster
@@ -128,6 +129,42 @@ def test_a_wait_past_its_timeout_rolls_back_with_the_source_serving(cw):
     incoming = [m for m in cw.agents["node-1"].request("GET", "/v1/migrations")["migrations"]
                 if m.get("direction") == "incoming"]
     assert incoming == [], incoming  # nothing left on the target
+
+
+def test_a_source_agent_killed_while_ready_resumes_the_wait_and_loses_nothing(cw):
+    # s1 moved to node-2 in the first test: node-2 is its source now.
+    before = cw.directory.lookup("s1")
+    src, dst = before.node, ("node-1" if before.node == "node-2" else "node-2")
+    writer = AckedWriter(routed_client(cw, "s1"), writer_id=2, rate_per_s=50).start()  # 1 wrote s1's ids before
+    try:
+        r = cli("migrate", "s1", "--to", dst, "--cutover", "manual", "--cutover-timeout", "10m,abort")
+        assert r.exit_code == 0 and "READY" in r.output, r.output
+        mid = doc_of(cw, src, "s1")["id"]
+        restart_agent(cw.cluster, src)  # SIGKILL, then started again as its service manager would
+        # The restarted agent resumes the same migration, still ready; the writes never stopped.
+        deadline = time.monotonic() + 30
+        while True:
+            d = doc_of(cw, src, "s1")
+            if d["phase"] == "ready" and d.get("ready") and d["ready"]["keeps_up"]:
+                break
+            assert d["active"] and time.monotonic() < deadline, (d["phase"], d.get("error"))
+            time.sleep(0.2)
+        assert d["id"] == mid and d["recovered"], d
+        assert d["ready"]["cutover_timeout"] == "600s,abort"  # its options came back from the journal
+        n0 = len(writer.acked)
+        time.sleep(1.0)
+        assert len(writer.acked) > n0 and cw.directory.lookup("s1") == before, (n0, writer.errors, len(writer.unknown))
+        out = cli("migrate", "--cutover-now", "s1")
+        assert out.exit_code == 0, out.output
+        doc = wait_migration(cw.cluster, src, mid, timeout_s=120)
+        time.sleep(0.3)
+    finally:
+        writer.stop()
+    assert doc["result"] == "succeeded", doc.get("error")
+    after = cw.directory.lookup("s1")
+    assert (after.node, after.epoch) == (dst, before.epoch + 1)
+    assert writer.acked and not writer.unknown, writer.errors
+    assert acked_ids_present(cw.cluster, "s1", writer.acked) == set(), "acknowledged writes lost"
 
 
 @pytest.mark.parametrize("args, says", [

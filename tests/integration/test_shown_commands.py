@@ -175,6 +175,21 @@ def _run_abort(sh: Shell, words: list[str]) -> None:
     sh.held = None
 
 
+def _run_cutover_now(sh: Shell, words: list[str]) -> None:
+    """The shown line after `migrate ... --cutover manual` (which returned with the migration ready)."""
+    from slacker.agent.client import cluster_clients
+    agents, directory = cluster_clients(sh.cluster())
+    source = directory.lookup("t42").node
+    doc = agents[source].request("GET", "/v1/migrations/t42")
+    assert doc["active"] and doc["phase"] == "ready", (doc["phase"], doc.get("error"))
+    _, out, _ = sh.run(words)
+    assert "cutting over now" in out, out
+    end = wait_migration(sh.cluster(), source, doc["id"], timeout_s=120)
+    assert end["result"] == "succeeded", end
+    _, out, _ = sh.run(["slacker", "locate", "t42", "--json"])
+    assert json.loads(out)["node"] == doc["target"]
+
+
 def _run_finish(sh: Shell, words: list[str]) -> None:
     doc = _held_migration(sh, hold_s={"flipped": 8})
     wait_flipped(sh.cluster(), doc["id"], source=doc["source"], timeout_s=120)
@@ -281,6 +296,8 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 _run_abort(story, words)
             elif words[1:3] == ["migrate", "--finish"]:
                 _run_finish(story, words)
+            elif words[1:3] == ["migrate", "--cutover-now"]:
+                _run_cutover_now(story, words)
             elif words[1:3] == ["tenant", "register"]:
                 _restore_database(story, words)  # what the shown line presumes: the operator's dump restored
                 _, out, _ = story.run(words)
@@ -300,8 +317,8 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 if "--defaults-file" in words:
                     cnf = story.cwd / words[words.index("--defaults-file") + 1]
                     assert stat.S_IMODE(cnf.stat().st_mode) == 0o600 and "password" in cnf.read_text()
-                if words[1:2] == ["migrate"]:
-                    assert "SUCCEEDED" in out, out
+                if words[1:2] == ["migrate"]:  # a planned cutover returns ready (the next line cuts it over)
+                    assert ("READY" if "--cutover" in words else "SUCCEEDED") in out, out
         assert not set(map(tuple, shown)) - set(map(tuple, story.ran + ran_elsewhere)) - \
             ({tuple(w) for w in shown if "--netns" in w} if os.geteuid() != 0 else set())
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from slacker import ackwriter, loads, local_cluster
 from slacker.agent.client import cluster_clients
 from slacker.mariadb.rowsums import table_sums
 from slacker.client import TenantClient, resolve
+from slacker.router import local as local_router
 
 
 def create_loaded_tenant(cluster, tenant_id: str = "mig", rows: int = 4000, node: str = "node-1",
@@ -207,6 +209,19 @@ def wait_reading_in(cluster, mid: str, min_bytes: int = 1_000_000, timeout_s: fl
             return cur
         assert cur["active"] and time.monotonic() < deadline, cur
         time.sleep(0.1)
+
+
+def routed_cluster_gone(run_dir: Path, tmp: Path, label: str, writers=()) -> None:
+    """A bench's cleanup of a cluster with a router in `tmp`: its writers stopped, the router, the cluster
+    (purged) and the temp dir gone; a failure is printed, the rest still runs."""
+    for w in writers:
+        w.stop()
+    try:
+        local_router.stop(run_dir)
+    except Exception as exc:  # noqa: BLE001
+        print(f"router stop {label}: {exc}", file=sys.stderr)
+    cluster_down(run_dir, label, purge=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cluster_down(run_dir: Path, label: str = "", purge: bool = False) -> None:

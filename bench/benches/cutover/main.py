@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ from slacker.router import local as local_router
 from slacker.units import parse_duration
 from benchkit.faults import restart_agent
 from benchkit.host import machine as host_machine
-from benchkit.migration import cluster_down, create_loaded_tenant, wait_migration
+from benchkit.migration import routed_cluster_gone, create_loaded_tenant, wait_migration
 from benchkit.stats import pct, spread
 
 TENANT = "c1"
@@ -239,14 +238,7 @@ def main(argv=None) -> int:
               and (killed_at is None or resumed))
         return 0 if ok else 1
     finally:
-        for w in writers:
-            w.stop()
-        try:
-            local_router.stop(run_dir)
-        except Exception:
-            pass
-        cluster_down(run_dir, "cutover", purge=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        routed_cluster_gone(run_dir, tmp, "cutover", writers)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import tempfile
 import time
@@ -49,7 +48,7 @@ from slacker.client import Endpoint, TenantClient, resolve
 from slacker.config import load_cluster
 from slacker.router import local as local_router
 from benchkit.host import machine as host_machine
-from benchkit.migration import cluster_down
+from benchkit.migration import routed_cluster_gone
 from benchkit.stats import pct, spread
 
 CHUNK_ROWS = 2000
@@ -323,14 +322,7 @@ def main(argv=None) -> int:
               and not any(v for t, v in failed.items() if t != mover) and all(c["ok"] for c in checks.values()))
         return 0 if ok else 1
     finally:
-        for w in writers.values():
-            w.stop()
-        try:
-            local_router.stop(run_dir)
-        except Exception:
-            pass
-        cluster_down(run_dir, "shared", purge=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        routed_cluster_gone(run_dir, tmp, "shared", writers.values())
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
                    "source keeps serving) or wait (stay ready, flagged; only --cutover-now or --abort end it).")
 @option("--cutover-now", "cutover_now", is_flag=True,
               help="Cut the waiting migration of TENANT_ID over now (if it is still copying: as soon as it is "
-                   "ready).")
+                   "ready). With --verify: both sides compared online first; a difference fails the migration.")
 @option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
 @option("--finish", "finish_", is_flag=True,
@@ -207,10 +207,10 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/abort", {"reason": "aborted by the operator"})
             click.echo(f"aborting migration {doc['id']} (phase {doc['phase']})")
         if cutover_now:
-            doc = source.request("POST", f"/v1/migrations/{tenant_id}/cutover", {})
-            click.echo(f"migration {doc['id']}: cutting over " + (
-                "now" if doc["phase"] == "ready" else f"as soon as it is ready (phase {doc['phase']})")
-                + f"; follow with `slacker status`")
+            doc = source.request("POST", f"/v1/migrations/{tenant_id}/cutover", {"verify": True} if verify else {})
+            click.echo(f"migration {doc['id']}: " + ("verifying both sides, then " if verify else "") + "cutting over "
+                       + ("now" if doc["phase"] == "ready" else f"as soon as it is ready (phase {doc['phase']})")
+                       + "; follow with `slacker status`")
         if finish_:
             doc = source.request("POST", f"/v1/migrations/{tenant_id}/finish", {})
             click.echo(f"migration {doc['id']}: retrying its forward steps now (phase {doc['phase']}"

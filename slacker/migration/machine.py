@@ -40,7 +40,7 @@ from .options import MigrationAborted, MigrationOptions, MigrationRequest
 from .participants import Participants
 from .peer import TargetPeer
 from .protocol import PHASE_MOVES, Phase, SourceState, check
-from .ready import ReadyWait
+from .ready import CutoverAsked, ReadyWait
 from .rounds import DeltaRounds
 from .noreturn import PointOfNoReturn
 from .record import LiveFigures, MigrationRecord, new_id
@@ -94,7 +94,7 @@ class Migration:
         self._source_stopped = False
         self._retired_copy = None  # the old copy, set aside at retire; its files deleted after the result
         self._finish_now = threading.Event()
-        self._cutover_now = threading.Event()  # `slacker migrate --cutover-now`
+        self._cutover_now = CutoverAsked()  # `slacker migrate --cutover-now [--verify]`
         self.finish_backoff_s = 0.5  # the first wait before a failed forward step is retried; then doubling
         # The roles the phase machine sequences, one file each; each sees the migration through one seam
         # (slacker.migration.seams) and hands back what it decides.
@@ -160,16 +160,17 @@ class Migration:
         """`slacker migrate --finish`: retry the forward steps at once instead of at the next backoff."""
         self._finish_now.set()
 
-    def cutover_now(self) -> None:
-        """`slacker migrate --cutover-now`: a migration that waits for its cutover goes at once when ready (or
-        as soon as its delta converges, if it is still copying). Conflict for one that never waits."""
+    def cutover_now(self, verify: bool = False) -> None:
+        """`slacker migrate --cutover-now [--verify]`: a migration that waits for its cutover goes at once when
+        ready (or as soon as its delta converges, if it is still copying), compared online first with
+        `verify`. Conflict for one that never waits."""
         if not self.opts.cutover_plan().waits:
             raise Conflict(f"migration {self.id} does not wait for a cutover",
                            "it was started with --cutover auto: it cuts over as soon as its delta converges", "")
         if self.phase not in (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT, Phase.PREPARE, Phase.DELTA,
                               Phase.VERIFY, Phase.READY):
             raise Conflict(f"migration {self.id} is already cutting over", f"it is in {self.phase}", "")
-        self._cutover_now.set()
+        self._cutover_now.ask(verify)
 
     def pause(self) -> None:
         """`--set pause` of a migration without a controller: rate 0, the rate before kept for `resume`."""
@@ -247,19 +248,23 @@ class Migration:
         self._prepare()
         self.delta_rounds.run()
         if self.opts.verify:
-            self.enter(Phase.VERIFY)
-            self.verification = OnlineVerification(self.seam)
-            try:
-                self.verification.run()
-            finally:  # its verdict, equal or not (a failure on the way leaves it None)
-                if self.verification.result is not None:
-                    self.record.verified = self.verification.result == "equal"
+            self._verify()
             if self.opts.verify_only:
                 return  # _drive rolls back: the source was never touched
         if self.opts.cutover_plan().waits:
             self._journal_ready()
             self._ready()
         self.handover.run()
+
+    def _verify(self) -> None:
+        """Both sides compared row by row at one position, online (slacker.verify); a difference fails."""
+        self.enter(Phase.VERIFY)
+        self.verification = OnlineVerification(self.seam)
+        try:
+            self.verification.run()
+        finally:  # its verdict, equal or not (a failure on the way leaves it None)
+            if self.verification.result is not None:
+                self.record.verified = self.verification.result == "equal"
 
     # ---- ready: waiting for the operator's cutover ---------------------------------------------
     def _journal_ready(self) -> None:
@@ -278,6 +283,8 @@ class Migration:
         why = ReadyWait(self.seam, self.opts.cutover_plan(), self.delta_rounds.origin, self._cutover_now,
                         already_s=already).run()
         log.info("migration %s: cutting over (%s)", self.id, why)
+        if self._cutover_now.verify:  # `--cutover-now --verify`: compared now, while the source still serves
+            self._verify()
         self.journal.update(self.entry, state=SourceState.STARTED)
 
     def _resume_ready(self) -> None:

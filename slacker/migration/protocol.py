@@ -72,7 +72,8 @@ PHASE_MOVES: dict[Phase, dict[Phase, str]] = {
     P.VERIFY: {P.DELTA: "equal: rounds catch up what was written meanwhile (--verify-only ends here)",
                P.READY: "equal, and --cutover other than auto: waiting for the operator's time"},
     P.READY: {P.DELTA: "the plan's time came with the target keeping up, or --cutover-now: the last rounds, "
-                       "then the handover"},
+                       "then the handover",
+              P.VERIFY: "--cutover-now --verify: both sides compared online first, the source serving"},
     P.HANDOVER: {P.DELTA: "an attempt over budget, or a wait for a long transaction: more rounds first",
                  P.CLEANUP: "the directory names the target (the point of no return passed)",
                  P.FINISHING: "past the flip, a forward step failed: retried until done"},

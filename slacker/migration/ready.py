@@ -33,6 +33,21 @@ LAG_WINDOW = 3600       # seconds of lag kept for the p99 and the maximum (the l
 COST_WINDOW_S = 10.0    # the binlog rate is over this many seconds
 
 
+class CutoverAsked:
+    """`slacker migrate --cutover-now [--verify]`, from the API's thread to the migration's."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.verify = False  # compare both sides online first (--verify with --cutover-now)
+
+    def ask(self, verify: bool = False) -> None:
+        self.verify = self.verify or verify
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
 def percentile(values, q: float) -> float | None:
     if not values:
         return None
@@ -43,7 +58,7 @@ def percentile(values, q: float) -> float | None:
 class ReadyWait:
     """Waits, ready, until the plan says go (returns the reason) or the wait ends (MigrationAborted)."""
 
-    def __init__(self, m: Seam, plan: CutoverPlan, start: tuple[str, int], now_asked: threading.Event,
+    def __init__(self, m: Seam, plan: CutoverPlan, start: tuple[str, int], now_asked: CutoverAsked,
                  wall=lambda: datetime.now(timezone.utc), clock=time.monotonic, already_s: float = 0.0) -> None:
         self.m, self.plan = m, plan
         self.start = start          # (binlog file, offset) the delta counts from: what the source keeps for us

@@ -245,7 +245,7 @@ def attach(node, server, participants: Participants) -> None:
         m = svc.get(mid)
         if not m.active:
             raise Conflict(f"migration {m.id} already ended", f"result: {m.result}", "")
-        m.cutover_now()
+        m.cutover_now(verify=bool(body.get("verify")))
         return m.to_dict()
 
     @server.route("POST", f"/v1/migrations/{MID}/set")

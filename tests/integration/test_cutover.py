@@ -75,8 +75,8 @@ def writable(ep) -> bool:
         conn.close()
 
 
-@pytest.mark.parametrize("tenant", ["w1", "s1"])
-def test_a_manual_cutover_waits_ready_while_the_source_serves_then_goes_on_request(cw, tenant):
+@pytest.mark.parametrize("tenant, verify", [("w1", False), ("s1", True)])
+def test_a_manual_cutover_waits_ready_while_the_source_serves_then_goes_on_request(cw, tenant, verify):
     before = cw.directory.lookup(tenant)
     writer = AckedWriter(routed_client(cw, tenant), rate_per_s=50).start()
     try:
@@ -98,7 +98,7 @@ def test_a_manual_cutover_waits_ready_while_the_source_serves_then_goes_on_reque
         status = cli("status")
         assert status.exit_code == 0 and "ready" in status.output, status.output
 
-        out = cli("migrate", "--cutover-now", tenant)
+        out = cli("migrate", "--cutover-now", tenant, *(["--verify"] if verify else []))
         assert out.exit_code == 0 and "cutting over now" in out.output, out.output
         doc = wait_migration(cw.cluster, "node-1", docs[-1]["id"], timeout_s=120)
         time.sleep(0.3)
@@ -106,6 +106,9 @@ def test_a_manual_cutover_waits_ready_while_the_source_serves_then_goes_on_reque
         writer.stop()
     assert doc["result"] == "succeeded", doc.get("error")
     assert [p["name"] for p in doc["phases"]].count("ready") == 1
+    if verify:  # --cutover-now --verify: compared after the wait, before the handover
+        names = [p["name"] for p in doc["phases"]]
+        assert names.index("verify") > names.index("ready") and doc["verified"] is True, names
     assert doc["freeze_ms"] is not None and doc["freeze_ms"] < 500
     after = cw.directory.lookup(tenant)
     assert (after.node, after.epoch) == ("node-2", before.epoch + 1)

@@ -6,6 +6,8 @@ One cluster for the module, in order."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from types import SimpleNamespace
 
@@ -16,9 +18,10 @@ from slacker.ackwriter import AckedWriter
 from slacker.agent.client import cluster_clients
 from slacker.cli import main
 from slacker.client import Endpoint, TenantClient, resolve
+from slacker.procs import read_pid
 
 from benchkit.faults import restart_agent
-from benchkit.migration import acked_ids_present, create_loaded_tenant, wait_migration
+from benchkit.migration import acked_ids_present, create_loaded_tenant, node_dir, wait_migration
 
 from .conftest import routed_cluster
 
@@ -198,3 +201,28 @@ def test_cutover_now_without_a_waiting_migration_is_refused_in_one_line(cw):
     r = cli("migrate", "--cutover-now", "s2")
     assert r.exit_code != 0 and "no migration s2" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_the_source_server_killed_while_ready_rolls_back_and_it_serves_again(cw):
+    before = cw.directory.lookup("w1")  # on node-2 since the first test
+    other = "node-1" if before.node == "node-2" else "node-2"
+    r = cli("migrate", "w1", "--to", other, "--cutover", "manual")
+    assert r.exit_code == 0 and "READY" in r.output, r.output
+    mid = doc_of(cw, before.node, "w1")["id"]
+    pid = read_pid(node_dir(cw.cluster, before.node) / "tenants" / "w1" / "run" / "mariadbd.pid")
+    os.kill(pid, signal.SIGKILL)
+    doc = wait_migration(cw.cluster, before.node, mid, timeout_s=60)
+    assert doc["result"] == "failed" and doc["error"]["phase"] == "ready", doc.get("error")
+    assert cw.directory.lookup("w1") == before  # never flipped
+    incoming = [m for m in cw.agents[other].request("GET", "/v1/migrations")["migrations"]
+                if m.get("direction") == "incoming"]
+    assert incoming == [], incoming  # nothing left on the target
+    deadline = time.monotonic() + 30  # its supervisor brings the source's server back, writable
+    while True:
+        try:
+            if writable(resolve("w1", cw.cluster)):
+                break
+        except Exception:  # noqa: BLE001 - still restarting
+            pass
+        assert time.monotonic() < deadline, "the source's server did not come back"
+        time.sleep(0.5)

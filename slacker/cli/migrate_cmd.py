@@ -193,14 +193,19 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
                            f"slacker migrate {settings[-1]} --set {tenant_id}")
     validate_tenant_id(tenant_id)
     body = parse_settings(settings) if settings else {}  # checked before any node is asked
+    actions = [name for name, given in (("--abort", abort_), ("--finish", finish_), ("--cutover-now", cutover_now),
+                                        ("--set", settings)) if given]
+    if len(actions) > 1:
+        raise InvalidInput(f"{' and '.join(actions)} exclude each other", "each acts on the running migration", "pick one")
+    if actions and verify and actions != ["--cutover-now"]:
+        raise InvalidInput(f"--verify does not apply to {actions[0]}",
+                           "it compares both sides before a handover", "give it to the migration, or with --cutover-now")
     cluster = cli.cluster()
     agents, directory = cluster_clients(cluster)
     own = directory.lookup(tenant_id)
     source = agents[own.node]
 
-    if abort_ or finish_ or settings or cutover_now:
-        if sum(map(bool, (abort_, finish_, settings, cutover_now))) > 1:
-            raise InvalidInput("--abort, --finish, --cutover-now and --set exclude each other", "pick one", "")
+    if actions:
         # After the flip the directory names the target; the migration runs on the old owner.
         source = _migration_agent(agents, tenant_id) or source
         if abort_:

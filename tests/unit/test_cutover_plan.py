@@ -74,3 +74,17 @@ def test_the_plan_round_trips_through_its_spec():
         plan = CutoverPlan.parse(spec, "6h,wait", now=NOW)
         again = CutoverPlan.parse(plan.spec(), plan.timeout_spec(), now=NOW)
         assert again == plan
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--abort", "t42", "--cutover-now"], "--abort and --cutover-now exclude each other"),
+    (["--finish", "t42", "--set", "pause"], "--finish and --set exclude each other"),
+    (["--abort", "t42", "--verify"], "--verify does not apply to --abort"),
+])
+def test_actions_on_a_running_migration_are_checked_before_any_node_is_asked(args, says, tmp_path):
+    from click.testing import CliRunner
+
+    from slacker.cli import main
+
+    r = CliRunner().invoke(main, ["--cluster", str(tmp_path / "none.toml"), "migrate", *args])
+    assert r.exit_code == 2 and says in r.output, r.output

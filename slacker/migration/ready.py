@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from ..delta import gtid as gtids
 from ..errors import CatchUpTimeout
 from ..mariadb import ops
+from ..ycsb.metrics import percentile_sorted
 from .cutover import CutoverPlan, KEEPS_UP_LAG_S
 from .options import MigrationAborted
 from .protocol import Phase
@@ -46,13 +47,6 @@ class CutoverAsked:
 
     def is_set(self) -> bool:
         return self._event.is_set()
-
-
-def percentile(values, q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 class ReadyWait:
@@ -150,7 +144,7 @@ class ReadyWait:
         recent = lags[-10:]
         return ReadyState(
             ready_for_s=round(ready_for, 1), lag_ms=None if lag_s is None else round(lag_s * 1000, 1),
-            lag_p99_ms=_ms(percentile(lags, 0.99)), lag_max_ms=_ms(max(lags) if lags else None),
+            lag_p99_ms=_ms(percentile_sorted(sorted(lags), 99) if lags else None), lag_max_ms=_ms(max(lags) if lags else None),
             keeps_up=bool(recent) and max(recent) <= KEEPS_UP_LAG_S and not behind, behind=behind, waiting_for=why,
             past_timeout=timed_out, binlog_bytes=kept, binlog_bytes_per_s=round(self._binlog_rate(), 1),
             cutover=self.plan.spec(), cutover_timeout=self.plan.timeout_spec())

@@ -165,6 +165,9 @@ ACCESS: tuple[Access, ...] = (
     Access("POST", f"/v1/migrations/{_M}/cutover", "cut migrations over"),
     Access("POST", f"/v1/migrations/{_M}/set", "steer migrations"),
     Access("GET", f"/v1/migrations/{_M}/series", "read a migration's time series", READ),
+    # old copies kept after a move (--keep-source), for --revert
+    Access("GET", "/v1/kept", "list kept copies", READ),
+    Access("POST", f"/v1/kept/{_T}/release", "release kept copies"),
     # the target's half of a migration, as the source's agent (admin) drives it
     Access("GET", f"/v1/incoming/{_M}", "read an incoming migration", READ),
     Access("POST", "/v1/incoming", "receive migrations"),

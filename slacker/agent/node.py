@@ -364,5 +364,6 @@ class Node:
             doc.update(manager.status())
         if self.migrations is not None:
             doc["migrations"] = self.migrations.list()
+            doc["kept"] = self.migrations.kept.list()  # old copies kept after a move (--keep-source)
             doc["warnings"] = self.migrations.reconciler.warnings()  # leftovers a person should look at
         return doc

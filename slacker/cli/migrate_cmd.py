@@ -131,6 +131,18 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
 @option("--cutover-now", "cutover_now", is_flag=True,
               help="Cut the waiting migration of TENANT_ID over now (if it is still copying: as soon as it is "
                    "ready). With --verify: both sides compared online first; a difference fails the migration.")
+@option("--keep-source", "keep_source", type=DURATION, default=None, metavar="DURATION", show_default="0s",
+              help="After the flip, keep the old copy this long instead of retiring it: fenced (it never takes a "
+                   "client write), replicating from the new owner, so `--revert` can move the tenant back with a "
+                   "freeze only, nothing copied. Whole-server tenants. It costs the old node a running server and "
+                   "the new owner a replication stream. See docs/migration.md, The way back.")
+@option("--revert", "revert", is_flag=True,
+              help="Move TENANT_ID back onto the old copy a --keep-source move kept: the kept copy catches up, then "
+                   "the usual handover (freeze, fence, flip); 0 bytes copied. The copy it leaves is retired, or "
+                   "kept with --keep-source.")
+@option("--release", "release", is_flag=True,
+              help="Retire the kept old copy of TENANT_ID now (before its --keep-source time ends): no way back "
+                   "without a copy after this.")
 @option("--abort", "abort_", is_flag=True,
               help="Abort the running migration of TENANT_ID (refused once the ownership flip was sent).")
 @option("--finish", "finish_", is_flag=True,
@@ -160,7 +172,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             mode: str,
             pipe: str | None, data_path: str | None, snapshot: str | None, plain_stream: bool, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, cutover: str, cutover_timeout: str | None, cutover_now: bool,
-            abort_: bool, finish_: bool, handover_attempts: int,
+            keep_source: float | None, revert: bool, release: bool, abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
             detach: bool, as_json: bool) -> None:
     """Move TENANT_ID to another node while it keeps serving.
@@ -173,6 +185,9 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --set setpoint=900ms             # change it while it runs
       slacker migrate t42 --to node-1 --cutover manual     # copy, catch up, then wait ready
       slacker migrate --cutover-now t42                    # ... and cut over now
+      slacker migrate t42 --to node-2 --keep-source 1h     # keep the old copy, fenced, for an hour
+      slacker migrate --revert t42                         # ... and move back onto it, nothing copied
+      slacker migrate --release t42                        # ... or drop it now
       slacker migrate --abort t42                          # cancel; the source keeps serving
       slacker migrate --finish t42                         # past the flip: retry the last steps now
 
@@ -194,16 +209,32 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     validate_tenant_id(tenant_id)
     body = parse_settings(settings) if settings else {}  # checked before any node is asked
     actions = [name for name, given in (("--abort", abort_), ("--finish", finish_), ("--cutover-now", cutover_now),
-                                        ("--set", settings)) if given]
+                                        ("--set", settings), ("--release", release), ("--revert", revert))
+               if given]
     if len(actions) > 1:
         raise InvalidInput(f"{' and '.join(actions)} exclude each other", "each acts on the running migration", "pick one")
     if actions and verify and actions != ["--cutover-now"]:
         raise InvalidInput(f"--verify does not apply to {actions[0]}",
                            "it compares both sides before a handover", "give it to the migration, or with --cutover-now")
+    if revert and target:
+        raise InvalidInput("--revert and --to exclude each other", "a revert goes to the node that keeps the old copy",
+                           "drop --to")
+    if keep_source and actions not in ([], ["--revert"]):
+        raise InvalidInput(f"--keep-source does not apply to {actions[0]}", "it is given to a migration", "drop it")
     cluster = cli.cluster()
     agents, directory = cluster_clients(cluster)
     own = directory.lookup(tenant_id)
     source = agents[own.node]
+    if release:
+        node = _kept_node(agents, tenant_id)
+        doc = agents[node].request("POST", f"/v1/kept/{tenant_id}/release", {"reason": "released by the operator"},
+                                   timeout_s=120)
+        click.echo(f"released the kept copy of {tenant_id} on {node} (it followed {doc['owner']}): no way back "
+                   "without a copy now")
+        return
+    if revert:
+        target = _kept_node(agents, tenant_id)
+        actions = []
 
     if actions:
         # After the flip the directory names the target; the migration runs on the old owner.
@@ -244,17 +275,22 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
     if plan.waits and max_duration is not None:
         raise InvalidInput(f"--max-duration and --cutover {cutover} exclude each other",
                            "a migration that waits ready ends by --cutover-timeout", "drop --max-duration")
-    request = MigrationRequest.checked(tenant_id, MigrationOptions(
-        cutover=plan.spec(), cutover_timeout=cutover_timeout or "",
-        target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
-        handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
-        max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
-        snapshot=snapshot or "auto", plain_stream=plain_stream,
-        hold_s=parse_holds(hold) or None, delta_applier=delta_applier or DEFAULT_APPLIER,
-        delta_mpl=delta_mpl or DEFAULT_MPL, delta_catchup=catchup_mode,
-        controller=_controller(setpoint, max_rate=max_rate, latency_sources=latency_sources,
-                               kind_name=controller_kind, gains=gains, window=window, step=step, force=force,
-                               target_setpoint=target_setpoint, target_guard=not no_target_guard)))
+    if revert:
+        request = MigrationRequest.checked(tenant_id, MigrationOptions(
+            target=target, revert=True, keep_source_s=keep_source or 0.0, max_freeze_s=max_freeze,
+            handover_attempts=handover_attempts, handover_wait_s=handover_wait, hold_s=parse_holds(hold) or None))
+    else:
+        request = MigrationRequest.checked(tenant_id, MigrationOptions(
+            keep_source_s=keep_source or 0.0, cutover=plan.spec(), cutover_timeout=cutover_timeout or "",
+            target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
+            handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
+            max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
+            snapshot=snapshot or "auto", plain_stream=plain_stream,
+            hold_s=parse_holds(hold) or None, delta_applier=delta_applier or DEFAULT_APPLIER,
+            delta_mpl=delta_mpl or DEFAULT_MPL, delta_catchup=catchup_mode,
+            controller=_controller(setpoint, max_rate=max_rate, latency_sources=latency_sources,
+                                   kind_name=controller_kind, gains=gains, window=window, step=step, force=force,
+                                   target_setpoint=target_setpoint, target_guard=not no_target_guard)))
     doc = start_migration(source, request)
     mid = doc["id"]
     if detach:
@@ -425,6 +461,20 @@ def _migration_agent(agents: dict, tenant_id: str):
         if any(m.get("tenant") == tenant_id and m.get("active") and m.get("source") for m in doc["migrations"]):
             return agent
     return None
+
+
+def _kept_node(agents: dict, tenant_id: str) -> str:
+    """The node that keeps the old copy of the tenant (--keep-source); NotFound, in one line, when none does."""
+    for name, agent in agents.items():
+        try:
+            doc = agent.request("GET", "/v1/kept", timeout_s=10)
+        except SlackerError:
+            continue
+        if any(k.get("tenant") == tenant_id for k in doc.get("kept") or []):
+            return name
+    raise NotFound(f"no node keeps an old copy of {tenant_id}",
+                   "its last move did not keep its source (--keep-source), or the copy was released or its time ended",
+                   "a move back needs a copy: `slacker migrate TENANT --to NODE`")
 
 
 def _is_setting(text: str) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
-from ..units import format_binary_size, format_size
+from ..units import format_binary_size, format_duration, format_size
 from . import main
 from .common import SERVER_SIZE, CliContext, option, pass_cli, print_json, print_table, ready_text, source_state_text, binding_text
 
@@ -316,8 +316,9 @@ def status(cli: CliContext, node_name: str | None, pattern: str | None, state: s
         if summary:
             up = sum(1 for t in ts if _state(t) == "up")
             return f"{len(ts)} ({up} up)" if ts else "0"
+        kept = {k["tenant"] for k in n.get("kept") or []}
         return ", ".join(t["id"] + (f" ({t['kind']})" if t.get("kind", "server") != "server" else "")
-                         for t in ts) or "-"
+                         + (" (kept)" if t["id"] in kept else "") for t in ts) or "-"
 
     click.echo(f"cluster file: {cluster.path} (from {cluster.found_by})")
     print_table(["NODE", "URL", "PROTOCOL", "STATE", "TENANTS", "MIGRATIONS"],
@@ -330,6 +331,8 @@ def status(cli: CliContext, node_name: str | None, pattern: str | None, state: s
         for m in n.get("migrations", []) or []:
             if m.get("active"):
                 click.echo(_migration_line(m))
+        for k in n.get("kept") or []:
+            click.echo(kept_line(k))
         if not n["reachable"]:
             click.echo(f"{n['node']}: {n['error']}")
         for w in n.get("warnings", []) or []:
@@ -376,6 +379,17 @@ def _directory_line(cluster, health: dict) -> str:
     if health.get("healthy"):
         return f"directory: sqlite on {cluster.directory_node}, healthy"
     return f"directory: sqlite on {cluster.directory_node} UNAVAILABLE: {health.get('error', '?')}"
+
+
+def kept_line(k: dict) -> str:
+    """One kept old copy (--keep-source): whom it follows, how far behind, until when, what to do with it."""
+    how = ("replicating" if k.get("replicating") else "NOT REPLICATING") + (
+        f", lag {k['lag_s']:.0f}s" if k.get("lag_s") is not None else "")
+    line = (f"{k['node']}: kept copy of {k['tenant']} (fenced; owner {k['owner']}, epoch {k['epoch']}), {how}, "
+            f"released in {format_duration(k.get('left_s') or 0)}")
+    if k.get("error"):
+        line += f"; {k['error']}"
+    return line + f"; back: slacker migrate --revert {k['tenant']}; drop: slacker migrate --release {k['tenant']}"
 
 
 def _migration_line(m: dict) -> str:

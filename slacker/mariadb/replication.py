@@ -132,6 +132,12 @@ def slave_status(conn, name: str) -> dict:
     return rows[0] if rows else {}
 
 
+def connection_status(conn, name: str) -> dict:
+    """The status of replication connection `name` ({} when there is none; SHOW SLAVE 'name' STATUS errs then)."""
+    rows = _run(conn, "SHOW ALL SLAVES STATUS", cursor=pymysql.cursors.DictCursor)
+    return next((r for r in rows if r.get("Connection_name") == name), {})
+
+
 def set_parallel_mode(conn, mode: str) -> None:
     """slave_parallel_mode (optimistic, conservative, ...): takes effect at the next START SLAVE."""
     _run(conn, "SET GLOBAL slave_parallel_mode = %s", (mode,))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..channels import url_may_carry_secrets
 from ..backup import BackupPosition, commit_lock_event, directory_bytes, select_tool
+from ..mariadb import ops
 from ..errors import AgentUnavailable, Conflict, InvalidInput, MigrationFailed, NotFound, SlackerError
 from ..transfer import TLS_PIPES, blame, make_pipe
 from ..transfer.native import wants_splice
@@ -243,6 +244,11 @@ class Migration:
     def _live(self) -> None:
         """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
         self.enter(Phase.PREFLIGHT)
+        if self.opts.revert:  # back onto the kept copy: nothing to copy, it replicates from here already
+            self._preflight_revert()
+            self.delta_rounds.run()
+            self.handover.run()
+            return
         self._preflight()
         self._snapshot()
         self._prepare()
@@ -443,7 +449,12 @@ class Migration:
                     self.hold_point("activated")
                     self.handover.release_routers(after_flip=True)  # the target takes writes now
                 with self.record.steps.timed("retire"):
-                    pending = self.source.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
+                    if self.opts.keep_source_s:  # kept, fenced, replicating from the new owner (slacker.migration.kept)
+                        self.hold_point("keep")
+                        self.record.kept = self.source.keep(self.id, self.entry.final_gtid or "", self.opts.keep_source_s)
+                        pending = None
+                    else:
+                        pending = self.source.retire(self.id, pause=lambda step: self.hold_point(f"retire-{step}"))
                 if pending is not None:
                     self._retired_copy = pending
                 self.journal.remove(self.entry)
@@ -583,6 +594,37 @@ class Migration:
             **({"plain_stream": True} if self.opts.plain_stream else {}),
             **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self._target_made(doc)
+
+    def _preflight_revert(self) -> None:
+        """A move back onto the node that keeps the tenant's old copy: that node adopts it as this move's
+        target (fenced, replicating from here since the flip); the delta rounds start from here and now."""
+        if self.opts.target == self.source_name:
+            raise InvalidInput(f"tenant {self.tenant_id} is already on {self.source_name}",
+                               "source and target are the same node", "")
+        self.node.cluster.node(self.opts.target)
+        own = self.node.directory.lookup(self.tenant_id)
+        if own.node != self.source_name:
+            raise Conflict(f"tenant {self.tenant_id} is owned by {own.node}", f"not by {self.source_name}",
+                           "ask the owner's agent")
+        self.record.epoch_before = own.epoch
+        self.source.inspect(live=True)
+        self.tool = None
+        self._before_target(own)
+        with self.record.steps.timed("target_create"):
+            doc = self.peer.create({"revert": True, "migration_id": self.id, "tenant": self.tenant_id,
+                                    "source_node": self.source_name, "epoch_before": own.epoch,
+                                    "lease_ttl_s": self.opts.lease_ttl_s,
+                                    **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})},
+                                   phase=Phase.PREFLIGHT)
+        self.lease.granted_now()
+        self.lease.start()
+        conn = self.source.connect(timeout_s=10)
+        try:
+            p = ops.binlog_position(conn)
+        finally:
+            ops.close_quietly(conn)
+        self.record.bytes_total = 0
+        self.delta_rounds = DeltaRounds(self.seam, ((p.file, p.pos), str(doc.get("applied_gtid") or p.gtid)))
 
     def _before_target(self, own) -> None:
         """What every move checks and journals before it asks the target to make anything."""

@@ -13,6 +13,7 @@ from ..transfer import DATA_PATHS, DEFAULT_PIPE
 from .cutover import CutoverPlan
 
 MODES = ("live", "stop-and-copy")
+MAX_KEEP_S = 30 * 24 * 3600.0  # --keep-source at most
 
 
 @dataclass
@@ -63,6 +64,12 @@ class MigrationOptions:
     # (DURATION[,abort|wait], "" for 24h,abort) counts from the moment it is ready.
     cutover: str = "auto"
     cutover_timeout: str = ""
+    # After the flip, keep the old copy this long (fenced, replicating from the new owner: slacker.migration.kept)
+    # so `--revert` moves the tenant back with a freeze only; 0: retired at the flip.
+    keep_source_s: float = 0.0
+    # A move back to the node that keeps the tenant's old copy (`slacker migrate --revert`): no snapshot, the kept
+    # copy catches up and the handover runs as in any move.
+    revert: bool = False
 
     def cutover_plan(self) -> CutoverPlan:
         """The plan, as the agent reads it: a time that passed while the copy ran is taken as now."""
@@ -111,6 +118,17 @@ class MigrationOptions:
             raise InvalidInput(f"lease {self.lease_ttl_s}s is out of range", "use 2s to 600s", "")
         if not isinstance(self.cutover, str) or not isinstance(self.cutover_timeout, str):
             raise InvalidInput("cutover and cutover_timeout must be strings", "", "")
+        if not isinstance(self.keep_source_s, (int, float)) or not 0 <= self.keep_source_s <= MAX_KEEP_S:
+            raise InvalidInput(f"--keep-source {self.keep_source_s!r} is out of range", "use 0s to 30d", "for example 1h")
+        if self.keep_source_s and (self.mode != "live" or self.verify_only):
+            raise InvalidInput("--keep-source needs a live migration that cuts over",
+                               "stop-and-copy stops the source, --verify-only never flips", "drop --keep-source")
+        if not isinstance(self.revert, bool):
+            raise InvalidInput("revert must be true or false", f"got {self.revert!r}", "")
+        if self.revert and (self.mode != "live" or self.verify_only or self.snapshot != "auto"
+                            or self.cutover_plan().waits):
+            raise InvalidInput("--revert takes no --mode, --snapshot, --verify-only or --cutover",
+                               "a revert copies nothing and cuts over as soon as the kept copy caught up", "drop them")
         if self.cutover_plan().waits:
             if self.mode != "live":
                 raise InvalidInput(f"--cutover {self.cutover} needs a live migration",

@@ -63,7 +63,9 @@ PHASE_MOVES: dict[Phase, dict[Phase, str]] = {
     P.PENDING: {P.PREFLIGHT: "started by `slacker migrate` or the rebalancer",
                 P.RECOVERING: "the source agent restarted with the migration in its journal"},
     P.PREFLIGHT: {P.SNAPSHOT: "live: both agents, the tenant and the target checked; the target created",
-                  P.COPY: "stop-and-copy: the same checks"},
+                  P.COPY: "stop-and-copy: the same checks",
+                  P.DELTA: "--revert: the node keeping the old copy adopted it as the target (it replicates from "
+                           "here since the flip): nothing to copy"},
     P.SNAPSHOT: {P.PREPARE: "the hot backup streamed and acknowledged by the target"},
     P.PREPARE: {P.DELTA: "the target prepared the copy, started it fenced and replicates"},
     P.DELTA: {P.HANDOVER: "the remaining delta fits half of --max-freeze",

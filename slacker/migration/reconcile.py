@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import AgentUnavailable, SlackerError
+from .kept import may_take_writes
 
 log = logging.getLogger("slacker.reconcile")
 
@@ -101,8 +102,11 @@ class Reconciler:
             if own is None:
                 continue  # not (or no longer) in the directory: created or deleted right now
             try:
-                if own.node == self.node.name and t.info.fenced:
+                kept = t.info.extra.get("kept")
+                if t.info.fenced and may_take_writes(kept, own.node, own.epoch, self.node.name):
                     log.warning("tenant %s is fenced but the directory names this node: unfencing", t.id)
+                    if kept:  # an old copy a later flip gave back: its replication from the old owner goes first
+                        self.node.migrations.kept.adopted(t)
                     self.node.tenants.set_fenced(t, False)
                 elif own.node != self.node.name and not t.info.fenced:
                     log.error("tenant %s runs writable here but the directory names %s: fencing it", t.id,

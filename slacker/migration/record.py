@@ -83,6 +83,7 @@ class MigrationRecord:
         self.handover_step = ""  # the last step the current handover attempt reached (locked, fenced, ...)
         self.waiting_for = ""  # what the handover waits for before it may freeze (a long transaction, DDL)
         self.ready: ReadyState | None = None  # the ready phase's last second (--cutover other than auto)
+        self.kept: dict | None = None  # --keep-source: where and until when the old copy is kept (slacker.migration.kept)
         self.holding = ""  # the fault-injection point (hold_s) it pauses at now
         self.outage_s: float | None = None  # directory unreachable at the flip, source fenced meanwhile
         self.finishing_reason = ""
@@ -216,6 +217,8 @@ class MigrationRecord:
             "duration_s": round((self.finished_at or time.monotonic()) - self.created, 3),
             # the ready phase (--cutover): lag, what it waits for, what it costs the source (slacker.migration.ready)
             "ready": asdict(self.ready) if self.ready is not None else None,
+            # a move back onto a kept copy (--revert: nothing copied); the old copy this move keeps (--keep-source)
+            "revert": opts.revert, "kept": self.kept,
             "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
             # which latency the controller steered by, per tenant, and why (slacker.throttle.LatencyChoice)
             "latency_source": live.latency_source,

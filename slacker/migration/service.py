@@ -12,6 +12,7 @@ from ..controller.loop import CopyRate
 from ..errors import CatchUpTimeout, Conflict, InvalidInput, NotFound
 from ..transfer import TLS_PIPES
 from ..trash import TrashName, as_field, discard, sweep, sweep_building
+from .kept import KeptCopies
 from .machine import Migration
 from .metrics import MigrationCollector, Tally
 from .options import MigrationOptions, MigrationRequest
@@ -38,6 +39,7 @@ class MigrationService:
         sweep_building(node.tenants.tenants_dir)
         sweep_building(node.tenants.seed.root)
         node.tenants.sweep()
+        self.kept = KeptCopies(node)  # old copies kept after a move (--keep-source), for --revert
         self.incoming = IncomingRegistry(node, participants)
         self._clean_work_dirs()
         self._recover_outgoing()
@@ -102,6 +104,9 @@ class MigrationService:
                                    options.snapshot)
         if self.node.kind_here(tenant_id) == "server":
             self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
+        elif options.keep_source_s or options.revert:
+            raise InvalidInput(f"tenant {tenant_id} shares a server: --keep-source and --revert are for whole-server "
+                               "tenants", "a shared tenant's old copy is not kept yet", "drop --keep-source")
         if self.node.config.tls is not None and not TLS_PIPES.get(options.pipe):
             raise InvalidInput(f"the {options.pipe} pipe cannot be used: this cluster requires TLS",
                                "pv | nc sends the backup in plain text", "use --pipe native (the default)")
@@ -172,6 +177,7 @@ class MigrationService:
         """From the supervisor: settle expired incoming leases, reconcile idle tenants with the directory,
         finish removals of work directories a crash cut short."""
         self.incoming.tick()
+        self.kept.tick()
         self.reconciler.tick()
         sweep(self.work_root)
 
@@ -262,6 +268,15 @@ def attach(node, server, participants: Participants) -> None:
         m = svc.get(mid)
         path = Path(m.record.series_path)
         return {"path": str(path), "lines": path.read_text().splitlines() if path.exists() else []}
+
+    # ---- kept sources (slacker.migration.kept) -----------------------------------------------
+    @server.route("GET", "/v1/kept")
+    def kept_list(srv, body, q):
+        return {"kept": svc.kept.list()}
+
+    @server.route("POST", f"/v1/kept/{MID}/release")
+    def kept_release(srv, body, q, tid):
+        return svc.kept.release(tid, str(body.get("reason") or "released by the operator"))
 
     # ---- target side --------------------------------------------------------------
     inc = svc.incoming

@@ -112,6 +112,14 @@ class SourceSide:
                 log.warning("tenant %s: unfenced on disk, server not told (%s)", self.tenant_id, exc)
         self.fenced = False
 
+    def keep(self, migration: str, final_gtid: str, keep_s: float) -> dict:
+        """Past the flip with --keep-source: the old copy stays, fenced, and replicates from the new owner from
+        the flip's position (slacker.migration.kept); its record (where, until when) is returned."""
+        own = self.node.directory.lookup(self.tenant_id)
+        k = self.node.migrations.kept.keep(self.tenant(), migration=migration, owner=own.node, host=own.host,
+                                           port=own.port, epoch=own.epoch, final_gtid=final_gtid, keep_s=keep_s)
+        return {"node": self.node.name, **k}
+
     def retire(self, migration: str = "", pause=None):
         """The old copy stopped and set aside; returns its pending removal (None: nothing was left)."""
         pending = None

@@ -304,6 +304,7 @@ class IncomingMigration:
             finally:
                 conn.close()
             self._hold(hold_s, "started")
+            self.tenant.info.extra.pop("kept", None)  # a revert's target was a kept copy: ours now, saved with the fence
             self.node.tenants.set_fenced(self.tenant, False, desired_state="running", live=False)
             self._hold(hold_s, "unfencing")
             self.node.tenants.apply_fence(self.tenant)
@@ -412,6 +413,65 @@ class IncomingMigration:
             return "removed"
 
 
+class RevertIncoming(IncomingMigration):
+    """`slacker migrate --revert`: this node's kept copy of the tenant (slacker.migration.kept), fenced and
+    replicating from the owner since the flip, adopted as the target of the move back. Nothing is copied; the
+    handover drives its replication as any target's. Removed (the move back rolled back), it is not deleted:
+    it is kept again, fenced and replicating, until its time ends."""
+
+    @classmethod
+    def adopt(cls, node, body: dict, participants: Participants) -> "RevertIncoming":
+        tid = validate_tenant_id(body["tenant"])
+        t = node.migrations.kept.get(tid)  # NotFound: no kept copy here
+        kept = t.info.extra["kept"]
+        source = str(body.get("source_node", ""))
+        if kept.get("owner") != source:
+            raise Conflict(f"the kept copy of {tid} on {node.name} replicates from {kept.get('owner')}",
+                           f"not from {source}, which asks to move it back", "")
+        conn = t.admin_connect(timeout_s=10)
+        try:
+            st = replication.connection_status(conn, ReplicationApplier.CONNECTION)
+            applied = replication.gtid_slave_pos(conn)
+        finally:
+            ops.close_quietly(conn)
+        if not st or st.get("Slave_SQL_Running") != "Yes" or st.get("Last_SQL_Errno"):
+            why = (st or {}).get("Last_SQL_Error") or "its replication is not running"
+            raise MigrationFailed(f"the kept copy of {tid} on {node.name} is not replicating",
+                                  str(why).splitlines()[0], f"see `slacker status`; the tenant stays on {source}",
+                                  phase=Phase.PREFLIGHT)
+        entry = Entry(id=body["migration_id"], tenant=tid, role="target", peer=source, state=TargetState.RECEIVING,
+                      epoch_before=int(body.get("epoch_before") or 0), source_node=source, note="revert",
+                      lease_until=time.time() + float(body.get("lease_ttl_s") or 10.0))
+        node.journal.write(entry)
+        inc = cls(node, entry, t, participants, "")
+        inc.hold_s = body.get("hold_s") or None
+        inc.attach()
+        inc.applied = applied
+        return inc
+
+    applied = ""
+
+    def attach(self) -> None:
+        """Drive the replication already running (the kept copy's) as this move's delta applier."""
+        self.applier = ReplicationApplier(lambda: self.tenant.admin_connect(timeout_s=10))
+        self.state = TargetState.CATCHING_UP.value
+
+    def describe(self) -> dict:
+        return dict(super().describe(), revert=True, applied_gtid=self.applied)
+
+    def remove(self) -> None:
+        """The move back did not flip: the copy is kept again (never deleted here); never raises."""
+        with self._lock:
+            if self.state in (TargetState.OWNED, TargetState.ABORTED):
+                return
+            self._move(TargetState.ABORTED)
+        try:
+            self.node.migrations.kept.resume(self.tenant)
+        except Exception as exc:  # noqa: BLE001 - still fenced on disk; the kept copy's status shows it
+            log.warning("the kept copy of %s: replicating again failed: %s", self.tenant_id, exc)
+        self.node.journal.remove(self.entry)
+
+
 class IncomingRegistry:
     def __init__(self, node, participants: Participants) -> None:
         self.node = node
@@ -427,6 +487,17 @@ class IncomingRegistry:
         shared = self.node.kinds.get("shared")
         incoming_shared = {r["id"]: r for r in shared.incoming()} if shared is not None else {}
         for e in self.node.journal.entries("target"):
+            if e.note == "revert" and self.node.tenants.exists(e.tenant):  # a move back onto a kept copy
+                inc = RevertIncoming(self.node, e, self.node.tenants.get(e.tenant), self.participants)
+                # promoted: only the directory decides; else it was catching up (settled at once: kept again)
+                inc.state = e.state if e.state == TargetState.PROMOTED else TargetState.CATCHING_UP.value
+                inc.applier = ReplicationApplier(lambda t=inc.tenant: t.admin_connect(timeout_s=10))
+                inc.recovered = True
+                if e.state != TargetState.PROMOTED:
+                    e.lease_until = 0
+                self.node.claim(e.tenant)
+                self._items[e.id] = inc
+                continue
             if e.tenant in incoming_shared:
                 from .onedb_target import IncomingOneDb
 
@@ -475,6 +546,12 @@ class IncomingRegistry:
             self._items[e.id] = inc
 
     def create(self, body: dict) -> dict:
+        if body.get("revert"):
+            for key in ("migration_id", "tenant", "source_node"):
+                if key not in body:
+                    raise InvalidInput(f"incoming migration lacks {key}", "", "")
+            return self._made(str(body["tenant"]),
+                              lambda: RevertIncoming.adopt(self.node, body, self.participants))
         if body.get("kind") == "shared":
             return self._create_shared(body)
         for key in ("migration_id", "tenant", "port", "admin_password", "app_password", "token"):
@@ -483,6 +560,10 @@ class IncomingRegistry:
         tid = validate_tenant_id(body["tenant"])
         port = int(body["port"])
         if self.node.tenants.exists(tid):
+            if self.node.tenants.get(tid).info.extra.get("kept"):
+                raise Conflict(f"node {self.node.name} keeps an old copy of {tid}", "it replicates from the owner",
+                               f"move it back with `slacker migrate --revert {tid}`, or `slacker migrate --release "
+                               f"{tid}` first")
             raise Conflict(f"node {self.node.name} already has a tenant {tid}",
                            "a tenant with that id exists there", "delete it first or pick another target")
         # A copy of this tenant this node just retired (a move back right after a move away) may hold the

@@ -23,7 +23,7 @@ DOCUMENT_KEYS = [
     "throughput_bytes_per_s", "eta_s", "rounds", "freeze_ms", "handover_steps_ms", "steps_ms", "copy_stages",
     "handover_attempts", "verified", "verify", "epoch_before", "epoch_after", "past_point_of_no_return",
     "finishing_reason", "waiting", "waited", "waiting_for", "handover_step", "holding", "directory_outage_s",
-    "warnings", "recovered", "series_path", "pipe", "max_freeze_ms", "duration_s", "ready", "controller",
+    "warnings", "recovered", "series_path", "pipe", "max_freeze_ms", "duration_s", "ready", "revert", "kept", "controller",
     "latency_source", "delta",
 ]
 

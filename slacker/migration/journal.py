@@ -33,6 +33,8 @@ class Entry:
     # source, state ready: what a restarted agent needs to resume the wait (the options as sent, the delta's
     # origin and position, the tenant's port on the target, when it became ready)
     resume: dict | None = None
+    # source: --keep-source (seconds): a restarted agent past the flip keeps the old copy instead of retiring it
+    keep_s: float = 0.0
     updated_at: float = field(default_factory=time.time)
 
 

@@ -78,7 +78,8 @@ class Migration:
         self.target_port: int | None = None  # where the tenant listens on the target (a shared server's port)
         self.peer = TargetPeer(node, self.opts.target, mid)
         self.entry = recovered or Entry(id=mid, tenant=tenant_id, role="source", peer=self.opts.target,
-                                        state=SourceState.STARTED, source_node=node.name)
+                                        state=SourceState.STARTED, source_node=node.name,
+                                        keep_s=options.keep_source_s)
         self.pipe = None
         self.verification: OnlineVerification | None = None  # --verify: phase verify (slacker.verify)
         self.rate_policy = rate_policy  # None: fixed rate from options

@@ -64,7 +64,7 @@ class MigrationService:
 
     def _recover_outgoing(self) -> None:
         for entry in self.node.journal.entries("source"):
-            opts = MigrationOptions(target=entry.peer)
+            opts = MigrationOptions(target=entry.peer, keep_source_s=entry.keep_s)  # past the flip: keep or retire
             if entry.state == SourceState.READY and entry.resume:  # the options it waits with, as it was sent
                 opts = MigrationRequest.from_wire(entry.resume["options"]).options
             mig = Migration(self.node, entry.tenant, opts, participants=self.participants, recovered=entry)

@@ -227,3 +227,76 @@ def test_the_kept_copys_server_killed_comes_back_fenced_and_replicating(rv):
     wait_until(lambda: set(writer.acked) <= ids_on(rv, "node-1"), 30, "the kept copy did not catch up")
     r = cli("migrate", "--release", "k1")
     assert r.exit_code == 0, r.output
+
+
+def _holding(rv, node: str, mid: str, point: str) -> bool:
+    return rv.agents[node].request("GET", f"/v1/migrations/{mid}")["holding"] == point
+
+
+def _settled_on(rv, node: str, writer_ids: list[int]) -> None:
+    """The tenant writable on `node` (the directory's owner), no other copy and nothing kept, every write there."""
+    assert rv.directory.lookup("k1").node == node
+    wait_until(lambda: write_refused(rv, node) == "", 20, f"k1 is not writable on {node}")
+    other = "node-2" if node == "node-1" else "node-1"
+    wait_until(lambda: not (node_dir(rv.cluster, other) / "tenants" / "k1").exists(), 20,
+               f"a copy of k1 is left on {other}")
+    assert kept(rv) == []
+    assert acked_ids_present(rv.cluster, "k1", writer_ids) == set(), "acknowledged writes lost"
+
+
+@pytest.mark.parametrize("killed, point, back, wid", [
+    ("node-2", "frozen", False, 10),   # the revert's source agent, before the flip: rolled back, kept again
+    ("node-2", "flipped", True, 11),   # ... after the flip: forward, the kept copy owns the tenant
+    ("node-1", "flipped", True, 12),   # the kept copy's agent after the flip: it activates itself when back
+])
+def test_an_agent_killed_in_a_revert_leaves_one_writable_owner_and_loses_nothing(rv, killed, point, back, wid):
+    if rv.directory.lookup("k1").node != "node-1":
+        assert cli("migrate", "k1", "--to", "node-1").exit_code == 0
+    r = cli("migrate", "k1", "--to", "node-2", "--keep-source", "1h")
+    assert r.exit_code == 0, r.output
+    wait_until(lambda: [x for x in kept(rv) if x["replicating"]], 20, "the kept copy is not replicating")
+    before = rv.directory.lookup("k1")
+    writer = AckedWriter(routed_client(rv), writer_id=wid, rate_per_s=50).start()
+    try:
+        r = cli("migrate", "--revert", "k1", "--hold", f"{point}=3s", "--detach")
+        assert r.exit_code == 0, r.output
+        mid = rv.agents["node-2"].request("GET", "/v1/migrations/k1")["id"]
+        wait_until(lambda: _holding(rv, "node-2", mid, point), 30, f"the revert never reached {point}")
+        restart_agent(rv.cluster, killed)
+        if back:
+            wait_until(lambda: rv.directory.lookup("k1").node == "node-1"
+                       and write_refused(rv, "node-1") == "", 30, "k1 not writable on node-1 after the fault")
+        else:
+            wait_until(lambda: [x for x in kept(rv) if x["replicating"] and not x["busy"]], 40,
+                       "the copy is not kept again")
+        time.sleep(1.0)
+    finally:
+        writer.stop()
+    assert writer.acked and not writer.unknown, writer.errors
+    if back:
+        assert rv.directory.lookup("k1").epoch == before.epoch + 1
+        _settled_on(rv, "node-1", writer.acked)
+    else:
+        assert rv.directory.lookup("k1") == before
+        assert write_refused(rv, "node-2") == "" and "read-only" in write_refused(rv, "node-1").lower()
+        assert acked_ids_present(rv.cluster, "k1", writer.acked) == set(), "acknowledged writes lost"
+        assert cli("migrate", "--release", "k1").exit_code == 0
+        _settled_on(rv, "node-2", writer.acked)
+
+
+def test_the_source_agent_killed_before_it_kept_its_copy_keeps_it_when_back(rv):
+    """Past the flip, the old owner's agent killed before the copy is kept: its journal says keep, not retire."""
+    if rv.directory.lookup("k1").node != "node-1":
+        assert cli("migrate", "k1", "--to", "node-1").exit_code == 0
+    r = cli("migrate", "k1", "--to", "node-2", "--keep-source", "1h", "--hold", "keep=3s", "--detach")
+    assert r.exit_code == 0, r.output
+    mid = rv.agents["node-1"].request("GET", "/v1/migrations/k1")["id"]
+    wait_until(lambda: _holding(rv, "node-1", mid, "keep"), 60, "the move never reached keep")
+    restart_agent(rv.cluster, "node-1")
+    k = wait_until(lambda: [x for x in kept(rv) if x["replicating"]], 30, "the copy was not kept after the restart")
+    assert k[0]["node"] == "node-1" and k[0]["owner"] == "node-2", k
+    assert rv.directory.lookup("k1").node == "node-2" and write_refused(rv, "node-2") == ""
+    assert "read-only" in write_refused(rv, "node-1").lower()
+    r = cli("migrate", "--revert", "k1")
+    assert r.exit_code == 0, r.output
+    _settled_on(rv, "node-1", [])

@@ -186,8 +186,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --to node-1 --cutover manual     # copy, catch up, then wait ready
       slacker migrate --cutover-now t42                    # ... and cut over now
       slacker migrate t42 --to node-2 --keep-source 1h     # keep the old copy, fenced, for an hour
-      slacker migrate --revert t42                         # ... and move back onto it, nothing copied
-      slacker migrate --release t42                        # ... or drop it now
+      slacker migrate --revert t42 --keep-source 10m       # ... move back onto it, nothing copied
+      slacker migrate --release t42                        # ... retire the kept copy now
       slacker migrate --abort t42                          # cancel; the source keeps serving
       slacker migrate --finish t42                         # past the flip: retry the last steps now
 

@@ -298,6 +298,9 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 _run_finish(story, words)
             elif words[1:3] == ["migrate", "--cutover-now"]:
                 _run_cutover_now(story, words)
+            elif words[1:3] == ["migrate", "--release"]:  # after a move that kept its old copy
+                _, out, _ = story.run(words)
+                assert f"released the kept copy of {words[3]}" in out, out
             elif words[1:3] == ["tenant", "register"]:
                 _restore_database(story, words)  # what the shown line presumes: the operator's dump restored
                 _, out, _ = story.run(words)

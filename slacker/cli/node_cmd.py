@@ -189,13 +189,16 @@ def node_uncordon(cli: CliContext, node_name: str, as_json: bool) -> None:
               help="Each migration's hard limit on the write freeze (as `slacker migrate --max-freeze`).")
 @option("--lock-ttl", type=DURATION, default="30s", show_default=True,
               help="TTL of the drain's lock: a killed drain's lock is free after it, and the next run waits it out.")
+@option("--release-kept", is_flag=True,
+              help="Retire the old copies the node keeps after moves (--keep-source) before draining it; without "
+                   "it a drain of such a node is refused (their way back would go with the node).")
 @option("--dry-run", is_flag=True, help="Print the plan (each tenant's target) and change nothing.")
 @option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON document.")
 @pass_cli
 def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, split: str, retries: int,
                setpoint_margin: float,
                samples: int, load_floor: float, max_rate: int | None, max_freeze: float, lock_ttl: float,
-               dry_run: bool, as_json: bool) -> None:
+               release_kept: bool, dry_run: bool, as_json: bool) -> None:
     """Cordon NODE, then move every tenant off it live, several at once.
 
     \b
@@ -220,6 +223,8 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, s
     settings = Settings(sla_s=sla, setpoint_margin=setpoint_margin, samples=samples, load_floor=load_floor).validate()
     opts = DrainOptions(max_parallel=max_parallel, split=split, retries=retries, max_rate_bytes_per_s=max_rate,
                         max_freeze_s=max_freeze, lock_ttl_s=lock_ttl, dry_run=dry_run).validate()
+    _kept_on(agents, node_name, release=release_kept and not dry_run, say=None if as_json else click.echo,
+             refuse=not release_kept)
     view = DrainView(enabled=not as_json and not dry_run and sys.stderr.isatty())
 
     def say(msg: str) -> None:
@@ -245,6 +250,26 @@ def node_drain(cli: CliContext, node_name: str, sla: float, max_parallel: int, s
         raise MigrationFailed(f"the drain of {node_name} did not finish", first,
                               f"{node_name} stays cordoned; fix the cause as docs/fleet.md says, then run "
                               f"`slacker node drain {node_name}` again")
+
+
+def _kept_on(agents: dict, node: str, release: bool, say, refuse: bool) -> None:
+    """The old copies `node` keeps (--keep-source): refused (one line) unless released first."""
+    from ..errors import Conflict
+
+    kept = agents[node].request("GET", "/v1/kept", timeout_s=10).get("kept") or []
+    if not kept:
+        return
+    names = ", ".join(k["tenant"] for k in kept[:5]) + (" ..." if len(kept) > 5 else "")
+    if refuse:
+        raise Conflict(f"{node} keeps the old copies of {len(kept)} tenant(s) ({names})",
+                       "a drain would take their way back with the node",
+                       "give --release-kept, or `slacker migrate --release TENANT` each")
+    if release:
+        for k in kept:
+            agents[node].request("POST", f"/v1/kept/{k['tenant']}/release", {"reason": "node drain --release-kept"},
+                                 timeout_s=120)
+            if say is not None:
+                say(f"released the kept copy of {k['tenant']} on {node}")
 
 
 def _row(t) -> list:

@@ -300,3 +300,21 @@ def test_the_source_agent_killed_before_it_kept_its_copy_keeps_it_when_back(rv):
     r = cli("migrate", "--revert", "k1")
     assert r.exit_code == 0, r.output
     _settled_on(rv, "node-1", [])
+
+
+def test_a_drain_of_a_node_with_kept_copies_is_refused_unless_it_releases_them(rv):
+    if rv.directory.lookup("k1").node != "node-1":
+        assert cli("migrate", "k1", "--to", "node-1").exit_code == 0
+    assert cli("migrate", "k1", "--to", "node-2", "--keep-source", "1h").exit_code == 0
+    wait_until(lambda: kept(rv), 10, "no kept copy")
+    r = cli("node", "drain", "node-1")
+    assert r.exit_code != 0 and "node-1 keeps the old copies of 1 tenant(s) (k1)" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert kept(rv) and "node-1" not in rv.directory.cordons()  # nothing done
+    try:
+        r = cli("node", "drain", "node-1", "--release-kept")
+        assert r.exit_code == 0 and "released the kept copy of k1 on node-1" in r.output, r.output
+        assert kept(rv) == [] and not (node_dir(rv.cluster, "node-1") / "tenants" / "k1").exists()
+        assert rv.directory.lookup("k1").node == "node-2"
+    finally:
+        assert cli("node", "uncordon", "node-1").exit_code == 0

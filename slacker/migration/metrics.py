@@ -129,3 +129,20 @@ class MigrationCollector(Collector):
         over_budget.add_metric([self.node], over)
         yield from (phase, phase_s, done, size, rate, throughput, progress, unreachable, freeze, budget, past,
                     ready_s, ready_lag, ready_binlog, ended, tries, over_budget)
+        yield from self._kept()
+
+    def _kept(self):
+        """The old copies this node keeps (--keep-source): one series each, read at scrape time."""
+        labels = ["node", "tenant", "owner"]
+        left = GaugeMetricFamily("slacker_kept_copy_seconds_left", "Seconds until a kept old copy is released",
+                                 labels=labels)
+        lag = GaugeMetricFamily("slacker_kept_copy_lag_seconds", "A kept copy's replication lag behind the owner "
+                                "(Seconds_Behind_Master; NaN: not replicating)", labels=labels)
+        up = GaugeMetricFamily("slacker_kept_copy_replicating", "1 while a kept copy replicates from the owner",
+                               labels=labels)
+        for k in self.service.kept.list():
+            key = [self.node, k["tenant"], str(k.get("owner") or "")]
+            left.add_metric(key, k.get("left_s") or 0.0)
+            lag.add_metric(key, math.nan if k.get("lag_s") is None else k["lag_s"])
+            up.add_metric(key, 1 if k.get("replicating") else 0)
+        yield from (left, lag, up)

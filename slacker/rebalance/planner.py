@@ -39,6 +39,9 @@ class NodeInput:
     reachable: bool = True
     error: str = ""
     tenants: dict[str, list[Sample]] = field(default_factory=dict)
+    # Load on the node that no move can take away: the old copies it keeps after moves (--keep-source), by
+    # tenant. Counted in the node's load, never a candidate.
+    fixed: dict[str, list[Sample]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,8 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float, p
                 have = hist
             pad = [Sample(t=0.0, load=m.load) for _ in range(max(0, k - len(have)))]
             eff[m.target][m.tenant] = pad + list(have)
-    series = {name: node_series(tenants, k) for name, tenants in eff.items()}
+    fixed = {n.name: {f"kept:{t}": h for t, h in n.fixed.items()} for n in reachable}
+    series = {name: node_series({**tenants, **fixed[name]}, k) for name, tenants in eff.items()}
 
     def depth(n: NodeInput) -> int:
         return max((len(s) for s in eff[n.name].values()), default=k)  # an empty node is known: no load

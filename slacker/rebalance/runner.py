@@ -76,7 +76,12 @@ def collect(agents: dict, owners: dict[str, str]) -> tuple[list[NodeInput], list
         history = doc.get("history") or {}
         tenants = {tid: [Sample.from_dict(s) for s in history.get(tid, [])]
                    for tid, node in owners.items() if node == name}
-        nodes.append(NodeInput(name, tenants=tenants))
+        try:  # the old copies it keeps (--keep-source) load it too; an agent without kept copies says none
+            kept = [k["tenant"] for k in agent.request("GET", "/v1/kept", timeout_s=AGENT_TIMEOUT_S).get("kept", [])]
+        except SlackerError:
+            kept = []
+        fixed = {tid: [Sample.from_dict(s) for s in history[tid]] for tid in kept if history.get(tid)}
+        nodes.append(NodeInput(name, tenants=tenants, fixed=fixed))
         for m in migs:
             if m.get("active") and m.get("direction") != "incoming":
                 running.append(Move(str(m["tenant"]), name, str(m.get("target")), started_at=time.time(),

@@ -308,3 +308,20 @@ def test_a_parallel_pass_moves_off_two_hot_nodes_on_disjoint_node_pairs():
     # One move per run (the default) is what plan() alone decides.
     one = plan_pass(nodes, State(), Settings(), NOW)
     assert len(one) == 1 and one[0].move.tenant == moves[0].tenant
+
+
+def test_a_kept_copy_loads_its_node_but_is_never_a_candidate():
+    """An old copy kept after a move (--keep-source) applies the owner's writes: its node's load counts it, and no
+    move can take it away, so it is never picked."""
+    nodes = [NodeInput("node-1", tenants={"a": flat(0.08), "b": flat(0.08)}, fixed={"k": flat(0.30)}),
+             NodeInput("node-2", tenants={"c": flat(0.15)}),
+             NodeInput("node-3", tenants={"d": flat(0.15)})]
+    p = plan(nodes, State(), Settings(), NOW)
+    rep = {r.name: r for r in p.nodes}
+    assert rep["node-1"].load == pytest.approx(0.46) and rep["node-1"].hot, rep["node-1"]
+    assert "k" not in rep["node-1"].tenants
+    assert p.decision == "move" and p.move.tenant in ("a", "b"), p.reason
+    assert "k" not in [c.tenant for c in p.candidates]
+    # without the kept copy the same node is not hot
+    nodes[0] = NodeInput("node-1", tenants={"a": flat(0.08), "b": flat(0.08)})
+    assert not {r.name: r for r in plan(nodes, State(), Settings(), NOW).nodes}["node-1"].hot

@@ -16,11 +16,20 @@ import time
 
 from .. import mariadb
 from ..errors import Conflict, NotFound, SlackerError
-from ..mariadb import ops, replication
+from ..mariadb import durability, ops, replication
 
 log = logging.getLogger("slacker.migration.kept")
 
 CONNECTION = "slacker_migration"  # the replication connection's name, as a migration target's (delta.applier)
+# How a kept copy applies (docs/migration.md, "The way back"): like a target in catch-up mode, since it is not the
+# owner and a revert makes it durable before its freeze: commits not synced one by one (durability.RELAXED), and
+# parallel optimistic replication with the concurrent applier's starting MPL. Measured (bench/run revert): with
+# one durable SQL thread a kept copy fell 81 s behind four closed-loop writers on the owner.
+KEPT_APPLIERS = 4
+# Not the target's RELAXED (innodb_flush_log_at_trx_commit=0 loses the last second to a killed server): a kept copy
+# must survive its server's SIGKILL without a gap, so the redo log is written at each commit (to the OS) and synced
+# once a second; a crash of the host itself can lose that second, which replication fetches again.
+KEPT_DURABILITY = {"sync_binlog": 0, "innodb_flush_log_at_trx_commit": 2}
 
 
 def may_take_writes(kept: dict | None, owner: str, epoch: int, node: str) -> bool:
@@ -78,6 +87,21 @@ class KeptCopies:
             doc["error"] = str(err).splitlines()[0]
         return doc
 
+    def _retune(self, t) -> None:
+        """A kept copy's server restarted (its supervisor's doing) runs with its config's durable, serial
+        replication: tuned again, its replication restarted where it was."""
+        if not t.is_running():
+            return
+        try:
+            conn = t.admin_connect(timeout_s=3)
+            try:
+                if not self._tuned(conn):
+                    self._replicate(conn, t, t.info.extra["kept"])
+            finally:
+                ops.close_quietly(conn)
+        except Exception as exc:  # noqa: BLE001 - retried next tick; status shows its replication
+            log.warning("tenant %s: tuning its kept copy's replication: %s", t.id, exc)
+
     def list(self) -> list[dict]:
         return [self.describe(t) for t in self.tenants()]
 
@@ -107,13 +131,18 @@ class KeptCopies:
         return t.info.extra["kept"]
 
     def _replicate(self, conn, t, k: dict) -> None:
-        """Replication from the owner at the flip's position, unless it already runs from there."""
+        """Replication from the owner at the flip's position, unless it already runs from there; tuned to keep up."""
         st = replication.connection_status(conn, CONNECTION)
         if st and st.get("Master_Host") == k["host"] and int(st.get("Master_Port") or 0) == int(k["port"]):
-            if st.get("Slave_SQL_Running") != "Yes" or st.get("Slave_IO_Running") != "Yes":
+            if not self._tuned(conn):
+                replication.stop_all_slaves(conn)
+                self._tune(conn)
+                replication.start_slave(conn, CONNECTION)
+            elif st.get("Slave_SQL_Running") != "Yes" or st.get("Slave_IO_Running") != "Yes":
                 replication.start_slave(conn, CONNECTION)
             return
         replication.stop_all_slaves(conn)
+        self._tune(conn)
         if st:
             replication.reset_slave_all(conn, CONNECTION)
         replication.set_gtid_slave_pos(conn, k["final_gtid"])
@@ -123,12 +152,34 @@ class KeptCopies:
                                                          "ssl_key": str(tls.key)} if tls else {}))
         replication.start_slave(conn, CONNECTION)
 
+    @staticmethod
+    def _tuned(conn) -> bool:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.slave_parallel_threads, @@GLOBAL.slave_parallel_mode")
+            threads, mode = cur.fetchone()
+            have = durability.durability(cur)
+        return int(threads) == KEPT_APPLIERS and str(mode) == "optimistic" and have == KEPT_DURABILITY
+
+    @staticmethod
+    def _tune(conn) -> None:
+        """With every replication connection stopped: parallel optimistic apply, per-commit fsyncs off."""
+        replication.set_parallel_mode(conn, "optimistic")
+        replication.set_parallel_threads(conn, KEPT_APPLIERS)
+        durability.relax_durability(conn, KEPT_DURABILITY)
+
+    def make_durable(self, t) -> dict:
+        """Before a revert's freeze: durable commits again, everything applied so far on disk."""
+        conn = t.admin_connect(timeout_s=10)
+        try:
+            return durability.restore_durability(conn, t.datadir)
+        finally:
+            ops.close_quietly(conn)
+
     def resume(self, t) -> None:
         """A revert that did not flip hands the copy back: kept as before (fenced, replicating again)."""
         self.node.tenants.set_fenced(t, True, desired_state="running", live=False)
         if not t.is_running():
-            self.node.tenants.start_tenant(t)  # its replication starts with it
-            return
+            self.node.tenants.start_tenant(t, extra_args=["--skip-slave-start"])  # tuned, then started below
         conn = t.admin_connect(timeout_s=10)
         try:
             ops.ensure_read_only(conn, True)
@@ -185,6 +236,7 @@ class KeptCopies:
         except SlackerError:
             owners = {}
         for t in kept:
+            self._retune(t)
             k, own = t.info.extra["kept"], owners.get(t.id)
             if own is not None and own.node != self.node.name and own.node != k.get("owner"):
                 reason = f"the tenant moved on to {own.node}: it no longer replicates from its owner"

@@ -459,6 +459,11 @@ class RevertIncoming(IncomingMigration):
     def describe(self) -> dict:
         return dict(super().describe(), revert=True, applied_gtid=self.applied)
 
+    def make_durable(self) -> dict:
+        """Leave the kept copy's catch-up mode before the freeze (slacker.migration.kept)."""
+        out = self.node.migrations.kept.make_durable(self.tenant)
+        return dict(out, durable=True, catchup=False)
+
     def remove(self) -> None:
         """The move back did not flip: the copy is kept again (never deleted here); never raises."""
         with self._lock:

@@ -92,7 +92,7 @@ def wait_until(cond, timeout_s: float, what: str):
         got = cond()
         if got:
             return got
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, (what, kept(rv) if "kept" in what else "")
         time.sleep(0.2)
 
 

@@ -116,16 +116,7 @@ class KeptCopies:
             t.info.extra["kept"] = {"migration": migration, "owner": owner, "host": host, "port": int(port),
                                     "epoch": int(epoch), "final_gtid": final_gtid, "since": now,
                                     "until": now + float(keep_s)}
-        self.node.tenants.set_fenced(t, True, desired_state="running", live=False)  # persisted first, with `kept`
-        if not t.is_running():
-            self.node.tenants.start_tenant(t, extra_args=["--skip-slave-start"])
-        conn = t.admin_connect(timeout_s=10)
-        try:
-            ops.ensure_read_only(conn, True)
-            self.node.tenants.fence_unsure.discard(t.id)
-            self._replicate(conn, t, t.info.extra["kept"])
-        finally:
-            ops.close_quietly(conn)
+        self.resume(t)  # fenced (persisted first, with `kept`), running, replicating
         log.info("tenant %s: old copy kept on %s until %s, replicating from %s (epoch %d)", t.id, self.node.name,
                  time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t.info.extra["kept"]["until"])), owner, epoch)
         return t.info.extra["kept"]
@@ -176,7 +167,8 @@ class KeptCopies:
             ops.close_quietly(conn)
 
     def resume(self, t) -> None:
-        """A revert that did not flip hands the copy back: kept as before (fenced, replicating again)."""
+        """Fenced, running and replicating from the owner its record names: after the flip, and when a revert that
+        did not flip hands the copy back."""
         self.node.tenants.set_fenced(t, True, desired_state="running", live=False)
         if not t.is_running():
             self.node.tenants.start_tenant(t, extra_args=["--skip-slave-start"])  # tuned, then started below

@@ -256,7 +256,12 @@ def _kept_on(agents: dict, node: str, release: bool, say, refuse: bool) -> None:
     """The old copies `node` keeps (--keep-source): refused (one line) unless released first."""
     from ..errors import Conflict
 
-    kept = agents[node].request("GET", "/v1/kept", timeout_s=10).get("kept") or []
+    from ..errors import AgentUnavailable
+
+    try:
+        kept = agents[node].request("GET", "/v1/kept", timeout_s=10).get("kept") or []
+    except AgentUnavailable:  # the drain itself says what an unreachable node means
+        return
     if not kept:
         return
     names = ", ".join(k["tenant"] for k in kept[:5]) + (" ..." if len(kept) > 5 else "")

@@ -140,8 +140,9 @@ def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
         t0 = time.time()
         # A fixed rate through the controller's loop: its series are exported, and an idle tenant's copy
         # (about 120 MB with its redo log) takes some 12 s, a dozen scrapes.
-        # It pauses 4 s after the flip (fault injection), so its time past the flip is seen.
-        mig = start_migration(cluster, "pm", target="node-2", hold_s={"cleanup": 4},
+        # It pauses 4 s after the flip (fault injection), so its time past the flip is seen; it keeps its old copy
+        # (--keep-source), so the kept copy's series are seen.
+        mig = start_migration(cluster, "pm", target="node-2", hold_s={"cleanup": 4}, keep_source_s=600.0,
                               controller={"kind": "fixed", "setpoint_s": 0.5, "rate_bytes_per_s": 10_000_000})
         doc = wait_migration(cluster, "node-1", mig["id"], timeout_s=300)
         assert doc["result"] == "succeeded", doc.get("error")
@@ -172,6 +173,8 @@ def test_prometheus_scrapes_a_migration(make_cluster, short_tmp):
         assert prom.value(f'slacker_router_epoch{{tenant="pm"}}') > prom.value(
             f'min_over_time(slacker_router_epoch{{tenant="pm"}}{window})')
         assert prom.value('max(slacker_directory_healthy)') == 1
+        assert prom.value('max_over_time(slacker_kept_copy_seconds_left{tenant="pm", node="node-1", owner="node-2"}'
+                          f'{window})') > 500
 
         # Every shipped rule evaluates without error, and none fires on this healthy cluster.
         groups = prom.api("rules")["data"]["groups"]

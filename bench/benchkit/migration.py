@@ -149,6 +149,16 @@ def acked_ids_present(cluster, tenant_id: str, ids: list[int], table: str = "log
     return set(ids) - have
 
 
+def writers_verdict(cluster, tenant_id: str, writers) -> tuple[list[int], int, int]:
+    """The acknowledged writers stopped, then judged on the owner: (acknowledged ids, how many are missing there,
+    requests that failed or whose outcome is unknown)."""
+    for w in writers:
+        w.stop()
+    acked = [i for w in writers for i in w.acked]
+    lost = len(acked_ids_present(cluster, tenant_id, acked, database=writers[0].database))
+    return acked, lost, sum(len(w.unknown) + sum(w.errors.values()) for w in writers)
+
+
 def follow(cluster, tenant_id: str) -> TenantClient:
     return TenantClient.for_cluster(tenant_id, cluster, reconnect_timeout_s=60)
 

@@ -41,7 +41,7 @@ from slacker.router import local as local_router
 from slacker.units import parse_duration
 from benchkit.faults import restart_agent
 from benchkit.host import machine as host_machine
-from benchkit.migration import routed_cluster_gone, create_loaded_tenant, wait_migration
+from benchkit.migration import writers_verdict, routed_cluster_gone, create_loaded_tenant, wait_migration
 from benchkit.stats import pct, spread
 
 TENANT = "c1"
@@ -196,18 +196,7 @@ def main(argv=None) -> int:
             print(f"move {n} {src} -> {dst}: {end['result']}, freeze {end.get('freeze_ms')} ms", flush=True)
         writes_per_s = (sum(len(w.acked) for w in writers) - n_writes) / (time.monotonic() - t_writes)
         time.sleep(1)
-        for w in writers:
-            w.stop()
-        conn = resolve(TENANT, cluster).connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT id FROM `{writers[0].database}`.log")
-                present = {r[0] for r in cur.fetchall()}
-        finally:
-            conn.close()
-        acked = [i for w in writers for i in w.acked]
-        lost = len(set(acked) - present)
-        failed = sum(len(w.unknown) + sum(w.errors.values()) for w in writers)
+        acked, lost, failed = writers_verdict(cluster, TENANT, writers)
         lags = [s["lag_ms"] for s in samples]
         freezes = [m["freeze_ms"] for m in moves if m["freeze_ms"] is not None]
         summary = {

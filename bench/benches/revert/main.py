@@ -46,7 +46,7 @@ from slacker.config import load_cluster
 from slacker.router import local as local_router
 from slacker.tenants import Tenant, TenantInfo
 from benchkit.host import machine as host_machine
-from benchkit.migration import create_loaded_tenant, node_dir, routed_cluster_gone
+from benchkit.migration import writers_verdict, create_loaded_tenant, node_dir, routed_cluster_gone
 from benchkit.stats import pct, spread
 
 TENANT = "r1"
@@ -306,18 +306,7 @@ def main(argv=None) -> int:
 
         # the writers' verdict before the cost blocks
         time.sleep(1)
-        for w in writers:
-            w.stop()
-        conn = resolve(TENANT, cluster).connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT id FROM `{writers[0].database}`.log")
-                present = {r[0] for r in cur.fetchall()}
-        finally:
-            conn.close()
-        acked = [i for w in writers for i in w.acked]
-        lost = len(set(acked) - present)
-        failed = sum(len(w.unknown) + sum(w.errors.values()) for w in writers)
+        acked, lost, failed = writers_verdict(cluster, TENANT, writers)
 
         # 3. the kept copy's cost on the new owner
         run_cli(path, "migrate", TENANT, "--to", "node-2", "--keep-source", "1h")

@@ -15,6 +15,7 @@ the real latency sources window exactly as they would a Prometheus histogram.
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import statistics
@@ -222,6 +223,7 @@ class Scenario:
     rate_lag: int = 0  # seconds before the pipe's throughput follows a new limit (buffers, the tool's read-ahead:
     # issue 56's sysbench run, throughput 2-3 s behind the rate set); `lag` is then the latency's further delay
     load_step_s: float | None = None  # how long the load step lasts (None: to the end)
+    tag: str = ""  # the family's own name for the plant's kind (sharp_family: tight, loose, nonbinding)
 
     def curve(self, c: float, t: float = 0.0, load: float = 1.0, capacity: float = 1.0) -> tuple[float, float]:
         """(mean latency without backlog or noise, utilisation) at effective copy rate c."""
@@ -439,6 +441,67 @@ def delay_family(delay: int, n: int, seed: int = 0) -> list[Scenario]:
                 sc.load_step_at = sc.total_bytes / target / 3
         out.append(sc)
     return out
+
+
+def sharp_family(n: int, seed: int = 0) -> list[Scenario]:
+    """`n` plants with what issue 67's real runs had and the older families lacked: a sharp knee (latency x3 or
+    more over a 30 % rise of the rate: flat, then sudden), a short copy (8-15 s at the pipe's speed, a 1 GB
+    tenant over a fast pipe), the pipe following its limit 2 s late plus latency's own lag of 1-2 s, read
+    through the trailing 3 s window. The kinds in turn, on the setpoint's scale of the issue's bench: tight
+    (1.6x the load's own latency), loose (4x, still under the unthrottled copy's latency: binding), not binding
+    (1.3x the unthrottled copy's latency). CPU-bound (the copy yields past the knee) and disk-bound (a queue
+    builds) alternate; per-second noise 8-25 %."""
+    out = []
+    kinds = ("tight", "loose", "nonbinding")
+    for i in range(n):
+        rng = random.Random(seed * 9_000_011 + i)
+        kind, shape = kinds[i % 3], ("cpu", "disk")[(i // 3) % 2]
+        l0 = rng.uniform(0.01, 0.03) if shape == "cpu" else rng.uniform(0.004, 0.015)
+        pipe = rng.uniform(120e6, 260e6) if shape == "cpu" else rng.uniform(40e6, 90e6)
+        sc = Scenario(seed=seed * 9_000_011 + i, kind="nonbinding" if kind == "nonbinding" else "binding",
+                      shape=shape, setpoint_s=1.0, l0_s=l0, rho0=rng.uniform(0.3, 0.5), knee_bps=1.0,
+                      h=rng.uniform(0.85, 0.97), p=rng.uniform(2.0, 3.0), lin=0.0, pipe_bps=pipe,
+                      lag=rng.randint(1, 2), rate_lag=2, noise=rng.uniform(0.08, 0.25), noise_corr=rng.uniform(0.2, 0.5),
+                      stall_p=0.0, tps=rng.uniform(300, 800) if shape == "cpu" else rng.uniform(100, 300),
+                      total_bytes=pipe * rng.uniform(8, 15), redo_bps=rng.uniform(0, 0.3e6), preread_bytes=0.0,
+                      start_s=rng.randint(1, 2), start_x=rng.uniform(1.0, 1.3))
+        if shape == "disk":
+            sc.yields, sc.drain = False, rng.uniform(0.8, 1.6)
+        sc.tag = kind
+        # The knee (the rate at which latency is 3x what it is at 0.77 of it) at 35-75 % of the pipe's speed.
+        knee_at = pipe * rng.uniform(0.35, 0.75)
+        lo, hi = knee_at * 0.5, knee_at * 5
+        for _ in range(50):
+            sc.knee_bps = (lo + hi) / 2
+            y1, y0 = sc.curve(knee_at)[0], sc.curve(knee_at / 1.3)[0]
+            lo, hi = (lo, sc.knee_bps) if y1 / y0 > 3.0 else (sc.knee_bps, hi)
+        top = sc.curve(min(pipe, sc.knee_bps * (RHO_COPY - sc.rho0) / (1 - sc.rho0)))[0]
+        sc.setpoint_s = {"tight": 1.6 * l0, "loose": min(4.0 * l0, top / 1.6), "nonbinding": 1.3 * top}[kind]
+        out.append(sc)
+    return out
+
+
+def seeded(sc: Scenario, make: Callable, runs: int = 1) -> Callable:
+    """A maker whose controller starts where the node's memory would start it: at the rate the same
+    controller held over the copy's second half on the same plant, `runs` moves before (other noise)."""
+    prev = copy.deepcopy(sc)
+    start = None
+    for k in range(runs):
+        prev.seed = sc.seed + 1_000 * (k + 1)
+        r = run_copy(prev, make if start is None else _with_start(make, start), record=True)
+        held = [s["rate_bytes_per_s"] or prev.pipe_bps for s in r.states[len(r.states) // 2:]
+                if s.get("mark") is None]
+        start = statistics.median(held) if held else None
+    return make if start is None else _with_start(make, start)
+
+
+def _with_start(make: Callable, start: float) -> Callable:
+    def build(sp, m):
+        c = make(sp, m)
+        if hasattr(c, "seed_rate"):
+            c.seed_rate(start)
+        return c
+    return build
 
 
 NOMINAL_MAX = 200e6  # the controller's max when no --max-rate is given (slacker.throttle.DEFAULT_MAX_RATE)

@@ -29,11 +29,13 @@ Each step (docs/controller.md, "The model controller"):
    once the rates in flight show (a Smith predictor: 1/window − b'·(rate set − rate shown)):
    Δx = (that − 1/aim) / (b' · (lag + 2)); rises count from the rate shown, a queue halves it once per delay; b' the slope `margin` standard errors steeper for a
    rise, the estimate for a cut; aim = setpoint × setpoint / (the copy's mean so far), within
-   ±`catch_up` (the goal is the copy's mean, a queue's seconds included); a rise at most `rise` x the
-   rate the copy moved over the lag -- with the copy using under FREE of the room to the aim (no knee
-   in sight: latency under FREE x the aim, or, given the load's own latency L0 measured before the
-   copy, what the copy adds to it on the line's scale) x its limit and x FREE / that share more (the
-   further under, the larger); a window over OVER x the setpoint
+   ±`catch_up` (the goal is the copy's mean, a queue's seconds included). No rise past the evidence: the
+   rate at most g x the flow whose cost the newest latency shows (the start until it shows), g = `rise` where
+   the copy costs nothing over the load's own latency, down to RISE_NEAR at ROOM of the room to the aim -- at
+   most g-fold per loop delay, each rise a probe held until its answer; past the limit only where the pipe
+   moves well under it (the limit does not bind). Latency rising steadily (the newest seconds, by more than
+   their noise) and heading over the aim within the delay in flight: no rise, and over the setpoint a cut as
+   far as it heads over the aim (the slope, before the level crosses). A window over OVER x the setpoint
    is a queue: half the rate, or the model's rate for the aim if lower. The start is a rate in bytes/s
    (a server's knee is), whatever the max rate.
 
@@ -139,6 +141,9 @@ class ModelController(GuardedController):
     samples, empty windows, pause) are the ones it shares with the PID (GuardedController)."""
 
     FREE = 0.5  # latency under this share of the aim: no knee in sight
+    ROOM = 0.5  # the share of the room used at which the rise per delay is down to RISE_NEAR
+    RISE_NEAR = 1.25  # the rise per loop delay where the copy already uses all of the room to the aim
+    PIPE_BOUND = 0.7  # a pipe moving under this share of its limit, held over a delay: the limit does not bind
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
     LAG_MEMORY_S = 120.0  # the lag's measurement forgets over this
@@ -160,7 +165,7 @@ class ModelController(GuardedController):
         max_lag: int = 5,
         horizon_s: float = 30.0,
         margin: float = 0.5,
-        rise: float = 2.0,
+        rise: float = 3.0,
         catch_up: float = 0.3,
         **safety: float,
     ) -> None:
@@ -177,6 +182,7 @@ class ModelController(GuardedController):
         self.max_lag, self.horizon_s = max_lag, float(horizon_s)
         self.margin, self.rise, self.catch_up = float(margin), float(rise), float(catch_up)
         self.start_rate_bytes_per_s = start
+        self._seeded: float | None = None  # the start the node's memory gave (seed_rate), bytes/s
         self._reset_model()
 
     # --- the model ---------------------------------------------------------------------------
@@ -198,7 +204,7 @@ class ModelController(GuardedController):
         self._dead = min(self.DEAD_DEFAULT, self.max_lag)
         self._unanswered = 0  # seconds the pipe has moved nothing since a rate over 0 was set (the first answer)
         self._dead_floor = 0  # the longest such wait seen: the dead time is at least that
-        self._used_seen: tuple[float, float] | None = None  # (room used, at the rate shown) of the last copy's second
+        self._used_seen: tuple[float, float] | None = None  # (room used, the rise it allows) of the last copy's second
         self._answered = False  # the pipe has moved (later waits are the server holding the copy back, not delay)
         self._marked: deque[bool] = deque(maxlen=self.max_lag + 2)  # ... and whether that second was marked
         self._queue_x: float | None = None  # the lowest rate that built a queue (over the last horizon_s)
@@ -212,6 +218,22 @@ class ModelController(GuardedController):
         self._allowed: float | None = None
         self._last_sample: LatencySample | None = None
         self._load_s: float | None = getattr(self, "_load_s", None)  # kept across a reset: measured before the copy
+        self._recent_y: deque[float] = deque(maxlen=8)  # the newest seconds' latencies, newest last
+        self._trend_note: str | None = None
+
+    def seed_rate(self, rate_bytes_per_s: float | None) -> None:
+        """Start where the node's memory says copies held under a comparable setpoint and load (the agent's
+        seed, slacker.controller.seed): before the first step only. The seed is the rate a rise counts from
+        until the copy's own evidence arrives; nothing past it is assumed (a rise from it is bounded per loop
+        delay as from any start)."""
+        if rate_bytes_per_s is None or not rate_bytes_per_s > 0 or not math.isfinite(rate_bytes_per_s):
+            return
+        with self._lock:
+            if self._last_now is not None:
+                return  # stepping already: the copy's own evidence counts, not a memory
+            self.start_rate_bytes_per_s = float(rate_bytes_per_s)
+            self.initial_fraction = self._fraction = self._start
+            self._seeded = float(rate_bytes_per_s)
 
     @property
     def _start(self) -> float:
@@ -397,6 +419,8 @@ class ModelController(GuardedController):
         newest_s = self._newest_latency(latency_s)
         if newest_s > 0:
             self._observe(newest_s, latency_s)
+            if not (self._marked and self._marked[-1]):
+                self._recent_y.append(newest_s)
         if latency_s <= 0:
             return rate, "no latency yet: holding", 0.0, 0.0, 0.0
         aim_s = self._aim_s()
@@ -436,13 +460,25 @@ class ModelController(GuardedController):
 
     def _along_the_slope(self, st: _Step) -> tuple[float, str]:
         """Under a queue: the Newton step towards the aim, unless the rise it asks is over the cap (or no knee
-        is in sight: then the rise is the cap)."""
+        is in sight: then the rise is the cap); then the latency's slope: heading over the aim, no rise, and
+        over the setpoint a cut as far as it is heading over the aim."""
         new = self._newton_step(st)
         note = f"towards the setpoint along the model's slope ({(new - st.rate) * self._mb:+.1f} MB/s)"
         cap, free = self._rise_cap(st)
         if new > cap or free:
-            new = max(st.rate, cap)
-            note = f"rising, at most x{self.rise:g} the rate moved ({new * self._mb:.1f} MB/s)"
+            new = max(min(st.rate, cap) if new <= st.rate else st.rate, cap) if free else min(max(new, st.rate), cap) \
+                if new > st.rate else new
+            if new > st.rate or free:
+                note = f"rising, at most x{cap / max(st.shown, 1e-12):.2g} the rate shown ({new * self._mb:.1f} MB/s)" \
+                    if st.shown > 0 else f"holding the start until its cost shows ({new * self._mb:.1f} MB/s)"
+        heading = self._trend(st)
+        if heading is not None and heading > st.aim_s and new >= min(st.rate, st.seen or st.rate):
+            from_rate = min(st.rate, st.seen) if st.seen > 0 else st.rate
+            cut = from_rate * min(1.0, st.aim_s / heading) if heading > self.setpoint_s else min(new, st.rate)
+            if cut < new:
+                new = cut
+                note = (f"latency rising towards {heading * 1e3:.0f} ms: "
+                        + ("holding" if cut >= st.rate else f"down to {new * self._mb:.1f} MB/s"))
         return new, note
 
     def _newton_step(self, st: _Step) -> float:
@@ -471,40 +507,79 @@ class ModelController(GuardedController):
         return new
 
     def _rise_cap(self, st: _Step) -> tuple[float, bool]:
-        """(the highest rate a rise may reach, whether no knee is in sight). At most `rise` x the rate the copy
-        moved over the lag -- or x its limit while the copy uses under FREE of the room to the aim (no knee in
-        sight: a copy running under its limit, the pipe being the bottleneck, goes unthrottled in a few
-        steps); the further under, the larger the rise: x `rise` at half the aim, x rise·(aim/2)/latency
-        below. Never past a queue's rate remembered."""
+        """(the highest rate a rise may reach, whether no knee is in sight). No rise past the evidence: at most
+        g x the fastest flow whose cost the newest latency shows (the start until the copy's own flow shows),
+        g = `rise` where the copy uses none of the room to the aim, down to RISE_NEAR where it uses all of it.
+        The flow shown trails the rate set by the loop's delay (the pipe's dead time, the lag, the window's
+        second), so the rate grows at most g-fold per loop delay, and each rise is a probe held until its
+        answer shows -- never straight to the cap on latency measured at a rate far below it (a real run: 40 to
+        195 MB/s on 21 ms against a 62 ms aim, past a knee at ~100 MB/s). Past the limit only where the limit is
+        not what holds the copy (the pipe moves well under it: _pipe_bound). Never past a queue's rate remembered."""
         worst_s = max(st.latency_s, st.newest_s, self._load_s or 0.0)  # under the load's own latency is noise
-        recent = max(st.shown, self._start)
-        base = max(recent, st.seen)  # the rate whose cost the latency shows
-        # Smith-predicted: the share of the room the rate already set will use once it shows, the copy's
-        # cost growing with its rate along the line (1/latency falls linearly with the rate).
         # The cost is what the latency shows beyond the load's own noise (the residuals' sd: a noisy second
-        # is not the copy's cost, and extrapolated to the pending rate it would be taken many times over).
+        # is not the copy's cost).
         fit = self._fit
         noise = fit.sd_z / fit.mean_z if fit.n >= 3 and fit.mean_z > 0 else self.NOISE
-        used_at_base = self._room_used(worst_s / (1.0 + min(noise, 1.0)), st.aim_s)
+        used = self._room_used(worst_s / (1.0 + min(noise, 1.0)), st.aim_s)
+        g = self._rise_factor(worst_s / (1.0 + min(noise, 1.0)), st.aim_s)
         if self._mark in (None, "read-in") or self._used_seen is None:
-            self._used_seen = (used_at_base, base)
+            self._used_seen = (used, g)
         else:
             # The tool's start, its lock, a pause: this latency is not the copy's cost; the last that was holds.
-            used_at_base, base = self._used_seen
-        used = used_at_base * max(1.0, st.rate / base)
-        gain = self.FREE / max(used, self.FREE * worst_s / st.aim_s)  # > 1 under FREE; at most aim / latency
-        if st.shown <= 0:
-            gain = 1.0  # nothing of the copy shows in this latency (its delay, or a stop): no evidence of room
-        cap = self.rise * (max(base, st.rate) * gain if used < self.FREE else recent)
+            used, g = self._used_seen
+        evidence = max(st.shown, self._start / g)  # before the copy's flow shows: the start, no more
+        cap = g * evidence
         if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
             self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
         if self._queue_x is not None:
             cap = min(cap, max(st.rate, self._queue_x * (1 - 1 / st.delay)))
-        # No knee in sight -- latency under FREE x the aim, no queue remembered, and no line that meets the
-        # aim under the cap -- the rise is the cap: the Newton step's slope is then a guess (a knee at
-        # twice the max), the cap what the copy has shown.
+        # No knee in sight -- the copy using under FREE of the room, no queue remembered, and no line that
+        # meets the aim under the cap -- the rise is the cap: the Newton step's slope is then a guess.
         free = used < self.FREE and self._queue_x is None and (self._allowed is None or self._allowed >= cap)
+        if free and self._pipe_bound():
+            cap = 1.0  # the limit does not bind: the pipe's own speed does (unthrottled costs nothing more)
         return cap, free
+
+    def _rise_factor(self, latency_s: float, aim: float) -> float:
+        """The rise a loop delay allows: `rise` where the copy costs nothing the latency shows over the load's own
+        (L0, measured before the copy, else the line's intercept), down to RISE_NEAR once it uses ROOM of the room
+        between L0 and the aim (on the line's scale, 1/latency). With no L0 known, the latency's share of the aim."""
+        if self.rise <= self.RISE_NEAR:
+            return self.rise
+        fit = self._fit
+        l0 = self._load_s or (1.0 / fit.a if fit.n >= 3 and fit.b > 1e-12 and fit.a > 0 else None)
+        if l0 is None:
+            share = latency_s / aim
+        elif l0 >= aim:
+            share = 1.0
+        else:
+            share = max(0.0, (1.0 / l0 - 1.0 / latency_s) / (1.0 / l0 - 1.0 / aim))
+        return max(self.RISE_NEAR, 1.0 + (self.rise - 1.0) * (1.0 - min(1.0, share / self.ROOM) ** 2))
+
+    def _pipe_bound(self) -> bool:
+        """Whether the limit is not what holds the copy: over the loop's whole delay (and a second) the rate in
+        force was held, and the pipe moved under PIPE_BOUND of it, no second marked (a tool's start or a
+        pause also moves less than the limit)."""
+        k = self._dead + self._lag + 2
+        f, s, m = list(self._flows), list(self._sets), list(self._marked)
+        if len(m) < k or any(m[-k:]) or len(s) < k + self._dead:
+            return False
+        sets = s[len(s) - k - self._dead:len(s) - self._dead] if self._dead else s[-k:]
+        held = max(sets) <= 1.001 * min(sets) and min(sets) > 0
+        return held and all(fi < self.PIPE_BOUND * si for fi, si in zip(f[-k:], sets))
+
+    def _trend(self, st: _Step) -> float | None:
+        """The latency the rise now under way is heading for: the newest seconds rising steadily (each over the
+        one before, by more than twice their noise in all), extrapolated over the delay still in flight (the
+        pipe's dead time and the lag). None when they are not rising so."""
+        y = list(self._recent_y)
+        if len(y) < 3 or not (y[-1] > y[-2] > y[-3]):
+            return None
+        fit = self._fit
+        noise = fit.sd_z / fit.mean_z if fit.n >= 3 and fit.mean_z > 0 else self.NOISE
+        if y[-1] - y[-3] <= 2.0 * noise * y[-3]:
+            return None
+        return y[-1] + (y[-1] - y[-3]) / 2.0 * (self._dead + self._lag)
 
     def _bounded(self, st: _Step, new: float, note: str) -> tuple[float, str]:
         """A marked second cuts no deeper than the start but for a queue; the max rate; a cut to under the

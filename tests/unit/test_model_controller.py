@@ -56,20 +56,22 @@ def _goals(rows):
 
 def test_a_copy_that_does_not_bind_runs_at_the_pipes_speed(family_rows):
     model, pid = _goals(family_rows)
-    assert model["nonbinding_time_median"] <= 1.15  # the goal, on the median plant (held out: 1.08)
-    assert model["nonbinding_ok"] >= 0.75  # held out: 92 % of 50 plants
-    assert model["nonbinding_ok"] >= pid["nonbinding_ok"] + 0.3  # the PID's integral ramp: 30 %
+    # A first move rises at most x3 per loop delay from its 10 MB/s start (issue 67): held out, median 1.14
+    # (the law before, which rose to the cap on room it had not seen: 1.08), 56 % within 1.15 (before 92 %).
+    assert model["nonbinding_time_median"] <= 1.15
+    assert model["nonbinding_ok"] >= 0.45
+    assert model["nonbinding_ok"] >= pid["nonbinding_ok"] + 0.15  # the PID's integral ramp: 30 %
 
 
 def test_a_binding_copy_holds_the_setpoint_at_the_oracles_speed(family_rows):
     model, pid = _goals(family_rows)
-    assert 0.9 <= model["binding_mean_median"] <= 1.1  # the goal, on the median plant (held out: 1.05)
-    assert model["binding_speed_median"] >= 0.9  # (held out: 0.97)
-    assert model["binding_within_10pct"] >= 0.45  # held out: 56 % of 95 plants (PID 51 %)
-    assert model["binding_speed_ok"] >= 0.5  # held out: 63 % (PID 54 %)
-    assert model["binding_both"] >= 0.3  # both at once, held out: 40 % (PID 33 %)
+    assert 0.9 <= model["binding_mean_median"] <= 1.1  # the goal, on the median plant (held out: 1.01)
+    assert model["binding_speed_median"] >= 0.88  # (held out: 0.94; before issue 67's rise per delay 0.99)
+    assert model["binding_within_10pct"] >= 0.6  # held out: 71 % of 95 plants (before 56 %; PID 51 %)
+    assert model["binding_speed_ok"] >= 0.45  # held out: 54 % (before 63 %; PID 54 %)
+    assert model["binding_both"] >= 0.35  # both at once, held out: 43 % (PID 33 %)
     assert model["binding_both"] >= pid["binding_both"]
-    assert model["binding_speed_ok"] >= pid["binding_speed_ok"]
+    assert model["binding_within_10pct"] >= pid["binding_within_10pct"] + 0.1
 
 
 def test_a_load_step_is_followed(family_rows):
@@ -102,8 +104,10 @@ def test_the_real_failures_as_plants():
     assert statistics.median(m for m, _ in got["model"]) <= 0.7 * statistics.median(m for m, _ in got["pid"]), got
     assert statistics.median(v for _, v in got["model"]) >= 0.75 >= statistics.median(v for _, v in got["pid"]), got
     sb = _on_seeds("sysbench", 6)
-    assert 0.9 <= statistics.median(m for m, _ in sb["model"]) <= 1.1, sb
-    assert statistics.median(v for _, v in sb["model"]) >= statistics.median(v for _, v in sb["pid"]) + 0.1, sb
+    # Under the setpoint, faster than the PID (measured: 0.84 at 0.68x the oracle's speed, the PID 0.84 at
+    # 0.63x); a first move rises at most x3 per loop delay (5-6 s on this plant) from its 10 MB/s start.
+    assert 0.8 <= statistics.median(m for m, _ in sb["model"]) <= 1.1, sb
+    assert statistics.median(v for _, v in sb["model"]) >= statistics.median(v for _, v in sb["pid"]) + 0.03, sb
 
 
 def test_a_setpoint_under_the_loads_own_latency_is_said_within_a_minute():
@@ -188,8 +192,9 @@ def test_a_start_burst_that_was_not_the_copys_is_dropped():
         r, c = _start_run(_burst_plant(seed))
         dropped += c._dropped > 0  # (seed 0: the start ran to 180 MB/s, where the fit says the queue was the copy's)
         end = next(k for k, m in enumerate(r.marks) if k > 0 and m is None and r.marks[k - 1] == "backup start")
-        rates = [s["rate_bytes_per_s"] or 200e6 for s in r.states[end + 5:end + 30]]
-        assert min(rates) >= 30e6, (seed, [round(x / 1e6) for x in rates])  # 3x the 10 MB/s start
+        # 15 s on, over 3x the 10 MB/s start (measured 59-143 MB/s; a rise waits a loop delay for its answer)
+        rates = [s["rate_bytes_per_s"] or 200e6 for s in r.states[end + 15:end + 30]]
+        assert min(rates) >= 30e6, (seed, [round(x / 1e6) for x in rates])
     assert dropped >= 2
 
 
@@ -207,12 +212,15 @@ def test_a_start_queue_the_copy_built_is_kept():
 
 
 def test_no_knee_in_sight_reaches_full_speed_in_seconds():
+    # Each rise at most `rise` x the rate whose cost the latency shows, held a loop delay (the 2 s lag assumed,
+    # and the second) for its answer: 10 -> 30 -> 90 -> 200 MB/s in three delays, never faster (issue 67).
     c = ModelController(0.1, MAX)
     done, fractions = 0, []
-    for k in range(10):
+    for k in range(12):
         done += c.rate_bytes_per_s
         fractions.append(c.step(sample(0.01, float(k)), float(k), done).fraction)
-    assert fractions.index(1.0) <= 5, fractions
+    assert fractions.index(1.0) <= 9, fractions
+    assert all(f <= c.rise * max(fractions[max(0, i - 3):i]) + 1e-9 for i, f in enumerate(fractions) if i >= 3)
 
 
 def test_the_load_alone_over_the_setpoint_stops_the_copy():
@@ -312,9 +320,9 @@ def test_state_names_the_model_in_bytes_and_seconds():
         assert after[k] == pytest.approx(st[k], rel=1e-6), k
 
 
-def test_a_copy_far_under_its_knee_reaches_the_pipes_speed_in_three_seconds():
+def test_a_copy_far_under_its_knee_reaches_the_pipes_speed_in_two_loop_delays():
     """scripts/demo (issue 40): latency far under the setpoint (the load's own 8-19 ms against 50 ms; at 16-19 ms
-    the copy at full speed adds 5-15 ms more), the pipe (100 MB/s) the only limit -- the copy reaches it within 3 s
+    the copy at full speed adds 5-15 ms more), the pipe (100 MB/s) the only limit -- the copy reaches it within two loop delays
     of its start, the backup tool's read-in included, with the max rate the demo gives (--max-rate 100MB/s) or
     none. The load's own latency is measured before the copy, as the migration does (slacker.throttle.measure:
     the median of the seconds read, three when all are under the setpoint); without it the load's 16-19 ms
@@ -343,7 +351,9 @@ def test_a_copy_far_under_its_knee_reaches_the_pipes_speed_in_three_seconds():
         # Issue 56: a rise waits for the cost of the rate set to show in the latency (the plant's lag, 2 s, and
         # the window's second) instead of compounding on evidence the rate has not answered yet -- the limit
         # cycle on sysbench. Was 3 s; the backup's start (1-3x the latency, not the copy's) falls in that wait.
-        assert reached <= 3 + sc.lag + 1, (max_rate, l0, seed, [round(f / 1e6) for f in flows])
+        # Issue 67: no rise past the evidence -- at most x3 the flow whose cost the latency shows, so 10 -> 30 ->
+        # 90 MB/s, each rise held a loop delay (the lag and the window's second) for its answer.
+        assert reached <= 1 + 2 * (sc.lag + 1), (max_rate, l0, seed, [round(f / 1e6) for f in flows])
 
 
 def test_the_verdict_is_on_the_progress_line_and_in_status_with_no_eta():

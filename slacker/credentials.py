@@ -159,6 +159,7 @@ ACCESS: tuple[Access, ...] = (
     Access("POST", "/v1/migrations", "migrate tenants"),
     Access("GET", "/v1/migrations", "list migrations", READ),
     Access("GET", "/v1/budget", "read the node's copy budget", READ),
+    Access("POST", "/v1/budget/memory/reset", "reset the node's copy-rate memory"),
     Access("GET", f"/v1/migrations/{_M}", "read a migration", READ),
     Access("POST", f"/v1/migrations/{_M}/abort", "abort migrations"),
     Access("POST", f"/v1/migrations/{_M}/finish", "finish migrations"),

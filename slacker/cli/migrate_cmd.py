@@ -583,6 +583,10 @@ def print_summary(doc: dict) -> None:
         how = src.get("why") or "; ".join(f"{tid}: {v['source']} ({v['why']})" for tid, v in sorted(per.items()))
         rows.append(["latency source", f"{src.get('kind')}" + (f" -- {how}" if how and kinds != ["performance_schema"]
                                                                 or src.get("kind") == "given" else "")])
+    if src.get("seeded"):
+        sd = src["seeded"]  # the node's memory of its last comparable copy (slacker.controller.memory)
+        rows.append(["start rate", f"{format_rate(sd['rate_bytes_per_s'])} from the node's memory (a copy that held it "
+                                   f"at {sd['setpoint_s'] * 1e3:.0f} ms, load {sd['load_latency_s'] * 1e3:.1f} ms)"])
     rows.append(["freeze window", f"{doc['freeze_ms']:.0f} ms" if doc.get("freeze_ms") is not None else "-"])
     if len(doc.get("handover_attempts") or []) > 1:
         rows.append(["handover attempts", len(doc["handover_attempts"])])

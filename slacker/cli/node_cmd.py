@@ -1,4 +1,4 @@
-"""`slacker node list|add|remove|cordon|uncordon|drain`: the fleet's members, in and out of service (docs/fleet.md)."""
+"""`slacker node list|add|remove|cordon|uncordon|drain|memory`: the fleet's members, in and out of service (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -160,6 +160,42 @@ def node_uncordon(cli: CliContext, node_name: str, as_json: bool) -> None:
         print_json({"node": node_name, "cordoned": False, "was_cordoned": bool(was)})
         return
     click.echo(f"{node_name} uncordoned: it receives tenants again" if was else f"{node_name} was not cordoned")
+
+
+@node.command("memory")
+@click.argument("node_name", metavar="NODE")
+@option("--reset", is_flag=True, help="Forget every entry: the next copy starts at the controller's safe start.")
+@option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@pass_cli
+def node_memory(cli: CliContext, node_name: str, reset: bool, as_json: bool) -> None:
+    """What NODE's controlled copies held, newest last: the next copy under a comparable setpoint and load (each
+    within 1.5x) starts at the newest such entry's rate instead of the safe 10 MB/s (docs/controller.md, "The
+    node's memory"). Fixed-rate and unthrottled copies never enter it."""
+    cluster, agents, _ = _clients(cli)
+    if reset:
+        cluster.require_admin("reset the node's copy-rate memory")
+    cluster.node(node_name)
+    if reset:
+        n = agents[node_name].request("POST", "/v1/budget/memory/reset", {}, timeout_s=10)["forgotten"]
+        if as_json:
+            print_json({"node": node_name, "forgotten": n})
+        else:
+            click.echo(f"{node_name}: forgot {n} entr{'y' if n == 1 else 'ies'}; its next copy starts at the "
+                       "controller's safe start")
+        return
+    doc = agents[node_name].request("GET", "/v1/budget", timeout_s=10)
+    mem = doc.get("memory") or {"entries": []}
+    if as_json:
+        print_json({"node": node_name, "seeded": doc.get("seeded"), **mem})
+        return
+    if not mem["entries"]:
+        click.echo(f"{node_name}: no controlled copy remembered; its next copy starts at the controller's safe start")
+        return
+    print_table(["when (UTC)", "setpoint", "load's own", "held", "mean", "seconds", "migration"],
+                [[time.strftime("%Y-%m-%d %H:%M", time.gmtime(e["at"])), f"{e['setpoint_s'] * 1e3:.0f} ms",
+                  f"{e['load_latency_s'] * 1e3:.1f} ms", format_rate(e["rate_bytes_per_s"]),
+                  f"{e['mean_latency_s'] * 1e3:.1f} ms", e["seconds"], e.get("migration") or "-"]
+                 for e in mem["entries"]])
 
 
 @node.command("drain")

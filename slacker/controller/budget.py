@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import InvalidInput
 from ..latency import LatencySample, LatencySource
+from .memory import RateMemory, held_rate
 from .report import StepReport
 
 if TYPE_CHECKING:  # only named in annotations: the loop (and Prometheus) load when a budget first runs one
@@ -133,6 +134,11 @@ class NodeBudget:
         self.report: StepReport | None = None
         self.step_s = 1.0
         self._steps: deque[tuple[float, int, int | None]] = deque(maxlen=16)  # (when, node's bytes, rate set then)
+        # What the node's controlled copies held, and where the next starts (slacker.controller.memory); the
+        # migration service gives it its file.
+        self.memory = RateMemory(None)
+        self.seeded: dict | None = None  # the memory's entry the node's controller started from
+        self._copy_steps: list[tuple[float, float | None, bool]] = []  # (flow bytes/s, latency s, marked)
 
     # ---- membership ---------------------------------------------------------------------
     def join(self, tenant: str, target: str, settings, build: Callable[[TargetGuards], RatePolicy],
@@ -152,12 +158,15 @@ class NodeBudget:
                 guards = TargetGuards()
                 policy = build(guards)  # measures the latency before any byte moves; raises on a bad setpoint
                 policy.metrics = None   # each member reports its own share
+                seeded = self._seed(policy)
                 with self._lock:
                     self.policy, self.key, self.guards = policy, key, guards
                     self.retired_bytes = self.retired_total = 0
                     self.last_step, self.rate, self.report = None, None, None
                     self.step_s = settings.step_s
                     self._steps.clear()
+                    self._copy_steps = []
+                    self.seeded = seeded
             elif guard is not None:
                 self.guards.add(tenant, guard())
             with self._lock:
@@ -168,6 +177,29 @@ class NodeBudget:
                 self.members[tenant] = member
                 self._set_setpoint()
                 return Share(self, member, metrics)
+
+    def _seed(self, policy: RatePolicy) -> dict | None:
+        """Start the node's new controller where its memory says comparable copies held (a model controller
+        with no start rate given); the entry used, or None (a first move: the controller's own safe start)."""
+        ctl = policy.controller
+        if policy.kind != "model":
+            return None
+        entry = self.memory.lookup(ctl.setpoint_s, policy.baseline_latency_s)
+        if entry is None:
+            return None
+        ctl.seed_rate(min(entry["rate_bytes_per_s"], ctl.max_rate_bytes_per_s))
+        if isinstance(policy.latency_source, dict):
+            policy.latency_source["seeded"] = {k: entry[k] for k in ("rate_bytes_per_s", "setpoint_s",
+                                                                     "load_latency_s", "at", "migration")}
+        return entry
+
+    def _remember(self, policy: RatePolicy, migration: str) -> None:
+        """The node's controlled copies have all ended: what they held seeds the next (RateMemory)."""
+        held = held_rate(self._copy_steps, policy.controller.setpoint_s)
+        if held is not None:
+            self.memory.record(kind=policy.kind, setpoint_s=policy.controller.setpoint_s,
+                               load_latency_s=policy.baseline_latency_s, rate_bytes_per_s=held[0],
+                               mean_latency_s=held[1], seconds=len(self._copy_steps), migration=migration)
 
     def _set_setpoint(self) -> None:
         """The node's setpoint: the strictest of its members'."""
@@ -194,14 +226,22 @@ class NodeBudget:
             del self.members[member.key]
             self.retired_bytes += member.bytes_done
             self.retired_total += member.bytes_total or member.bytes_done
-            policy, guards = self.policy, self.guards
+            policy, guards, steps = self.policy, self.guards, []
             if self.members:
                 self._set_setpoint()
                 policy = None
             else:
                 self.policy, self.guards, self.report, self.rate, self.last_step = None, None, None, None, None
                 self._steps.clear()
+                steps, self._copy_steps = self._copy_steps, []
         if policy is not None:
+            self._copy_steps = steps
+            try:
+                self._remember(policy, member.key)
+            except OSError:
+                pass  # a memory that cannot be written seeds nothing; the copy's outcome is not touched
+            finally:
+                self._copy_steps = []
             policy.close()  # the node's latency source, and every guard with it
         elif guards is not None:
             guards.remove(member.tenant)
@@ -239,6 +279,10 @@ class NodeBudget:
                 marks = [x.mark for x in copying.values() if x.mark]
                 self.rate, self.report = policy.step(now, done, mark=marks[0] if marks else None,
                                                      bytes_total=total)
+                if self._steps and now > self._steps[-1][0] and copying:
+                    flow = max(0, done - self._steps[-1][1]) / (now - self._steps[-1][0])
+                    held = bool(marks) or any(x.paused for x in self.members.values())
+                    self._copy_steps.append((flow, self.report.latency_s, held))
                 self.last_step = now
                 self._steps.append((now, done, self.rate))
             self._shares(now)
@@ -287,6 +331,8 @@ class NodeBudget:
             r = self.report
             flow, held = self._flow()
             return {"active": self.policy is not None, "split": self.split,
+                    # where the node's controller started (its memory's entry, or None: the safe start) and the memory
+                    "seeded": self.seeded if self.policy is not None else None, "memory": self.memory.status(),
                     "rate_bytes_per_s": self.rate, "setpoint_s": None if r is None else r.setpoint_s,
                     # what the copies moved over the last seconds, and the least rate they were held to meanwhile
                     "flow_bytes_per_s": None if flow is None else int(flow), "held_bytes_per_s": held,

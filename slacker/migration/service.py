@@ -35,6 +35,8 @@ class MigrationService:
         self._lock = threading.Lock()
         self.tally = Tally()  # counters of ended migrations for /metrics
         self.budget = NodeBudget()  # one controller of this node's latency for its outgoing copies
+        from ..controller.memory import RateMemory
+        self.budget.memory = RateMemory(node.config.data_root / "rate-memory.json")  # where its next copy starts
         # Before anything else looks at the disk: what a crash left half built or half removed.
         sweep_building(node.tenants.tenants_dir)
         sweep_building(node.tenants.seed.root)
@@ -219,6 +221,11 @@ def attach(node, server, participants: Participants) -> None:
     def budget(srv, body, q):
         """The node's one controller for its outgoing copies and how its rate is split (docs/fleet.md)."""
         return svc.budget.status()
+
+    @server.route("POST", "/v1/budget/memory/reset")
+    def budget_memory_reset(srv, body, q):
+        """Forget what the node's controlled copies held: the next copy starts at the controller's safe start."""
+        return {"forgotten": svc.budget.memory.reset()}
 
     @server.route("GET", f"/v1/migrations/{MID}")
     def get(srv, body, q, mid):

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import BlindLatencySource, InvalidInput, LatencySourceError, TargetLatencyError
-from .mariadb.perfschema import PFS_TABLES as _PFS_TABLES
 from .mariadb.perfschema import check_enabled, handler_commits, latency_totals, performance_schema_sql
 
 DEFAULT_METRIC = "slacker_ycsb_txn_latency_seconds"
@@ -26,7 +25,7 @@ DEFAULT_WINDOW_S = 3.0
 DEFAULT_STEP_S = 1.0
 
 # The default latency source (no --latency-source), per tenant of the source node: the first of these
-# whose condition holds, as (source, what it reads, when; "" for always). slacker.throttle.LatencyChoice
+# whose condition holds, as (source, what it reads, when; "" for always). slacker.sources.router.LatencyChoice
 # decides by it and `slacker migrate --help` states it from it (tests/unit/test_docs_drift.py holds both).
 DEFAULT_SOURCE_ORDER = (
     ("router", "the routers' transaction latency", "where a router carries the tenant's clients"),
@@ -865,77 +864,18 @@ class LatencySourceSpec:
     node: str = "source"  # which side's server to read: source or target
 
 
-_SPEC_HINT = (
-    "for example prometheus,url=http://127.0.0.1:9464/metrics,tenant=t1 "
-    "or performance-schema,exclude-user=slacker or router,table=transactions"
-)
-
-
 def parse_latency_source_spec(text: str) -> LatencySourceSpec:
-    """Parse `KIND[,key=value...]`.
+    """Parse `KIND[,key=value...]` (each kind's keys in its module of slacker.sources).
 
     prometheus: url= (required), metric= (default slacker_ycsb_txn_latency_seconds),
     node=source|target, any other key is a label filter.
     performance-schema (or pfs): table=statements|transactions, user=, exclude-user=
     (repeatable), node=source|target.
+    router: table=transactions|statements.
     """
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts:
-        raise InvalidInput(f"invalid latency source {text!r}", "it is empty", _SPEC_HINT)
-    kind, pairs = parts[0].lower(), []
-    for p in parts[1:]:
-        key, sep, value = p.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise InvalidInput(f"invalid latency source {text!r}", f"{p!r} is not key=value", _SPEC_HINT)
-        pairs.append((key.strip(), value.strip()))
-    node = "source"
-    for key, value in pairs:
-        if key == "node":
-            if value not in ("source", "target"):
-                raise InvalidInput(f"invalid latency source {text!r}", "node must be source or target", _SPEC_HINT)
-            node = value
-    pairs = [(k, v) for k, v in pairs if k != "node"]
-    if kind in ("prometheus", "prom"):
-        url, metric, labels = "", DEFAULT_METRIC, {}
-        for key, value in pairs:
-            if key == "url":
-                url = value
-            elif key == "metric":
-                metric = value
-            else:
-                labels[key] = value
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise InvalidInput(f"invalid latency source {text!r}", "prometheus needs url=http://...", _SPEC_HINT)
-        return LatencySourceSpec("prometheus", url=url, metric_name=metric, labels=labels, node=node)
-    if kind in ("performance-schema", "performance_schema", "pfs"):
-        pfs_kind, users, excluded = "transactions", [], []
-        for key, value in pairs:
-            if key == "table":
-                pfs_kind = value
-            elif key == "user":
-                users.append(value)
-            elif key == "exclude-user":
-                excluded.append(value)
-            else:
-                raise InvalidInput(f"invalid latency source {text!r}", f"unknown key {key!r} for performance-schema", _SPEC_HINT)
-        if pfs_kind not in _PFS_TABLES:
-            raise InvalidInput(f"invalid latency source {text!r}", "table must be statements or transactions", _SPEC_HINT)
-        return LatencySourceSpec(
-            "performance-schema", pfs_kind=pfs_kind, users=tuple(users), exclude_users=tuple(excluded), node=node
-        )
-    if kind == "router":
-        table = "transactions"
-        for key, value in pairs:
-            if key != "table":
-                raise InvalidInput(f"invalid latency source {text!r}", f"unknown key {key!r} for router", _SPEC_HINT)
-            table = value
-        if table not in ROUTER_METRICS:
-            raise InvalidInput(f"invalid latency source {text!r}", "table must be statements or transactions", _SPEC_HINT)
-        if node != "source":
-            raise InvalidInput(f"invalid latency source {text!r}", "the routers measure the source node's tenants",
-                               _SPEC_HINT)
-        return LatencySourceSpec("router", pfs_kind=table)
-    raise InvalidInput(f"invalid latency source {text!r}", f"unknown kind {kind!r}", _SPEC_HINT)
+    from .sources import parse  # the kinds' modules import this one
+
+    return parse(text)
 
 
 # --- both ends guarded: the target node's tenants, through its agent ----------------

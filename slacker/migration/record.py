@@ -220,7 +220,7 @@ class MigrationRecord:
             # a move back onto a kept copy (--revert: nothing copied); the old copy this move keeps (--keep-source)
             "revert": opts.revert, "kept": self.kept,
             "controller": self.controller_state.to_dict() if self.controller_state is not None else None,
-            # which latency the controller steered by, per tenant, and why (slacker.throttle.LatencyChoice)
+            # which latency the controller steered by, per tenant, and why (slacker.sources.router.LatencyChoice)
             "latency_source": live.latency_source,
             # which applier, its MPL, best apply rate; what leaving catch-up mode cost
             "delta": dict({k: v for k, v in self.delta_stats.items() if k != "samples"},

@@ -21,6 +21,7 @@ from typing import Callable
 from ..controller.budget import check_budget
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
 from ..migration.remote import latency_move
+from ..sources.node import node_latency
 from .moves import MIN_SHARE_BYTES_PER_S, MoveRunner, Running
 from .placement import Item, PlacementPlan, items_of, node_loads, place
 from .planner import Settings, setpoint_for
@@ -360,9 +361,7 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
     latency = None
     try:
         doc = agents[node].request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=AGENT_TIMEOUT_S)
-        rows = [t for t in doc.get("tenants", []) if t.get("latency_s") is not None and t.get("transactions_per_s")]
-        tps = sum(t["transactions_per_s"] for t in rows)
-        latency = sum(t["latency_s"] * t["transactions_per_s"] for t in rows) / tps if tps > 0 else None
+        latency = node_latency(doc.get("tenants", []))
     except SlackerError:
         latency = src.latency_s if src else None
     setpoint, _ = setpoint_for(settings, latency)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..errors import InvalidInput
+from ..sources.node import node_latency
 
 MIN_BYTES = 1_000_000  # a tenant costs at least this much to copy (score of an empty tenant stays finite)
 
@@ -210,16 +211,8 @@ def node_series(tenants: dict[str, list[Sample]], k: int) -> list[tuple[float, f
     """
     out = []
     for i in range(k):
-        load, lat_sum, n = 0.0, 0.0, 0.0
-        for samples in tenants.values():
-            if len(samples) <= i:
-                continue
-            s = samples[-1 - i]
-            load += s.load or 0.0
-            if s.latency_s is not None and s.transactions_per_s > 0:
-                lat_sum += s.latency_s * s.transactions_per_s
-                n += s.transactions_per_s
-        out.append((load, lat_sum / n if n > 0 else None))
+        at = [samples[-1 - i] for samples in tenants.values() if len(samples) > i]
+        out.append((sum(s.load or 0.0 for s in at), node_latency(at, min_transactions=0.0)))
     return out
 
 

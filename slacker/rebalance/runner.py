@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..errors import AgentUnavailable, Conflict, NotFound, SlackerError
 from ..migration.remote import follow, latency_move, start_migration
+from ..sources.node import node_latency
 from .planner import Move, NodeInput, Plan, Sample, Settings, State, plan_pass
 
 log = logging.getLogger("slacker.rebalance")
@@ -334,11 +335,7 @@ class TargetGuard:
             doc = self.target.request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=AGENT_TIMEOUT_S)
         except SlackerError:
             return None
-        total = sum(t["transactions_per_s"] for t in doc["tenants"] if t.get("latency_s") is not None)
-        if total <= 0:
-            return None
-        return sum(t["latency_s"] * t["transactions_per_s"] for t in doc["tenants"]
-                   if t.get("latency_s") is not None) / total
+        return node_latency(doc["tenants"])
 
     def check(self, doc: dict) -> None:
         if not doc.get("active") or doc.get("phase") not in ("snapshot", "preflight"):

@@ -325,25 +325,26 @@ def default_drift(group: click.Command, expected: dict[tuple[tuple[str, ...], st
 
 
 def latency_rule() -> list[str]:
-    """The default latency source as slacker.throttle.LatencyChoice picks it, the sources in the order it
+    """The default latency source as slacker.sources.router.LatencyChoice picks it, the sources in the order it
     tries them: what it reads for a tenant a router carries, then for a tenant no router carries."""
     from types import SimpleNamespace
 
     from slacker import throttle
     from slacker.latency import parse_latency_source_spec
+    from slacker.sources import router
 
     carried = {"t-routed": ({"a:1": (50.0, 3)}, {}), "t-direct": ({"a:1": (0.0, 0)}, {})}
-    choice = throttle.LatencyChoice(SimpleNamespace())
+    choice = router.LatencyChoice(SimpleNamespace())
     choice.admins = lambda: ["a:1"]
     spec = parse_latency_source_spec(throttle.DEFAULT_SOURCES[0])
-    real = throttle.router_traffic, throttle._pfs_maker
-    throttle.router_traffic = lambda tenant, admins, kind: carried[tenant]
-    throttle._pfs_maker = lambda tenant, spec, w, s: lambda: None
+    real = router.router_traffic, router.pfs_maker
+    router.router_traffic = lambda tenant, admins, kind: carried[tenant]
+    router.pfs_maker = lambda tenant, spec, w, s: lambda: None
     try:
         for tenant in carried:
             choice.maker(SimpleNamespace(id=tenant), spec, 3.0, 1.0)()
     finally:
-        throttle.router_traffic, throttle._pfs_maker = real
+        router.router_traffic, router.pfs_maker = real
     return list(dict.fromkeys(choice.tenants[t]["source"] for t in carried))
 
 

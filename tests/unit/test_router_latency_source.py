@@ -1,6 +1,6 @@
 """The router's latency source (slacker.latency.RouterLatencySource), the default's choice between it and the
-server's performance_schema (slacker.throttle.LatencyChoice), and the load's latency seeded from the agents'
-per-tenant windows (slacker.throttle.history_baseline, measure(seed=...))."""
+server's performance_schema (slacker.sources.router.LatencyChoice), and the load's latency seeded from the agents'
+per-tenant windows (the kinds' seeds, slacker.sources; measure(seed=...)); the node's latency (slacker.sources.node)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 
 from slacker.errors import InvalidInput
 from slacker.latency import LatencySample, RouterLatencySource, parse_latency_source_spec, router_traffic
-from slacker.throttle import LatencyChoice, _weighted_latency, measure
+from slacker.sources.node import node_latency
+from slacker.sources.router import LatencyChoice
+from slacker.throttle import measure
 
 M = "slacker_router_transaction_latency_seconds"
 
@@ -106,11 +108,11 @@ def _choice(pages: dict[str, str]) -> LatencyChoice:
 
 
 def test_the_default_takes_the_routers_for_a_routed_tenant_and_the_server_for_the_others(monkeypatch):
-    import slacker.throttle as throttle
+    import slacker.sources.router as router
 
     pages = {"a:1": page({"t1": (1.0, 50)}, {"t1": 3})}
-    monkeypatch.setattr(throttle, "router_traffic", lambda t, admins, kind: router_traffic(t, admins, kind, fetch=pages.get))
-    monkeypatch.setattr(throttle, "_pfs_maker", lambda t, spec, w, s: lambda: SimpleNamespace(name=f"pfs:{t.id}"))
+    monkeypatch.setattr(router, "router_traffic", lambda t, admins, kind: router_traffic(t, admins, kind, fetch=pages.get))
+    monkeypatch.setattr(router, "pfs_maker", lambda t, spec, w, s: lambda: SimpleNamespace(name=f"pfs:{t.id}"))
     spec = parse_latency_source_spec("performance-schema")
     choice = _choice(pages)
     routed = choice.maker(SimpleNamespace(id="t1"), spec, 3.0, 1.0)()
@@ -151,10 +153,15 @@ def test_the_agents_windows_weight_tenants_by_their_transactions():
     rows = [{"tenant": "a", "latency_s": 0.010, "transactions_per_s": 90, "window_s": 10, "ok": True},
             {"tenant": "b", "latency_s": 0.050, "transactions_per_s": 10, "window_s": 10, "ok": True},
             {"tenant": "c", "latency_s": None, "transactions_per_s": 0, "window_s": 10, "ok": True}]
-    assert _weighted_latency(rows, set()) == pytest.approx(0.014)
-    assert _weighted_latency(rows, {"a"}) == pytest.approx(0.050)
-    assert _weighted_latency(rows[2:], set()) is None  # idle: nothing to seed from
-    assert _weighted_latency(rows[:1] + [dict(rows[1], ok=False)], set()) is None  # a tenant's figures failed
+    assert node_latency(rows) == pytest.approx(0.014)
+    assert node_latency(rows, exclude=["a"]) == pytest.approx(0.050)
+    assert node_latency(rows[2:]) is None  # idle: nothing to seed from
+    failed = rows[:1] + [dict(rows[1], ok=False, latency_s=None)]
+    assert node_latency(failed, failed="unknown") is None  # a seed: a tenant's figures failed, not known
+    assert node_latency(failed) == pytest.approx(0.010)  # a guard or a plan: the rest
+    # Objects as the planner's samples (no window: a second each), and no floor of transactions for them.
+    assert node_latency([SimpleNamespace(latency_s=0.02, transactions_per_s=1.0)], min_transactions=0) == 0.02
+    assert node_latency([SimpleNamespace(latency_s=0.02, transactions_per_s=1.0)]) is None  # under 3 in all
 
 
 def _rings(rings: dict[str, dict[str, tuple[float, int]]], seconds_kept: int = 15):
@@ -191,7 +198,11 @@ def _node(*tenants: str):
 
 def test_the_routers_rings_seed_the_load_latency_or_leave_it_to_a_measure():
     from slacker.controller.settings import ControllerSettings
-    from slacker.throttle import router_baseline
+    from slacker.sources import parse
+    from slacker.sources.router import seed
+
+    def router_baseline(node, choice, kind, tenant, target, c, fetch):
+        return seed(node, choice, parse(f"router,table={kind}"), tenant, target, c, fetch)
 
     c = ControllerSettings(setpoint_s=0.1)
     choice = _choice({"a:1": "", "b:2": ""})
@@ -230,8 +241,9 @@ def test_the_build_seeds_from_the_routers_only_when_every_tenant_is_routed(monke
 
     seeded = []
     monkeypatch.setattr(throttle, "build_source", build_source)
-    monkeypatch.setattr(throttle, "router_baseline", lambda *a, **k: seeded.append(a) or 0.03)
-    monkeypatch.setattr(throttle, "history_baseline", lambda *a, **k: 0.01)
+    monkeypatch.setattr(throttle.sources, "seed",
+                        lambda chosen, *a: (seeded.append(a) or 0.03) if chosen == "router" else
+                        (0.01 if chosen == "performance_schema" else None))
     c = ControllerSettings(setpoint_s=0.1, latency_sources=list(given), window_s=0.03, step_s=0.01)
     node = SimpleNamespace(registry=CollectorRegistry())
     policy = throttle.build_rate_policy(node, "t1", SimpleNamespace(controller=c, target=None))

@@ -222,6 +222,13 @@ def parse_args(argv=None):
                         "own latency to the unthrottled warm-up's crosses the binding setpoint (below the "
                         "unthrottled rate); "
                         "fractions of the unthrottled rate where the warm-up stayed under it")
+    g.add_argument("--direct", action="store_true",
+                   help="oltp: the clients connect straight to the tenant's owner, not through the router (the "
+                        "default latency source is then the server's; the 'router' members run the default)")
+    g.add_argument("--members", default=None,
+                   help="oltp: the block's members to run, comma-separated (default all: fixed:0..n, "
+                        "model-router:b, model-server:b, pid-router:b, unthrottled, model-router:nb, step:...); "
+                        "'fixed:*' names every fixed rate")
     g.add_argument("--warmup-moves", type=int, default=1, help="unthrottled moves at a block's start, not judged")
     g.add_argument("--capacity-s", type=parse_duration, default=8.0,
                    help="how long the capacity probe before each block runs (default 8s)")
@@ -309,7 +316,9 @@ def parse_args(argv=None):
             ap.error("--only oltp runs alone (its blocks share one load and one router)")
         if len(a.oracle_factors) < 3:
             ap.error("--oracle-factors needs at least 3 rates")
-        a.router, a.own_clock = True, True  # the loads through the router; sysbench's own clock per second
+        # the loads through the router (--direct: straight to the owner, the server's source the default then);
+        # sysbench's own clock per second
+        a.router, a.own_clock = not a.direct, True
         a.sb_paced, a.arrival = True, "constant"
         if a.capacity_probe_tps is None:
             a.capacity_probe_tps = 3000

@@ -282,7 +282,11 @@ class Oltp:
             blk.update(nonbinding_s=sp_nb, warmup_mean_s=u_mean, fixed_rates=rates)
             log(f"block {k}: the unthrottled warm-up copy at {mbs(u_rate)} MB/s took the load to "
                 f"{ms(u_mean) if u_mean else '?'} ms; non-binding setpoint {ms(sp_nb)} ms")
-            order = protocol.rotated(members(len(rates)), k)
+            chosen = members(len(rates))
+            if getattr(a, "members", None):  # --members: a subset, each name a member or a prefix (fixed)
+                want = [m.strip() for m in a.members.split(",") if m.strip()]
+                chosen = [m for m in chosen if any(m == w or m.startswith(w.rstrip("*")) for w in want)]
+            order = protocol.rotated(chosen, k)
             blk["order"] = order
             log(f"block {k}: fixed rates {', '.join(mbs(r) for r in rates)} MB/s; order {' '.join(order)}")
             for mem in order:

@@ -217,6 +217,7 @@ class Oltp:
              "snapshot_s": mig["snapshot_s"], "copy": [c0, c1], "posted": mig["posted"],
              "end": mig["snapshot_end"], "latency_source": src.get("kind"),
              "latency_source_why": {t: v.get("why") for t, v in (src.get("tenants") or {}).items()},
+             "seeded": src.get("seeded"),  # the node's memory's entry the controller started from (None: first)
              "series_path": mig["series_path"], "step": {k: v for k, v in step.items() if k != "load"} or None,
              "cpu_during_copy": b.cpu.summary(c0, mig["snapshot_end"]), "recovery_wait_s": waited,
              "started_recovered": back}

@@ -143,6 +143,7 @@ class ModelController(GuardedController):
     FREE = 0.5  # latency under this share of the aim: no knee in sight
     ROOM = 0.5  # the share of the room used at which the rise per delay is down to RISE_NEAR
     RISE_NEAR = 1.25  # the rise per loop delay where the copy already uses all of the room to the aim
+    TREND = 2.0  # a rise over three seconds larger than this many times the per-second noise is the copy's slope
     PIPE_BOUND = 0.7  # a pipe moving under this share of its limit, held over a delay: the limit does not bind
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
     LAG_AFTER = 5  # seconds in which the rate moved before the lag is measured (until then: 2 s)
@@ -219,6 +220,8 @@ class ModelController(GuardedController):
         self._last_sample: LatencySample | None = None
         self._load_s: float | None = getattr(self, "_load_s", None)  # kept across a reset: measured before the copy
         self._recent_y: deque[float] = deque(maxlen=8)  # the newest seconds' latencies, newest last
+        self._proven: deque[tuple[float, float]] = deque()  # (when, rate) the copy moved within the aim
+        self._proven_t = 0.0
         self._trend_note: str | None = None
 
     def seed_rate(self, rate_bytes_per_s: float | None) -> None:
@@ -281,6 +284,7 @@ class ModelController(GuardedController):
             s = old / self.max_rate_bytes_per_s
             self._flows = deque((f * s for f in self._flows), maxlen=self._flows.maxlen)
             self._queue_x = None if self._queue_x is None else self._queue_x * s
+            self._proven = deque((t, x * s) for t, x in self._proven)
             self._allowed = None if self._allowed is None else self._allowed * s
             fit = self._fit
             fit.pts = deque(((x * s, z, p) for x, z, p in fit.pts), maxlen=fit.pts.maxlen)
@@ -332,6 +336,11 @@ class ModelController(GuardedController):
         # A marked second (the backup's start, a pause) in which a queue built is fitted provisionally: the
         # queue may be the copy's (a start that overran the server) or not (the tool's own burst); the fit of
         # the others decides once the mark has ended (judge()). One with no queue restricts nothing: left out.
+        self._proven_t += self.step_s
+        while self._proven and self._proven_t - self._proven[0][0] > self.horizon_s:
+            self._proven.popleft()
+        if not queue and not marked and y <= self._aim_s():
+            self._proven.append((self._proven_t, x))  # the copy moved x at a latency within the aim
         if not queue:
             if not marked:
                 self._fit.add(x, z)
@@ -528,7 +537,9 @@ class ModelController(GuardedController):
             # The tool's start, its lock, a pause: this latency is not the copy's cost; the last that was holds.
             used, g = self._used_seen
         evidence = max(st.shown, self._start / g)  # before the copy's flow shows: the start, no more
-        cap = g * evidence
+        # ... or back to a rate the copy moved within the aim over the horizon (after a cut, the way back to a
+        # rate whose cost was shown is not past the evidence, and no further than it)
+        cap = max(g * evidence, max((x for _, x in self._proven), default=0.0))
         if self._queue_x is not None and self._allowed is not None and self._allowed > self._queue_x:
             self._queue_x = None  # the curve, fitted since, meets the aim past it: a stall or a burst built it
         if self._queue_x is not None:
@@ -570,14 +581,14 @@ class ModelController(GuardedController):
 
     def _trend(self, st: _Step) -> float | None:
         """The latency the rise now under way is heading for: the newest seconds rising steadily (each over the
-        one before, by more than twice their noise in all), extrapolated over the delay still in flight (the
+        one before, by more than TREND x their noise in all), extrapolated over the delay still in flight (the
         pipe's dead time and the lag). None when they are not rising so."""
         y = list(self._recent_y)
         if len(y) < 3 or not (y[-1] > y[-2] > y[-3]):
             return None
         fit = self._fit
         noise = fit.sd_z / fit.mean_z if fit.n >= 3 and fit.mean_z > 0 else self.NOISE
-        if y[-1] - y[-3] <= 2.0 * noise * y[-3]:
+        if y[-1] - y[-3] <= self.TREND * noise * y[-3]:
             return None
         return y[-1] + (y[-1] - y[-3]) / 2.0 * (self._dead + self._lag)
 

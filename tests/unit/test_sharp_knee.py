@@ -67,3 +67,31 @@ def test_a_seeded_move_is_fast(runs):
     assert statistics.median(s for _, s in runs[("nonbinding", "seeded")]) <= 1.15
     assert statistics.median(s for _, s in runs[("tight", "first")]) >= 0.65
 
+
+
+
+def test_after_a_cut_the_copy_goes_back_to_a_rate_it_has_shown_and_no_further():
+    """A load's own bump (latency 1.9x the setpoint for 8 s, whatever the rate) cuts the copy to under 1 MB/s.
+    The rate it held within the aim before (49 MB/s here) is evidence over the horizon: the copy goes straight
+    back to it (measured: in the second after the bump) and not past it, where the law that knew only the flow
+    shown rose to 38 and then 80 MB/s, 1.6x the rate the server had shown it could take."""
+    from slacker.latency import LatencySample
+
+    sp, l0, knee = 0.0104, 0.007, 150e6
+    c = ModelController(sp, 200e6, catch_up=0.0)  # without the aim's catch-up: what is tested is the cap
+    c.set_load_latency(l0)
+    done, x, rates = 0.0, 0.0, []
+    for k in range(70):
+        y = l0 / max(0.05, 1.0 - x / knee)
+        if 40 <= k < 48:
+            y = 1.9 * sp  # the load's own, whatever the rate
+        done += x
+        s = LatencySample("fake", float(k), sum_s=y * 300, count=300, window_s=3.0, last_sum_s=y * 100, last_count=100)
+        x = c.step(s, float(k), int(done)).rate_bytes_per_s
+        x = 200e6 if x is None else x
+        rates.append(x)
+    held = statistics.median(rates[25:40])
+    assert min(rates[42:48]) < 0.1 * held  # the bump cut it
+    assert max(rates[48:]) <= 1.3 * held, [round(r / 1e6, 1) for r in rates[46:60]]
+    back = next(k for k in range(48, 70) if rates[k] >= 0.8 * held) - 48
+    assert back <= 3, [round(r / 1e6, 1) for r in rates[46:60]]

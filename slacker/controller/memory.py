@@ -29,23 +29,21 @@ KINDS = ("model", "pid")  # the controlled kinds that remember; fixed rates and 
 
 
 def held_rate(steps: list[tuple[float, float | None, bool]], setpoint_s: float) -> tuple[float, float] | None:
-    """(bytes/s the node bore, the seconds' mean latency) from a copy's steps [(flow bytes/s, latency s, marked)]:
-    the median flow of the unmarked second half, times setpoint / mean latency where that is over 1. None with
-    fewer than MIN_SECONDS unmarked steps or no flow."""
+    """(bytes/s the node bore within its setpoint, those seconds' mean latency) from a copy's steps [(flow
+    bytes/s, latency s, marked)]: the median flow over the unmarked second half's seconds whose latency met the
+    setpoint (a second over it is a rate being cut: the copy's overshoot, or the load's own change -- a load
+    that doubled mid-copy held the copy low in seconds that say nothing of the node under its usual load).
+    None with fewer than MIN_SECONDS unmarked steps, fewer than 3 such seconds, or no flow."""
     import statistics  # not at import: the CLI's start loads no more than it uses
 
     own = [(f, y) for f, y, marked in steps if not marked]
     if len(own) < MIN_SECONDS:
         return None
-    half = own[len(own) // 2:]
-    flow = statistics.median(f for f, _ in half)
-    ys = [y for _, y in half if y is not None and y > 0]
-    mean = statistics.fmean(ys) if ys else None
-    if not flow > 0:
+    within = [(f, y) for f, y in own[len(own) // 2:] if y is not None and 0 < y <= setpoint_s]
+    if len(within) < 3:
         return None
-    if mean is not None and mean > setpoint_s:
-        flow *= setpoint_s / mean
-    return flow, (mean or 0.0)
+    flow = statistics.median(f for f, _ in within)
+    return (flow, statistics.fmean(y for _, y in within)) if flow > 0 else None
 
 
 class RateMemory:

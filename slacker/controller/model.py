@@ -143,6 +143,8 @@ class ModelController(GuardedController):
     FREE = 0.5  # latency under this share of the aim: no knee in sight
     ROOM = 0.5  # the share of the room used at which the rise per delay is down to RISE_NEAR
     RISE_NEAR = 1.25  # the rise per loop delay where the copy already uses all of the room to the aim
+    KNEE = 3.0  # the sharpest knee assumed: latency x3 over a 30 % rise of the rate (the sharp-knee plants')
+    FAR = 4.0  # the most a rise per loop delay grows beyond `rise` where the aim is far over KNEE x the latency
     TREND = 2.0  # a rise over three seconds larger than this many times the per-second noise is the copy's slope
     PIPE_BOUND = 0.7  # a pipe moving under this share of its limit, held over a delay: the limit does not bind
     OVER = 2.0  # a window this many times the setpoint is a queue: cut at once, not fitted
@@ -565,7 +567,12 @@ class ModelController(GuardedController):
             share = 1.0
         else:
             share = max(0.0, (1.0 / l0 - 1.0 / latency_s) / (1.0 / l0 - 1.0 / aim))
-        return max(self.RISE_NEAR, 1.0 + (self.rise - 1.0) * (1.0 - min(1.0, share / self.ROOM) ** 2))
+        g = max(self.RISE_NEAR, 1.0 + (self.rise - 1.0) * (1.0 - min(1.0, share / self.ROOM) ** 2))
+        # Far under the aim -- further than the sharpest knee assumed would take it (latency x KNEE over a 30 %
+        # rise of the rate) -- a probe that overshoots a knee still lands under the aim: a larger rise, at most
+        # FAR x more.
+        far = aim / (self.KNEE * latency_s) if latency_s > 0 else 1.0
+        return g * min(self.FAR, far) if far > 1.0 else g
 
     def _pipe_bound(self) -> bool:
         """Whether the limit is not what holds the copy: over the loop's whole delay (and a second) the rate in

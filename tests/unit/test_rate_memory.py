@@ -13,12 +13,14 @@ from slacker.controller.report import StepReport
 from slacker.controller.settings import ControllerSettings
 
 
-def test_held_rate_is_the_second_halfs_median_scaled_under_the_setpoint():
+def test_held_rate_is_the_second_halfs_median_within_the_setpoint():
     steps = [(10e6, 0.02, True)] * 3 + [(20e6, 0.03, False)] * 4 + [(60e6, 0.04, False)] * 4
     rate, mean = held_rate(steps, 0.05)
     assert rate == 60e6 and mean == 0.04  # the unmarked second half; the tool's start (marked) left out
-    over, mean = held_rate([(60e6, 0.1, False)] * 8, 0.05)
-    assert over == 30e6 and mean == 0.1  # a copy over its setpoint remembers the rate scaled down to it
+    # A load that doubled mid-copy: its seconds over the setpoint at a low rate say nothing of the usual load.
+    doubled = [(60e6, 0.04, False)] * 4 + [(5e6, 0.2, False)] * 4 + [(60e6, 0.045, False)] * 3
+    assert held_rate(doubled, 0.05)[0] == 60e6
+    assert held_rate([(60e6, 0.1, False)] * 8, 0.05) is None  # never within the setpoint: nothing to remember
     assert held_rate([(60e6, 0.04, False)] * 5, 0.05) is None  # too short to say
 
 

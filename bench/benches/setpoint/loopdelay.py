@@ -90,7 +90,9 @@ def figures(res: dict, out_dir: Path) -> dict:
             unthr = b["moves"].get("unthrottled")
             if mem.endswith(":nb") and unthr and unthr.get("time_s"):
                 f["time_over_unthrottled"] = m["time_s"] / unthr["time_s"]
-            f["first"] = f.get("seeded") is None and f.get("seeded_start_bytes_per_s") is None
+            # the PID never takes the memory's seed (its start is its own); a model move started elsewhere than
+            # the safe 10 MB/s was seeded
+            f["first"] = m.get("kind") == "pid" or (f.get("seeded") is None and f.get("seeded_start_bytes_per_s") is None)
             per.append(f)
     return {"moves": per}
 

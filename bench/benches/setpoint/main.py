@@ -222,9 +222,6 @@ def parse_args(argv=None):
                         "own latency to the unthrottled warm-up's crosses the binding setpoint (below the "
                         "unthrottled rate); "
                         "fractions of the unthrottled rate where the warm-up stayed under it")
-    g.add_argument("--direct", action="store_true",
-                   help="oltp: the clients connect straight to the tenant's owner, not through the router (the "
-                        "default latency source is then the server's; the 'router' members run the default)")
     g.add_argument("--members", default=None,
                    help="oltp: the block's members to run, comma-separated (default all: fixed:0..n, "
                         "model-router:b, model-server:b, pid-router:b, unthrottled, model-router:nb, step:...); "
@@ -316,9 +313,7 @@ def parse_args(argv=None):
             ap.error("--only oltp runs alone (its blocks share one load and one router)")
         if len(a.oracle_factors) < 3:
             ap.error("--oracle-factors needs at least 3 rates")
-        # the loads through the router (--direct: straight to the owner, the server's source the default then);
-        # sysbench's own clock per second
-        a.router, a.own_clock = not a.direct, True
+        a.router, a.own_clock = True, True  # the loads through the router; sysbench's own clock per second
         a.sb_paced, a.arrival = True, "constant"
         if a.capacity_probe_tps is None:
             a.capacity_probe_tps = 3000

@@ -193,13 +193,18 @@ class NodeBudget:
                                                                      "load_latency_s", "at", "migration")}
         return entry
 
-    def _remember(self, policy: RatePolicy, migration: str) -> None:
-        """The node's controlled copies have all ended: what they held seeds the next (RateMemory)."""
-        held = held_rate(self._copy_steps, policy.controller.setpoint_s)
-        if held is not None:
+    def _remember(self, policy: RatePolicy, migration: str, steps: list) -> None:
+        """The node's controlled copies have all ended (their `steps`): what they held seeds the next (RateMemory).
+        A memory that cannot be written seeds nothing; the copy's outcome is not touched."""
+        held = held_rate(steps, policy.controller.setpoint_s)
+        if held is None:
+            return
+        try:
             self.memory.record(kind=policy.kind, setpoint_s=policy.controller.setpoint_s,
                                load_latency_s=policy.baseline_latency_s, rate_bytes_per_s=held[0],
-                               mean_latency_s=held[1], seconds=len(self._copy_steps), migration=migration)
+                               mean_latency_s=held[1], seconds=len(steps), migration=migration)
+        except OSError:
+            pass
 
     def _set_setpoint(self) -> None:
         """The node's setpoint: the strictest of its members'."""
@@ -235,13 +240,7 @@ class NodeBudget:
                 self._steps.clear()
                 steps, self._copy_steps = self._copy_steps, []
         if policy is not None:
-            self._copy_steps = steps
-            try:
-                self._remember(policy, member.key)
-            except OSError:
-                pass  # a memory that cannot be written seeds nothing; the copy's outcome is not touched
-            finally:
-                self._copy_steps = []
+            self._remember(policy, member.key, steps)
             policy.close()  # the node's latency source, and every guard with it
         elif guards is not None:
             guards.remove(member.tenant)

@@ -1,9 +1,8 @@
 """The node's memory of its controlled copies: where the next one starts (as TCP caches a path's ssthresh).
 
 A controlled copy on the node's budget (the model or the PID, not a fixed rate, not unthrottled) leaves what
-the node bore: the flow its copies moved over the second half of the copy (the unmarked seconds: not the
-tool's start, not a pause), scaled down by setpoint / mean latency where those seconds were over the
-setpoint, with the setpoint and the load's own latency it ran under. The next copy whose setpoint and load are
+the node bore: the median flow its copies moved over the seconds of the copy's second half that met the
+setpoint (not the tool's start, not a pause), with the setpoint and the load's own latency it ran under. The next copy whose setpoint and load are
 comparable (each within COMPARABLE either way) and whose entry is at most MAX_AGE_S old starts at the newest
 such entry's rate (ModelController.seed_rate): the rise from it is still bounded per loop delay, and a first
 move, or one under a load or setpoint unlike any remembered, starts at the controller's safe start.

@@ -185,7 +185,6 @@ class ModelController(GuardedController):
         self.max_lag, self.horizon_s = max_lag, float(horizon_s)
         self.margin, self.rise, self.catch_up = float(margin), float(rise), float(catch_up)
         self.start_rate_bytes_per_s = start
-        self._seeded: float | None = None  # the start the node's memory gave (seed_rate), bytes/s
         self._reset_model()
 
     # --- the model ---------------------------------------------------------------------------
@@ -224,11 +223,10 @@ class ModelController(GuardedController):
         self._recent_y: deque[float] = deque(maxlen=8)  # the newest seconds' latencies, newest last
         self._proven: deque[tuple[float, float]] = deque()  # (when, rate) the copy moved within the aim
         self._proven_t = 0.0
-        self._trend_note: str | None = None
 
     def seed_rate(self, rate_bytes_per_s: float | None) -> None:
-        """Start where the node's memory says copies held under a comparable setpoint and load (the agent's
-        seed, slacker.controller.seed): before the first step only. The seed is the rate a rise counts from
+        """Start where the node's memory says copies held under a comparable setpoint and load (the node's
+        budget's, slacker.controller.memory): before the first step only. The seed is the rate a rise counts from
         until the copy's own evidence arrives; nothing past it is assumed (a rise from it is bounded per loop
         delay as from any start)."""
         if rate_bytes_per_s is None or not rate_bytes_per_s > 0 or not math.isfinite(rate_bytes_per_s):
@@ -238,7 +236,6 @@ class ModelController(GuardedController):
                 return  # stepping already: the copy's own evidence counts, not a memory
             self.start_rate_bytes_per_s = float(rate_bytes_per_s)
             self.initial_fraction = self._fraction = self._start
-            self._seeded = float(rate_bytes_per_s)
 
     @property
     def _start(self) -> float:
@@ -476,12 +473,14 @@ class ModelController(GuardedController):
         new = self._newton_step(st)
         note = f"towards the setpoint along the model's slope ({(new - st.rate) * self._mb:+.1f} MB/s)"
         cap, free = self._rise_cap(st)
-        if new > cap or free:
-            new = max(min(st.rate, cap) if new <= st.rate else st.rate, cap) if free else min(max(new, st.rate), cap) \
-                if new > st.rate else new
-            if new > st.rate or free:
-                note = f"rising, at most x{cap / max(st.shown, 1e-12):.2g} the rate shown ({new * self._mb:.1f} MB/s)" \
-                    if st.shown > 0 else f"holding the start until its cost shows ({new * self._mb:.1f} MB/s)"
+        capped = not free and new > cap and new > st.rate
+        if free:  # no knee in sight: the cap is the rise (or, under the rate set, where it goes back to)
+            new = cap if new <= st.rate else max(st.rate, cap)
+        elif capped:
+            new = cap
+        if free or (capped and new > st.rate):
+            note = f"rising, at most x{cap / max(st.shown, 1e-12):.2g} the rate shown ({new * self._mb:.1f} MB/s)" \
+                if st.shown > 0 else f"holding the start until its cost shows ({new * self._mb:.1f} MB/s)"
         heading = self._trend(st)
         if heading is not None and heading > st.aim_s and new >= min(st.rate, st.seen or st.rate):
             from_rate = min(st.rate, st.seen) if st.seen > 0 else st.rate

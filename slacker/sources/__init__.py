@@ -73,7 +73,7 @@ def parse(text: str) -> LatencySourceSpec:
                 raise InvalidInput(f"invalid latency source {text!r}", "node must be source or target", SPEC_HINT)
             node = value
     k = kind(name)
-    if k is None or name == k.chosen_as and name not in (k.name, *k.aliases):
+    if k is None:
         raise InvalidInput(f"invalid latency source {text!r}", f"unknown kind {name!r}", SPEC_HINT)
     return k.parse(text, [(key, v) for key, v in pairs if key != "node"], node)
 

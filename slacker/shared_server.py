@@ -94,7 +94,7 @@ class SharedServer(Tenant):
 
     def server_config(self) -> mariadb.ServerConfig:
         return replace(super().server_config(), tenant_id="the node's shared server", gtid_domain_id=self.gtid_domain_id,
-                       log_slave_updates=False)
+                       log_slave_updates=False, user_statistics=True)
 
 
 class SharedServerManager:

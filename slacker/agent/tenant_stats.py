@@ -7,6 +7,13 @@ window; every `stats_interval` it also closes one history sample per tenant
 /proc/PID/stat, data size) and keeps the last `stats_history` of them. The
 agent serves both at GET /v1/tenant-stats and on /metrics; `slacker
 rebalance` reads the history to find hot nodes.
+
+The node's shared tenants (one database each in the shared server) are read
+from the shared server once per tick for all of them (`SharedLoads`): each
+one's transactions from performance_schema's per-user summary, and its load
+as the shared server's CPU split in proportion to the CPU its own sessions
+used (the user statistics' CPU_TIME), so the tenants' loads add up to the
+server's process as a whole server's load is its process.
 """
 
 from __future__ import annotations
@@ -81,6 +88,10 @@ class LoadSample:
     cpu_s_per_s: float | None
     data_bytes: int | None
     ok: bool = True
+    kind: str = "server"
+    # A shared tenant's own sessions' CPU s/s (cpu_s_per_s is its share of the whole server's, background
+    # work included); None for a whole server, whose process is its own.
+    own_cpu_s_per_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,16 +130,189 @@ class TenantStat:
     window_s: float
     ok: bool = True
     error: str = ""
+    kind: str = "server"
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class _SharedMark:
+    """Where the shared tenants' current history interval started."""
+
+    t: float
+    pid: int | None
+    server_cpu_s: float | None
+    usage: dict[str, tuple[float, float, float]]  # tenant -> (latency sum s, transactions, own CPU s)
+
+
+def usage_by_tenant(by_user: dict[str, tuple[float, float, float]], tenant_ids) -> dict:
+    """Per-account usage summed per tenant: a shared tenant's accounts are `<id>_<role>` (ids hold no '_').
+    Accounts of no tenant in `tenant_ids` (the server's `slacker_*`, root) are left out."""
+    ids = set(tenant_ids)
+    out: dict[str, tuple[float, float, float]] = {}
+    for user, (sum_s, count, cpu) in by_user.items():
+        tid, sep, _role = str(user or "").partition("_")
+        if not sep or tid not in ids:
+            continue
+        a, b, c = out.get(tid, (0.0, 0.0, 0.0))
+        out[tid] = (a + sum_s, b + count, c + cpu)
+    return out
+
+
+def apportion(server_cpu_s_per_s: float | None, own: dict[str, float]) -> dict[str, float | None]:
+    """Each tenant's share of the shared server's CPU, in proportion to its own sessions' CPU; evenly when
+    none used any (the server's own background work, split). None for all when the server's is unknown."""
+    if server_cpu_s_per_s is None:
+        return {t: None for t in own}
+    total = sum(max(0.0, x) for x in own.values())
+    if total < 1e-9:  # under the counters' resolution (CPU_TIME counts microseconds): none used any
+        return {t: server_cpu_s_per_s / len(own) for t in own} if own else {}
+    return {t: server_cpu_s_per_s * max(0.0, x) / total for t, x in own.items()}
+
+
+class SharedLoads:
+    """The node's shared tenants, read from the shared server once per read for all of them.
+
+    `tick()` gives a TenantStat per tenant (its window's latency and rate) and, when a history interval
+    ends, a LoadSample per tenant. A restart of the shared server (its pid changes, or a counter goes back)
+    starts the window and the interval again. Thread-safe: `counters()` reads on request, on the same
+    connection under a lock."""
+
+    def __init__(self, manager, *, window_s: float, step_s: float, interval_s: float,
+                 clock=time.monotonic, wall=time.time) -> None:
+        self.manager = manager
+        self.window_s, self.step_s, self.interval_s = window_s, step_s, interval_s
+        self._clock, self._wall = clock, wall
+        self._conn = None
+        self._lock = threading.Lock()
+        self._window: deque[tuple[float, dict]] = deque()
+        self._pid: int | None = None
+        self._mark: _SharedMark | None = None
+        self.cpu_totals: dict[str, float] = {}
+
+    def _read(self, server, ids) -> dict[str, tuple[float, float, float]]:
+        from ..mariadb import shared as sql
+
+        with self._lock:
+            for attempt in (0, 1):
+                try:
+                    if self._conn is None:
+                        self._conn = server.admin_connect(timeout_s=2)
+                    return usage_by_tenant(sql.usage_by_user(self._conn), ids)
+                except Exception:  # noqa: BLE001 - a dropped connection: once more on a new one
+                    self.close()
+                    if attempt:
+                        raise
+        return {}
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+    def _running(self, busy: set[str]):
+        server = self.manager.server.get()
+        if server is None or not server.is_running():
+            return None, []
+        return server, [t for t in self.manager.list() if t.id not in busy and not t.fenced]
+
+    def counters(self, busy: set[str], exclude: set[str]) -> list[dict]:
+        server, tenants = self._running(busy)
+        tenants = [t for t in tenants if t.id not in exclude]
+        if server is None or not tenants:
+            return []
+        try:
+            usage = self._read(server, [t.id for t in tenants])
+        except Exception as exc:  # noqa: BLE001 - reported per tenant, as a whole server's failure is
+            why = (str(exc) or type(exc).__name__).splitlines()[0][:200]
+            return [{"tenant": t.id, "error": why} for t in tenants]
+        return [{"tenant": t.id, "sum_s": usage.get(t.id, (0.0, 0.0, 0.0))[0],
+                 "count": usage.get(t.id, (0.0, 0.0, 0.0))[1]} for t in tenants]
+
+    def tick(self, busy: set[str]) -> tuple[dict[str, TenantStat], dict[str, LoadSample], set[str]]:
+        """(stats, history samples closed now, ids of every shared tenant the node holds)."""
+        server = self.manager.server.get()
+        every = [t for t in self.manager.list()] if server is not None else []
+        present = {t.id for t in every}
+        server, tenants = self._running(busy)
+        if server is None:
+            self.close()
+            self._window.clear()
+            self._mark = None
+            return {}, {}, present
+        now = self._clock()
+        try:
+            # Every tenant's own CPU counts in the split, those being moved too: their sessions load the server.
+            got = self._read(server, present)
+            # A tenant none of whose accounts has connected since the server started has no row: zeros.
+            usage = {tid: got.get(tid, (0.0, 0.0, 0.0)) for tid in present}
+        except Exception as exc:  # noqa: BLE001 - one failed read: every tenant's sample says so
+            why = (str(exc) or type(exc).__name__).splitlines()[0][:200]
+            return ({t.id: TenantStat(t.id, None, 0.0, 0.0, ok=False, error=why, kind="shared") for t in tenants},
+                    {}, present)
+        pid = server.pid()
+        back = self._window and any(k in usage and usage[k][1] < v[1] for k, v in self._window[-1][1].items())
+        if pid != self._pid or back:  # started again: counters from zero
+            self._window.clear()
+            self._mark = None
+            self._pid = pid
+        self._window.append((now, usage))
+        while len(self._window) > 2 and now - self._window[1][0] >= self.window_s - self.step_s / 2:
+            self._window.popleft()
+        t0, base = self._window[0]
+        span = now - t0
+        stats = {}
+        for t in tenants:
+            s1, c1, _ = usage.get(t.id, (0.0, 0.0, 0.0))
+            s0, c0, _ = base.get(t.id, (s1, c1, 0.0))
+            dc = c1 - c0
+            stats[t.id] = TenantStat(t.id, (s1 - s0) / dc if dc > 0 else None,
+                                     round(dc / span, 3) if span > 0 else 0.0, round(span, 3), kind="shared")
+        self.cpu_totals = {tid: v[2] for tid, v in usage.items()}
+        return stats, self._history_step(server, pid, now, usage, tenants), present
+
+    def _history_step(self, server, pid, now, usage, tenants) -> dict[str, LoadSample]:
+        cpu = process_cpu_s(pid)
+        mark = self._mark
+        if mark is not None and now - mark.t < self.interval_s - self.step_s / 2:
+            return {}
+        self._mark = _SharedMark(now, pid, cpu, dict(usage))
+        if mark is None:
+            return {}
+        span = now - mark.t
+        server_rate = None
+        if cpu is not None and mark.server_cpu_s is not None and pid == mark.pid and cpu >= mark.server_cpu_s:
+            server_rate = (cpu - mark.server_cpu_s) / span
+        own = {tid: (v[2] - mark.usage[tid][2]) / span for tid, v in usage.items() if tid in mark.usage}
+        share = apportion(server_rate, own)
+        out = {}
+        for t in tenants:
+            if t.id not in mark.usage or t.id not in usage:
+                continue  # arrived inside the interval: its first starts now
+            s0, c0, _ = mark.usage[t.id]
+            s1, c1, _ = usage[t.id]
+            ok = c1 >= c0
+            latency = (s1 - s0) / (c1 - c0) if ok and c1 > c0 else None
+            load = share.get(t.id)
+            out[t.id] = LoadSample(t=round(self._wall(), 3), interval_s=round(span, 3),
+                                   transactions_per_s=round((c1 - c0) / span, 3) if ok else 0.0,
+                                   latency_s=None if latency is None else round(latency, 6),
+                                   cpu_s_per_s=None if load is None else round(load, 4),
+                                   data_bytes=data_bytes(server.datadir / t.id),
+                                   ok=ok and load is not None, kind="shared",
+                                   own_cpu_s_per_s=round(max(0.0, own[t.id]), 4))
+        return out
 
 
 class TenantStats:
     def __init__(self, node_name: str, tenants, busy: set[str] | None = None, *,
                  window_s: float = DEFAULT_WINDOW_S, step_s: float = 2.0,
                  interval_s: float = DEFAULT_INTERVAL_S, history: int = DEFAULT_HISTORY,
-                 clock=time.monotonic, wall=time.time) -> None:
+                 clock=time.monotonic, wall=time.time, shared=None) -> None:
         self.node = node_name
         self.tenants = tenants
         self.busy = busy if busy is not None else set()
@@ -144,6 +328,9 @@ class TenantStats:
         # Read on request (a migrating source's target guard, once a step), on their own connections.
         self._counters: dict[str, PerformanceSchemaSource] = {}
         self._counters_lock = threading.Lock()
+        # The node's shared tenants (slacker/kinds/shared.py's manager), None on a node without the kind.
+        self.shared = None if shared is None else SharedLoads(shared, window_s=window_s, step_s=step_s,
+                                                              interval_s=interval_s, clock=clock, wall=wall)
 
     def _source(self, tenant) -> _TotalsSource:
         src = self._sources.get(tenant.id)
@@ -173,7 +360,17 @@ class TenantStats:
             self._history_step(tenant, src.last_totals if s.ok else None)
         for gone in set(self._sources) - set(seen):
             self._sources.pop(gone).close()
+        shared_samples: dict[str, LoadSample] = {}
+        if self.shared is not None:
+            got, shared_samples, held = self.shared.tick(self.busy)
+            seen.update(got)
+            present |= held
         with self._lock:
+            for tid, sample in shared_samples.items():
+                self._history.setdefault(tid, deque(maxlen=self.history_len)).append(sample)
+            for tid, total in (self.shared.cpu_totals if self.shared is not None else {}).items():
+                if tid in present:
+                    self._cpu_total[tid] = total
             self._stats = seen
             for gone in set(self._history) - present:
                 del self._history[gone]
@@ -236,6 +433,8 @@ class TenantStats:
                     out.append({"tenant": tenant.id, "error": (str(exc) or type(exc).__name__).splitlines()[0][:200]})
             for gone in set(self._counters) - {t.id for t in running}:
                 self._counters.pop(gone).close()
+        if self.shared is not None:
+            out += self.shared.counters(self.busy, set(exclude))
         return out
 
     def snapshot(self) -> dict[str, TenantStat]:
@@ -256,6 +455,8 @@ class TenantStats:
             src.close()
         self._sources.clear()
         self._counters.clear()
+        if self.shared is not None:
+            self.shared.close()
 
 
 class TenantStatsCollector(Collector):
@@ -272,7 +473,8 @@ class TenantStatsCollector(Collector):
         up = GaugeMetricFamily("slacker_tenant_latency_source_up",
                                "1 if the tenant's performance_schema answered at the last sample", labels=labels)
         cpu = CounterMetricFamily("slacker_tenant_cpu_seconds",
-                                  "CPU seconds used by the tenant's server process (user + system)", labels=labels)
+                                  "CPU seconds used by the tenant's server process (user + system); a shared "
+                                  "tenant's: its own sessions' (user statistics)", labels=labels)
         load = GaugeMetricFamily("slacker_tenant_load_cpu_seconds_per_second",
                                  "CPU seconds per second over the last history interval (the rebalancer's load)",
                                  labels=labels)
@@ -297,7 +499,8 @@ class TenantStatsCollector(Collector):
 def attach(node, server) -> TenantStats:
     """Sample on every supervisor tick and expose the figures on the API and /metrics."""
     stats = TenantStats(node.name, node.tenants, node.supervisor.busy, step_s=node.supervisor.interval_s,
-                        interval_s=node.config.stats_interval_s, history=node.config.stats_history)
+                        interval_s=node.config.stats_interval_s, history=node.config.stats_history,
+                        shared=node.kinds.get("shared"))
 
     def sample() -> None:
         try:

@@ -159,6 +159,9 @@ class ServerConfig:
     # must not: its binlog holds its own domain only, or a later move out of it would carry another server's
     # domain into a third server's position (docs/shared-engine.md, "Delta of one database").
     log_slave_updates: bool = True
+    # Per-account counters (information_schema.USER_STATISTICS: CPU_TIME, rows read and changed): the shared
+    # server's tenants are its accounts, so this is where each one's own load is read (agent/tenant_stats.py).
+    user_statistics: bool = False
 
     def render(self) -> str:
         lines = [
@@ -198,6 +201,8 @@ class ServerConfig:
         ]
         if self.read_only:
             lines.append("read_only = ON")
+        if self.user_statistics:
+            lines.append("userstat = ON")
         if self.ssl_cert is not None:
             lines += [f"ssl_ca = {self.ssl_ca}", f"ssl_cert = {self.ssl_cert}", f"ssl_key = {self.ssl_key}",
                       "tls_version = TLSv1.2,TLSv1.3"]

@@ -184,15 +184,17 @@ netns_available = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is 
 
 
 @contextlib.contextmanager
-def routed_cluster(nodes: int = 2):
+def routed_cluster(nodes: int = 2, stats_interval_s: float | None = None):
     """A cluster with a router for a module's tests to share (its fixture's body): (cluster, run dir, the
-    router's admin address, the router's client address); down and removed afterwards, whatever happened."""
+    router's admin address, the router's client address); down and removed afterwards, whatever happened.
+    `stats_interval_s`: the agents' load-history interval (a module that reads tenants' loads shortens it)."""
     tmp = Path(tempfile.mkdtemp(prefix="sl-", dir="/tmp"))
     run_dir = tmp / "run"
     first = next_loopback_block()
     try:
         path = local_cluster.up(run_dir, nodes=nodes, first_address=first, api_port=_free_port(first),
-                                port_range="%d-%d" % TEST_PORT_RANGE, directory_node="node-1", fault_injection=True)
+                                port_range="%d-%d" % TEST_PORT_RANGE, directory_node="node-1", fault_injection=True,
+                                stats_interval_s=stats_interval_s)
         os.environ["SLACKER_CLUSTER"] = str(path)
         admin = local_router.start(run_dir, path, "127.0.0.1:0")
         yield load_cluster(str(path)), run_dir, admin, local_router.listening(run_dir)

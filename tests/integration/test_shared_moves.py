@@ -6,6 +6,8 @@ copying leaves the source serving and nothing on the target. One cluster for the
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from types import SimpleNamespace
 
@@ -23,6 +25,7 @@ from .conftest import routed_cluster
 pytestmark = pytest.mark.xdist_group("shared_moves")  # one cluster, in order, on one worker
 
 ROWS = 3000
+STATS_INTERVAL_S = 3.0  # the agents' load history, short: the last tests read the tenants' loads
 
 
 def cli(*args: str):
@@ -32,7 +35,7 @@ def cli(*args: str):
 @pytest.fixture(scope="module")
 def sm():
     """node-1: shared tenants t42 (the mover, with data) and t43 (a neighbour); node-2: t50 (its shared server)."""
-    with routed_cluster() as (cluster, run_dir, admin, listen):
+    with routed_cluster(stats_interval_s=STATS_INTERVAL_S) as (cluster, run_dir, admin, listen):
         agents, directory = cluster_clients(cluster)
         made = {}
         for tid, node in (("t42", "node-1"), ("t43", "node-1"), ("t50", "node-2")):
@@ -200,7 +203,6 @@ def test_a_move_steered_by_a_setpoint_reads_the_shared_server_once(sm):
         assert r.exit_code == 0, (r.output, r.stderr)
     finally:
         neighbour.stop()
-    import json
     doc = json.loads(r.stdout)
     assert doc["result"] == "succeeded", doc
     assert sm.directory.lookup("t42").node == "node-2"
@@ -218,7 +220,6 @@ def test_verify_compares_the_tenant_s_tables_only_and_a_copy_changed_behind_repl
         time.sleep(0.3)
         r = cli("migrate", "t42", "--to", there, "--unthrottled", "--verify", "--json")
         assert r.exit_code == 0, (r.output, r.stderr)
-        import json
         doc = json.loads(r.stdout)
         assert doc["result"] == "succeeded" and doc["verified"] is True, doc.get("error")
         v = doc["verify"]
@@ -571,3 +572,94 @@ def test_a_move_by_a_partial_hot_backup_imports_the_tablespaces(sm):
     finally:
         conn.close()
     assert set(mover.acked) <= logged and len(mover.acked) > 10
+
+
+def _stats(sm, node: str) -> dict:
+    return sm.agents[node].request("GET", "/v1/tenant-stats")
+
+
+def test_each_shared_tenant_s_own_load_is_read_from_the_shared_server(sm):
+    """One tenant of node-1's shared server busy, its neighbours idle: the agent's stats (what the rebalancer
+    and the drain weigh) give each shared tenant its own transactions, its own size and its share of the
+    server's CPU, the busy one nearly all of it."""
+    busy = sorted(t for t in ("t42", "t43", "t45") if sm.directory.lookup(t).node == "node-1")[0]
+    stop = threading.Event()
+
+    def burn() -> None:
+        conn = routed(sm, busy)
+        try:
+            q(conn, "CREATE TABLE IF NOT EXISTS burn (id INT PRIMARY KEY, n INT)")
+            q(conn, "REPLACE INTO burn VALUES (1, 0)")
+            while not stop.is_set():
+                q(conn, "DO BENCHMARK(200000, MD5('slacker'))")
+                q(conn, "UPDATE burn SET n = n + 1 WHERE id = 1")
+        finally:
+            conn.close()
+    th = threading.Thread(target=burn, daemon=True)
+    th.start()
+    try:
+        def closed_busy():  # a history interval that saw the load from its start, and one of every tenant
+            doc = _stats(sm, "node-1")
+            hist = doc.get("history", {})
+            every = all(hist.get(t) for t in ("t42", "t43", "t45") if sm.directory.lookup(t).node == "node-1")
+            mine = hist.get(busy) or []
+            return doc if every and len(mine) >= 2 and (mine[-1]["own_cpu_s_per_s"] or 0) > 0.2 else None
+        doc = wait_for_doc(closed_busy, 6 * STATS_INTERVAL_S)
+    finally:
+        stop.set()
+        th.join(10)
+    kinds = {s["tenant"]: s["kind"] for s in doc["tenants"]}
+    on_node1 = {t for t in ("t42", "t43", "t45") if sm.directory.lookup(t).node == "node-1"}
+    assert {t: kinds.get(t) for t in on_node1} == {t: "shared" for t in on_node1}
+    last = {t: doc["history"][t][-1] for t in on_node1}
+    mine = last[busy]
+    assert mine["kind"] == "shared" and mine["ok"] and mine["transactions_per_s"] > 1, mine
+    assert mine["data_bytes"] > 0
+    others = [last[t]["cpu_s_per_s"] for t in on_node1 - {busy}]
+    assert all(x < mine["cpu_s_per_s"] / 4 for x in others), last
+
+
+def wait_for_doc(cond, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_a_drain_of_a_shared_node_moves_each_tenant_live_with_writers_on_them(sm):
+    """`slacker node drain` of a node whose tenants are all shared: each moves live, one at a time into the one
+    target's shared server, with writers through the router on two of them: no acknowledged write lost, none
+    failed, node-1's shared server left without a tenant's database or account."""
+    on_node1 = sorted(t for t in ("t42", "t43", "t45") if sm.directory.lookup(t).node == "node-1")
+    assert len(on_node1) >= 2, on_node1
+    writers = {t: AckedWriter(routed_client(sm, t), writer_id=60 + i, rate_per_s=30).start()
+               for i, t in enumerate(on_node1[:2])}
+    try:
+        time.sleep(0.3)
+        r = cli("node", "drain", "node-1", "--dry-run", "--json")
+        assert r.exit_code == 0, r.output
+        planned = {t["tenant"]: t for t in json.loads(r.stdout)["tenants"]}
+        assert set(planned) == set(on_node1) and {t["target"] for t in planned.values()} == {"node-2"}
+        r = cli("node", "drain", "node-1", "--sla", "5s", "--max-freeze", "3s", "--json")
+        assert r.exit_code == 0, (r.output, r.stderr)
+        doc = json.loads(r.stdout)
+        assert doc["outcome"] == "drained", doc
+        time.sleep(0.5)
+    finally:
+        for w in writers.values():
+            w.stop()
+        cli("node", "uncordon", "node-1")
+    assert {t: sm.directory.lookup(t).node for t in on_node1} == {t: "node-2" for t in on_node1}
+    for t, w in writers.items():
+        conn = routed(sm, t)
+        try:
+            logged = {r[0] for r in q(conn, "SELECT id FROM log")}
+        finally:
+            conn.close()
+        assert set(w.acked) <= logged, f"{t} lost: {sorted(set(w.acked) - logged)[:5]}"
+        assert len(w.acked) > 10 and len(w.unknown) <= 2 and not w.errors, (t, w.unknown, w.errors)
+        assert what_is_there(sm, "node-1", t) == {"database": False, "accounts": 0, "replication": [],
+                                                  "record": False}

@@ -133,7 +133,7 @@ def test_every_route_the_agent_serves_is_in_the_table(monkeypatch):
     from slacker.migration import service
 
     node = SimpleNamespace(name="n", supervisor=SimpleNamespace(on_tick=[], busy=set(), interval_s=1.0),
-                           registry=SimpleNamespace(register=lambda c: None), tenants=None,
+                           registry=SimpleNamespace(register=lambda c: None), tenants=None, kinds={},
                            config=SimpleNamespace(stats_interval_s=60.0, stats_history=30))
     monkeypatch.setattr(service, "MigrationService", lambda node, participants: SimpleNamespace(incoming=None, tick=None))
     monkeypatch.setattr(service, "MigrationCollector", lambda *a: None)

@@ -206,7 +206,7 @@ class Node:
         next free one. The registration itself says whether a port is taken (one point write each), so a
         creation does not read the whole directory unless the range is crowded around the id's port."""
         kind = manager.kind.name
-        fixed = manager.port()
+        fixed = manager.port_for_new(tenant_id)
         if fixed is not None:
             return self.directory.register(tenant_id, self.name, self.config.tenant_host, fixed, kind), fixed
         return self._first_free_port(tenant_id, lambda port: (

@@ -214,11 +214,13 @@ class SharedLoads:
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
 
-    def _running(self, busy: set[str]):
+    def _running(self, busy: set[str], every=None):
+        """(the shared server, its tenants to sample: not being moved, not fenced); (None, []) when it is down."""
         server = self.manager.server.get()
         if server is None or not server.is_running():
             return None, []
-        return server, [t for t in self.manager.list() if t.id not in busy and not t.fenced]
+        every = self.manager.list() if every is None else every
+        return server, [t for t in every if t.id not in busy and not t.fenced]
 
     def counters(self, busy: set[str], exclude: set[str]) -> list[dict]:
         server, tenants = self._running(busy)
@@ -235,10 +237,9 @@ class SharedLoads:
 
     def tick(self, busy: set[str]) -> tuple[dict[str, TenantStat], dict[str, LoadSample], set[str]]:
         """(stats, history samples closed now, ids of every shared tenant the node holds)."""
-        server = self.manager.server.get()
-        every = [t for t in self.manager.list()] if server is not None else []
+        every = self.manager.list()
         present = {t.id for t in every}
-        server, tenants = self._running(busy)
+        server, tenants = self._running(busy, every)
         if server is None:
             self.close()
             self._window.clear()

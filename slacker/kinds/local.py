@@ -70,6 +70,11 @@ class LocalTenants(ABC):
         """The port a new tenant of this kind takes, when it is fixed already (a shared server's); None: chosen."""
         return None
 
+    def port_for_new(self, tenant_id: str) -> int | None:
+        """The port a tenant being created registers at, when the kind fixes it (a shared server's, the server
+        made first if the node has none); None: the node chooses one."""
+        return self.port()
+
     @abstractmethod
     def create(self, tenant_id: str, port: int, options: CreateOptions) -> LocalTenant:
         """Make the tenant here, listening on `port`, crash-atomically: on a failure nothing is left, and a

@@ -40,6 +40,8 @@ log = logging.getLogger("slacker.shared")
 CREATING, READY = "creating", "ready"
 INCOMING = "incoming"  # a move's copy on its target, not the tenant's until the move activates it
 CREATED, REGISTERED = "created", "registered"  # where its database came from
+# How long a look at the records serves the asks after it, when this agent wrote none meanwhile.
+ENTRIES_TTL_S = 1.0
 FAILED = {CREATED: "failed-create", REGISTERED: "failed-register"}  # the trash reason of a half-made one
 # Trash reasons whose removal drops the database: a registered one's was there before it, and stays.
 DROPS_DATABASE = {"deleted": True, "failed-create": True, "failed-register": False, "retired": True,
@@ -51,6 +53,10 @@ class SharedTenants(LocalTenants):
         self.node, self.kind = node, kind
         self.server = SharedServerManager(node.tenants, node.directory)
         self._lock = threading.RLock()  # one create, delete or tick at a time
+        self._parsed: dict[str, tuple[tuple, dict]] = {}  # record file -> (its stat, its contents)
+        self._views: dict[str, tuple[tuple, LocalTenant]] = {}  # record file -> ((its stat, the server's), view)
+        self._memo: tuple[float, list] | None = None  # (when, _entries()) of the last look at the files
+        self._gen = 0  # writes so far (a look that a write overtook is not kept)
         if self.records_dir.is_dir():
             trash.sweep_building(self.records_dir)  # at agent start: what a crash left half laid out
 
@@ -62,26 +68,69 @@ class SharedTenants(LocalTenants):
         return self.records_dir / self.kind.check_id(tenant_id)
 
     def _record(self, tenant_id: str) -> dict | None:
-        try:
-            return json.loads((self._dir(tenant_id) / "tenant.json").read_text())
-        except (OSError, ValueError):
-            return None
+        got = self._load(str(self._dir(tenant_id) / "tenant.json"))
+        return None if got is None else dict(got[1])
 
-    def _records(self) -> list[dict]:
-        if not self.records_dir.is_dir():
-            return []
-        out = []
-        for d in sorted(self.records_dir.iterdir()):
-            if d.name.startswith("."):
-                continue
+    def _load(self, path: str) -> tuple[tuple, dict] | None:
+        """(the file's stat, the record as the file holds it now), parsed again only when the file changed: a
+        node of a thousand tenants reads every record several times a tick. Every write replaces the file (a
+        new inode), and the size and mtime catch an edit in place. The record is the cache's: not to change."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._parsed.pop(path, None)
+            return None
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        hit = self._parsed.get(path)
+        if hit is None or hit[0] != key:
             try:
-                out.append(json.loads((d / "tenant.json").read_text()))
+                with open(path) as f:
+                    hit = (key, json.loads(f.read()))
             except (OSError, ValueError):
-                continue
+                return None
+            self._parsed[path] = hit
+        return hit
+
+    def _changed(self) -> None:
+        """This agent wrote or moved a record: the next read looks at the files again."""
+        self._gen += 1
+        self._memo = None
+
+    def _entries(self) -> list[tuple[str, tuple, dict]]:
+        """(record file, its stat, its record: not to change) of every tenant here, by id. Only this agent writes
+        them (each write calls `_changed`), so the files are looked at again at most every ENTRIES_TTL_S
+        otherwise: a tick asks several times, and a thousand records cost a thousand stat calls each."""
+        memo = self._memo
+        if memo is not None and time.monotonic() - memo[0] < ENTRIES_TTL_S:
+            return memo[1]
+        gen, at = self._gen, time.monotonic()
+        out = self._read_entries()
+        if gen == self._gen:  # no write meanwhile (another thread's): what was read may be kept
+            self._memo = (at, out)
         return out
 
-    @staticmethod
-    def _save(root: Path, record: dict) -> None:
+    def _read_entries(self) -> list[tuple[str, tuple, dict]]:
+        root = str(self.records_dir)
+        try:
+            names = sorted(e.name for e in os.scandir(root) if not e.name.startswith("."))
+        except OSError:
+            return []
+        paths = [os.path.join(root, n, "tenant.json") for n in names]
+        for gone in set(self._parsed) - set(paths):
+            self._parsed.pop(gone, None)
+            self._views.pop(gone, None)
+        out = []
+        for path in paths:
+            got = self._load(path)
+            if got is not None:
+                out.append((path, got[0], got[1]))
+        return out
+
+    def _records(self) -> list[dict]:
+        """Every record here, each the caller's own copy."""
+        return [dict(r) for _path, _key, r in self._entries()]
+
+    def _save(self, root: Path, record: dict) -> None:
         tmp = root / "tenant.json.tmp"
         with open(tmp, "w") as f:
             f.write(json.dumps(record, indent=2))
@@ -89,6 +138,7 @@ class SharedTenants(LocalTenants):
             os.fsync(f.fileno())
         os.replace(tmp, root / "tenant.json")
         fsync_dir(root)
+        self._changed()
 
     def _view(self, record: dict, server: SharedServer, running: bool) -> LocalTenant:
         tid = record["id"]
@@ -105,7 +155,17 @@ class SharedTenants(LocalTenants):
         if server is None:
             return []
         running = server.is_running()  # one server for all of them: asked once
-        return [self._view(r, server, running) for r in self._records() if r.get("state") == READY]
+        sig = (server.host, server.port, str(server.datadir), server.info.buffer_pool_bytes, server.gtid_domain_id,
+               running)
+        out = []
+        for path, key, r in self._entries():
+            if r.get("state") != READY:
+                continue
+            hit = self._views.get(path)
+            if hit is None or hit[0] != (key, sig):  # a view made again only when its record or the server changed
+                hit = self._views[path] = ((key, sig), self._view(r, server, running))
+            out.append(hit[1])
+        return out
 
     def holds(self, tenant_id: str) -> bool:
         try:
@@ -148,6 +208,14 @@ class SharedTenants(LocalTenants):
                 raise MigrationFailed(f"node {self.node.name} has no running shared server", exc.one_line(),
                                       "the source keeps serving; see the target agent's log", phase="preflight"
                                       ) from None
+
+    def port_for_new(self, tenant_id: str) -> int:
+        # Under the lock: creates that find no shared server at once agree on the one made by the first.
+        with self._lock:
+            server = self.server.get()
+            if server is None:
+                server = self.server.ensure(self.node.claim_shared_port(tenant_id))
+            return server.port
 
     def create(self, tenant_id: str, port: int, options: CreateOptions) -> LocalTenant:
         self.kind.check_id(tenant_id)
@@ -193,6 +261,7 @@ class SharedTenants(LocalTenants):
                            "created_at": time.time()})
         try:
             trash.put_in_place(built, self._dir(tenant_id))
+            self._changed()
         except OSError as exc:
             raise Conflict(f"{self._dir(tenant_id)} is not empty", f"it appeared while tenant {tenant_id} was being "
                            f"created ({exc.strerror})", "retry; see `slacker status`") from None
@@ -224,6 +293,7 @@ class SharedTenants(LocalTenants):
     def _remove(self, tenant_id: str, reason: str) -> None:
         """Set the record aside under a name that says what it was, then act on it (`_drop`)."""
         pending = trash.set_aside(self._dir(tenant_id), TrashName("tenant", tenant_id, reason))
+        self._changed()
         if pending is None:
             return
         server = self.server.get()
@@ -297,6 +367,7 @@ class SharedTenants(LocalTenants):
                                "incoming_from": source_node, "source_domain": source_domain,
                                "migration": migration, "created_at": time.time()})
             trash.put_in_place(built, self._dir(tenant_id))
+            self._changed()
             return self._dir(tenant_id) / "work"
 
     def incoming(self) -> list[dict]:

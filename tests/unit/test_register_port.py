@@ -25,7 +25,7 @@ class CountingStore(SQLiteStore):
 
 def _manager(kind: str = "server", ports=(), fixed=None):
     """A node's manager of one tenant kind, as `Node._register` asks it (slacker/kinds/local.py)."""
-    return SimpleNamespace(kind=SimpleNamespace(name=kind), port=lambda: fixed, ports=lambda: set(ports))
+    return SimpleNamespace(kind=SimpleNamespace(name=kind), port=lambda: fixed, port_for_new=lambda tid: fixed, ports=lambda: set(ports))
 
 
 

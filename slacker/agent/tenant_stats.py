@@ -191,7 +191,7 @@ class SharedLoads:
         self._mark: _SharedMark | None = None
         self.cpu_totals: dict[str, float] = {}
 
-    def _read(self, server, ids) -> dict[str, tuple[float, float, float]]:
+    def _read(self, server, ids, cpu: bool = False) -> dict[str, tuple[float, float, float]]:
         from ..mariadb import shared as sql
 
         with self._lock:
@@ -199,7 +199,7 @@ class SharedLoads:
                 try:
                     if self._conn is None:
                         self._conn = server.admin_connect(timeout_s=2)
-                    return usage_by_tenant(sql.usage_by_user(self._conn), ids)
+                    return usage_by_tenant(sql.usage_by_user(self._conn, cpu), ids)
                 except Exception:  # noqa: BLE001 - a dropped connection: once more on a new one
                     self.close()
                     if attempt:
@@ -221,6 +221,11 @@ class SharedLoads:
             return None, []
         every = self.manager.list() if every is None else every
         return server, [t for t in every if t.id not in busy and not t.fenced]
+
+    def _usage(self, server, present: set[str], cpu: bool) -> dict[str, tuple[float, float, float]]:
+        got = self._read(server, present, cpu=cpu)
+        # A tenant none of whose accounts has connected since the server started has no row: zeros.
+        return {tid: got.get(tid, (0.0, 0.0, 0.0)) for tid in present}
 
     def counters(self, busy: set[str], exclude: set[str]) -> list[dict]:
         server, tenants = self._running(busy)
@@ -246,21 +251,23 @@ class SharedLoads:
             self._mark = None
             return {}, {}, present
         now = self._clock()
+        pid = server.pid()
         try:
             # Every tenant's own CPU counts in the split, those being moved too: their sessions load the server.
-            got = self._read(server, present)
-            # A tenant none of whose accounts has connected since the server started has no row: zeros.
-            usage = {tid: got.get(tid, (0.0, 0.0, 0.0)) for tid in present}
+            # The CPU (a second query, a row per account) only where a history interval closes (or starts).
+            closing = self._mark is None or pid != self._pid or now - self._mark.t >= self.interval_s - self.step_s / 2
+            usage = self._usage(server, present, closing)
+            back = self._window and any(k in usage and usage[k][1] < v[1] for k, v in self._window[-1][1].items())
+            if pid != self._pid or back:  # started again: counters from zero
+                self._window.clear()
+                self._mark = None
+                self._pid = pid
+                if not closing:  # the new interval starts here: with the CPU
+                    closing, usage = True, self._usage(server, present, True)
         except Exception as exc:  # noqa: BLE001 - one failed read: every tenant's sample says so
             why = (str(exc) or type(exc).__name__).splitlines()[0][:200]
             return ({t.id: TenantStat(t.id, None, 0.0, 0.0, ok=False, error=why, kind="shared") for t in tenants},
                     {}, present)
-        pid = server.pid()
-        back = self._window and any(k in usage and usage[k][1] < v[1] for k, v in self._window[-1][1].items())
-        if pid != self._pid or back:  # started again: counters from zero
-            self._window.clear()
-            self._mark = None
-            self._pid = pid
         self._window.append((now, usage))
         while len(self._window) > 2 and now - self._window[1][0] >= self.window_s - self.step_s / 2:
             self._window.popleft()
@@ -273,7 +280,8 @@ class SharedLoads:
             dc = c1 - c0
             stats[t.id] = TenantStat(t.id, (s1 - s0) / dc if dc > 0 else None,
                                      round(dc / span, 3) if span > 0 else 0.0, round(span, 3), kind="shared")
-        self.cpu_totals = {tid: v[2] for tid, v in usage.items()}
+        if closing:
+            self.cpu_totals = {tid: v[2] for tid, v in usage.items()}
         return stats, self._history_step(server, pid, now, usage, tenants), present
 
     def _history_step(self, server, pid, now, usage, tenants) -> dict[str, LoadSample]:

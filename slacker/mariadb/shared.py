@@ -80,19 +80,22 @@ def sessions_by_user(conn) -> dict[str, int]:
         return {row[0]: int(row[1]) for row in cur.fetchall()}
 
 
-def usage_by_user(conn) -> dict[str, tuple[float, float, float]]:
+def usage_by_user(conn, cpu: bool = True) -> dict[str, tuple[float, float, float]]:
     """Every account's ever-growing (transaction latency in s, transactions, CPU s of its sessions), one read of
     the server for all its tenants. Transactions are performance_schema's per-user summary (timers are ps);
     CPU is the user statistics' CPU_TIME (the server's `userstat`, turned on here if it is off: the counters
-    start then). Both restart at zero with the server; background threads (purge, page flushing) have no user."""
+    start then), read only with `cpu` (else 0). Both restart at zero with the server; background threads
+    (purge, page flushing) have no user."""
     with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.userstat")
-        if not int(cur.fetchone()[0]):
-            cur.execute("SET GLOBAL userstat = ON")
         cur.execute("SELECT USER, SUM(SUM_TIMER_WAIT), SUM(COUNT_STAR) FROM "
                     "performance_schema.events_transactions_summary_by_user_by_event_name "
                     "WHERE EVENT_NAME = 'transaction' AND USER IS NOT NULL GROUP BY USER")
         out = {row[0]: (float(row[1] or 0) / 1e12, float(row[2] or 0), 0.0) for row in cur.fetchall()}
+        if not cpu:
+            return out
+        cur.execute("SELECT @@GLOBAL.userstat")
+        if not int(cur.fetchone()[0]):
+            cur.execute("SET GLOBAL userstat = ON")
         cur.execute("SELECT USER, CPU_TIME FROM information_schema.USER_STATISTICS")
         for user, cpu in cur.fetchall():
             sum_s, count, _ = out.get(user, (0.0, 0.0, 0.0))

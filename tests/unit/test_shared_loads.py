@@ -68,7 +68,8 @@ class FakeManager:
 @pytest.fixture
 def scripted(monkeypatch, tmp_path):
     counters = {}
-    monkeypatch.setattr(sql, "usage_by_user", lambda conn: dict(counters))
+    monkeypatch.setattr(sql, "usage_by_user",  # as the server: the CPU only when asked
+                        lambda conn, cpu=True: {u: (a, b, c if cpu else 0.0) for u, (a, b, c) in counters.items()})
     cpu = [100.0]
     monkeypatch.setattr(tenant_stats, "process_cpu_s", lambda pid: cpu[0])
     for t in ("t1", "t2", "t3"):
@@ -137,7 +138,7 @@ def test_a_restarted_server_starts_its_window_and_interval_again(scripted):
 def test_a_failed_read_fails_every_tenant_s_sample_and_a_stopped_server_gives_none(scripted, monkeypatch):
     sc = scripted
 
-    def broken(conn):
+    def broken(conn, cpu=True):
         raise RuntimeError("Lost connection to server during query\nmore")
     monkeypatch.setattr(sql, "usage_by_user", broken)
     stats, samples, present = step(sc, 2)

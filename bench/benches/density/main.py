@@ -7,7 +7,8 @@ router as app@TENANT). At each size, every tenant idle:
 - the host's memory per tenant: Pss of the shared server and of the agent, summed and divided by the count
   (a whole-server tenant costs 37 MiB Pss idle: docs/results.md, "A lean tenant");
 - `tenant create --shared` for the last --timed tenants to reach the size, one at a time: as a user runs it
-  (the CLI, wall time) and the agent's own part (POST /v1/tenants from a client already running);
+  (the CLI, wall time) and the agent's own part (POST /v1/tenants from a client already running); the
+  node's first shared tenant, whose create also starts the shared server, is not timed;
 - a login through the router as app@TENANT and `SELECT 1`, --logins times to tenants picked at random;
 - over --window-s: the agent's and the shared server's CPU s/s;
 - the agent's /metrics: series and bytes, and the scrape's time (median of --scrapes).
@@ -129,7 +130,10 @@ def scrape(node: Node) -> tuple[float, int, int]:
 
 def measure(node: Node, size: int, made: list[str], timed: int, args) -> dict:
     todo = [f"d{i:05d}" for i in range(len(made), size)]
-    untimed, timed_ids = todo[:max(0, len(todo) - timed)], todo[max(0, len(todo) - timed):]
+    # The node's first shared tenant also makes and starts the shared server: made untimed.
+    first = 1 if not made else 0
+    cut = max(first, len(todo) - timed)
+    untimed, timed_ids = todo[:cut], todo[cut:]
     t0 = time.monotonic()
     with ThreadPoolExecutor(args.parallel) as pool:
         for tid in pool.map(lambda t: (node.create_api(t), t)[1], untimed):

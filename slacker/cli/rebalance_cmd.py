@@ -130,8 +130,8 @@ def print_plan(res, execute: bool) -> None:
                   "yes" if n.hot else "no", n.reason + (f" ({n.error})" if n.error else "")] for n in p.nodes])
     if p.candidates:
         click.echo("")
-        print_table(["TENANT", "NODE", "LOAD", "TXN/S", "SIZE", "LOAD/GB", "VERDICT"],
-                    [[c.tenant, c.node, _load(c.load), f"{c.transactions_per_s:,.0f}",
+        print_table(["TENANT", "KIND", "NODE", "LOAD", "TXN/S", "SIZE", "LOAD/GB", "VERDICT"],
+                    [[c.tenant, c.kind, c.node, _load(c.load), f"{c.transactions_per_s:,.0f}",
                       "-" if c.data_bytes is None else format_size(c.data_bytes),
                       "-" if c.score is None else f"{c.score:.3g}", c.verdict] for c in p.candidates])
     for m in p.in_flight:

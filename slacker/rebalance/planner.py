@@ -24,12 +24,13 @@ class Sample:
     transactions_per_s: float = 0.0
     latency_s: float | None = None
     data_bytes: int | None = None
+    kind: str = "server"        # the tenant's kind: a whole server, or a database of the shared server
 
     @classmethod
     def from_dict(cls, d: dict) -> "Sample":
         return cls(t=float(d.get("t", 0.0)), load=d.get("cpu_s_per_s"),
                    transactions_per_s=float(d.get("transactions_per_s") or 0.0), latency_s=d.get("latency_s"),
-                   data_bytes=d.get("data_bytes"))
+                   data_bytes=d.get("data_bytes"), kind=str(d.get("kind") or "server"))
 
 
 @dataclass
@@ -138,6 +139,7 @@ class Candidate:
     data_bytes: int | None
     score: float | None               # CPU s/s relieved per GB copied
     verdict: str                      # "chosen" or why not
+    kind: str = "server"              # server | shared (its newest sample's)
 
 
 @dataclass
@@ -407,7 +409,8 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float, p
             size = _tenant_bytes(samples)
             score = None if load is None else load / (max(size or 0, MIN_BYTES) / 1e9)
             tenants.append(Candidate(tid, src.name, None if load is None else round(load, 4), round(tps, 2), size,
-                                     None if score is None else round(score, 4), ""))
+                                     None if score is None else round(score, 4), "",
+                                     samples[-1].kind if samples else "server"))
         floor = max(settings.min_tenant_load, settings.min_tenant_share * src_load)
         ordered = sorted(tenants, key=lambda c: (-(c.score or 0.0), -c.transactions_per_s, c.tenant))
         node_candidates = []
@@ -472,7 +475,8 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float, p
                 target_load_before=round(t_load, 4), target_load_after=round(after_t, 4),
                 gap_before=round(gap_before, 4), gap_after=round(gap_after, 4),
                 source_latency_s=node_lat[src.name], setpoint_s=round(setpoint, 6), setpoint_reason=sp_reason,
-                reason=f"{src.name} {reports[src.name].reason}; {c.tenant} relieves the most load per byte copied "
+                reason=f"{src.name} {reports[src.name].reason}; {c.tenant}{' (shared)' if c.kind == 'shared' else ''} "
+                       "relieves the most load per byte copied "
                        f"({_fmt_load(c.load)} CPU s/s, {c.score:.3g} per GB); {tgt.name} stays below the limit "
                        f"({_fmt_load(t_load)} -> {_fmt_load(after_t)})")
             for other in node_candidates:

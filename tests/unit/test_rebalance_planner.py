@@ -325,3 +325,25 @@ def test_a_kept_copy_loads_its_node_but_is_never_a_candidate():
     # without the kept copy the same node is not hot
     nodes[0] = NodeInput("node-1", tenants={"a": flat(0.08), "b": flat(0.08)})
     assert not {r.name: r for r in plan(nodes, State(), Settings(), NOW).nodes}["node-1"].hot
+
+
+def shared(load, size=20 * MB, **kw):
+    return [Sample(t=s.t, load=s.load, transactions_per_s=s.transactions_per_s, latency_s=s.latency_s,
+                   data_bytes=s.data_bytes, kind="shared") for s in flat(load, size=size, **kw)]
+
+
+def test_a_hot_shared_node_moves_its_heavy_tenant_and_the_light_ones_stay():
+    """Madeus's hot node: a shared server with one heavy tenant and two light ones, beside a whole server on
+    the same host. The shares of the shared server's CPU count in the node's load like a whole server's; the
+    heavy shared tenant relieves the most per byte and is the one chosen; the light ones are too small."""
+    nodes = cluster(**{"node-1": {"b": shared(0.08), "a": shared(0.004), "c": shared(0.004),
+                                  "w": flat(0.03, size=200 * MB)},
+                       "node-2": {}, "node-3": {}})
+    p = plan(nodes, State(), Settings(), NOW)
+    assert p.decision == "move", p.reason
+    assert {r.name: r.load for r in p.nodes}["node-1"] == pytest.approx(0.118)
+    assert (p.move.tenant, p.move.source) == ("b", "node-1") and p.move.target in ("node-2", "node-3")
+    assert "b (shared) relieves the most load" in p.move.reason
+    verdicts = {c.tenant: (c.kind, c.verdict) for c in p.candidates}
+    assert verdicts["b"] == ("shared", "chosen") and verdicts["w"][0] == "server"
+    assert verdicts["a"][0] == "shared" and verdicts["a"][1].startswith("too small to matter")

@@ -126,6 +126,10 @@ class SharedTenants(LocalTenants):
                 out.append((path, got[0], got[1]))
         return out
 
+    def _peek(self) -> list[dict]:
+        """Every record here, to read only (the cache's own: a tick scans them all several times)."""
+        return [r for _path, _key, r in self._entries()]
+
     def _records(self) -> list[dict]:
         """Every record here, each the caller's own copy."""
         return [dict(r) for _path, _key, r in self._entries()]
@@ -408,7 +412,7 @@ class SharedTenants(LocalTenants):
 
     def fenced_ids(self) -> list[str]:
         """The ready tenants whose record says fenced."""
-        return [r["id"] for r in self._records() if r.get("state") == READY and r.get("fenced")]
+        return [r["id"] for r in self._peek() if r.get("state") == READY and r.get("fenced")]
 
     def fence_here(self, tenant_id: str, kill_wait_s: float = 1.0) -> None:
         """Fence the tenant by itself (the reconciler: the directory names another node): its accounts locked
@@ -485,7 +489,7 @@ class SharedTenants(LocalTenants):
                 return
             self._sweep()
             self._settle_half_made()
-            if any(r.get("unlock_pending") for r in self._records()):
+            if any(r.get("unlock_pending") for r in self._peek()):
                 conn = server.admin_connect()
                 try:
                     self._unlock_pending(conn)
@@ -514,7 +518,7 @@ class SharedTenants(LocalTenants):
     def _settle_half_made(self) -> None:
         """A record a crash left in `creating`: finished if the directory names this node its owner, else removed."""
         busy = set(self.node.supervisor.busy)
-        half = [r for r in self._records() if r.get("state") == CREATING and r["id"] not in busy]
+        half = [r for r in self._peek() if r.get("state") == CREATING and r["id"] not in busy]
         if not half:
             return
         try:
@@ -556,7 +560,7 @@ class SharedTenants(LocalTenants):
             except (TenantError, Exception) as exc:  # a sample must never stop the tick
                 log.warning("sampling the shared server: %s", exc)
         out = {}
-        for r in self._records():
+        for r in self._peek():
             if r.get("state") != READY:
                 continue
             tid = r["id"]

@@ -131,8 +131,10 @@ def test_a_restarted_server_starts_its_window_and_interval_again(scripted):
     sc.mgr.server.the_pid += 1
     stats, samples, _ = step(sc, 2)
     assert stats["t1"].latency_s is None and stats["t1"].transactions_per_s == 0.0 and samples == {}
+    stats, _, _ = step(sc, 2, t1=(10, 0.004, 0.1))  # read twice a window (10 s): the last read's figures
+    assert stats["t1"].latency_s is None
     stats, _, _ = step(sc, 2, t1=(10, 0.004, 0.1))
-    assert stats["t1"].latency_s == pytest.approx(0.004)
+    assert stats["t1"].latency_s == pytest.approx(0.004) and stats["t1"].transactions_per_s == pytest.approx(5)
 
 
 def test_a_failed_read_fails_every_tenant_s_sample_and_a_stopped_server_gives_none(scripted, monkeypatch):

@@ -9,8 +9,8 @@ agent serves both at GET /v1/tenant-stats and on /metrics; `slacker
 rebalance` reads the history to find hot nodes.
 
 The node's shared tenants (one database each in the shared server) are read
-from the shared server once per tick for all of them (`SharedLoads`): each
-one's transactions from performance_schema's per-user summary, and its load
+from the shared server in one query for all of them (`SharedLoads`, twice a
+window): each one's transactions from performance_schema's per-user summary, and its load
 as the shared server's CPU split in proportion to the CPU its own sessions
 used (the user statistics' CPU_TIME), so the tenants' loads add up to the
 server's process as a whole server's load is its process.

@@ -28,7 +28,6 @@ import datetime
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 import pymysql
 
 from benches.scale.cluster import cpu_seconds, free_port, memory_mib
+from benches.scale.measure import login_times
 
 from slacker import local_cluster
 from slacker.agent.client import cluster_clients
@@ -146,17 +146,7 @@ def measure(node: Node, size: int, made: list[str], timed: int, args) -> dict:
         list(pool.map(lambda t: node.fill(t, args.tables), todo))
     print(f"  {size}: {len(todo)} made and filled in {time.monotonic() - t0:.0f}s", flush=True)
     time.sleep(args.settle_s)
-    rng = random.Random(size)
-    logins = []
-    for _ in range(args.logins):
-        tid = rng.choice(made)
-        t1 = time.perf_counter()
-        conn = node.connect(tid)
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1")
-            cur.fetchall()
-        logins.append(time.perf_counter() - t1)
-        conn.close()
+    logins = login_times(node, made, args.logins, seed=size)
     agent, server = node.pids()
     c0 = {p: cpu_seconds(p) for p in (agent, server)}
     w0 = time.monotonic()

@@ -473,7 +473,13 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
         killed = kill_sessions(conn, users, kill_wait_s, busy_only=not kill_idle)
         tables = contents(conn, db).tables
         if tables:
-            _lock_tables(connect, conn, db, tables, lock_timeout_s - (time.monotonic() - t0))
+            spent = time.monotonic() - t0
+            if spent >= lock_timeout_s:  # a starved server: nothing left of the budget to wait for the lock in
+                raise LockNotGranted(f"could not lock the tables of {db}",
+                                     f"locking its accounts and ending their sessions took {spent * 1000:.0f}ms of "
+                                     f"the {lock_timeout_s * 1000:.0f}ms the lock had", "the source keeps serving",
+                                     phase="handover")
+            _lock_tables(connect, conn, db, tables, lock_timeout_s - spent)
         # A login that passed its check just before the ACCOUNT LOCK may have become a session since
         # the first KILL: under the lock it cannot write these tables, and it must not be left to
         # write once the lock is released.

@@ -109,12 +109,17 @@ class Contents:
     foreign_keys_out: tuple[str, ...]  # constraints that reference another database
 
 
+def base_tables(conn, db: str) -> tuple[str, ...]:
+    """The database's base tables by name: one query (the fence reads only these, while the tenant is frozen)."""
+    return tuple(r[0] for r in _run(conn, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                                          "AND table_type = 'BASE TABLE' ORDER BY table_name", (db,)))
+
+
 def contents(conn, db: str) -> Contents:
     def col(sql: str, args=(db,)) -> tuple[str, ...]:
         return tuple(r[0] for r in _run(conn, sql, args))
     return Contents(
-        tables=col("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-                   "AND table_type = 'BASE TABLE' ORDER BY table_name"),
+        tables=base_tables(conn, db),
         views=col("SELECT table_name FROM information_schema.views WHERE table_schema = %s ORDER BY 1"),
         triggers=col("SELECT trigger_name FROM information_schema.triggers WHERE trigger_schema = %s ORDER BY 1"),
         routines=col("SELECT CONCAT(routine_type, ' ', routine_name) FROM information_schema.routines "
@@ -471,7 +476,7 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
         _local(conn)
         locked = lock_accounts(conn, users)
         killed = kill_sessions(conn, users, kill_wait_s, busy_only=not kill_idle)
-        tables = contents(conn, db).tables
+        tables = base_tables(conn, db)
         if tables:
             spent = time.monotonic() - t0
             if spent >= lock_timeout_s:  # a starved server: nothing left of the budget to wait for the lock in

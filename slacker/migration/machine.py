@@ -234,13 +234,17 @@ class Migration:
 
     def run(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.record.hold_end()  # the answer waits for the last sample (slacker.migration.record)
         self.telemetry.start()
         try:
             self._drive(self._live if self.opts.mode == "live" else self._stop_and_copy)
         finally:
-            self.lease.stop()
-            self._end()
-            self.telemetry.stop()
+            try:
+                self.lease.stop()
+                self._end()
+                self.telemetry.stop()
+            finally:
+                self.record.release_end()
 
     def _live(self) -> None:
         """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
@@ -333,6 +337,7 @@ class Migration:
     def recover(self) -> None:
         """After an agent restart: ask the directory whether the flip happened, then forward or back."""
         self.enter(Phase.RECOVERING)
+        self.record.hold_end()
         self.telemetry.start()
         # Routers may hold the tenant for the handover that was cut short: let them go when decided.
         self.handover.release_everywhere_when_done()
@@ -358,9 +363,12 @@ class Migration:
                                            f"{own.node} at epoch {own.epoch}", "retry the migration",
                                            phase=Phase.RECOVERING))
         finally:
-            self.lease.stop()
-            self._end()
-            self.telemetry.stop()
+            try:
+                self.lease.stop()
+                self._end()
+                self.telemetry.stop()
+            finally:
+                self.record.release_end()
 
     # ---- endings ------------------------------------------------------------------
     def _end(self) -> None:

@@ -65,7 +65,10 @@ class MigrationRecord:
         self.finished_at: float | None = None
         self.phase = Phase.PENDING
         self.phases: list[PhaseTiming] = []
-        self.ended = threading.Event()  # set with the result: GET ...?wait= returns at once (service.py)
+        # Set with the result (GET ...?wait= returns at once, service.py); while the machine runs, only once it has
+        # written its last sample too (`hold_end`), so a caller that reads the series after the answer finds it whole.
+        self.ended = threading.Event()
+        self._end_held = False
         self._result: str | None = None
         self.error: SlackerError | None = None
         self.protocols: tuple[int, int] = (protocol, 0)  # (source, target) agent protocol
@@ -100,7 +103,16 @@ class MigrationRecord:
     @result.setter
     def result(self, value: str | None) -> None:
         self._result = value
-        if value is not None:
+        if value is not None and not self._end_held:
+            self.ended.set()
+
+    def hold_end(self) -> None:
+        """A result set from now on is announced at `release_end` (the machine's last step), not at once."""
+        self._end_held = True
+
+    def release_end(self) -> None:
+        self._end_held = False
+        if self._result is not None:
             self.ended.set()
 
     @property

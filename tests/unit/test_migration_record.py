@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from slacker.migration.record import MigrationRecord
+
 from .migration_fakes import World, hand_over, migration_at_handover
 
 SLACKER = Path(__file__).resolve().parents[2] / "slacker"
@@ -88,3 +90,17 @@ def test_the_model_shares_the_guards_with_the_pid_not_its_law():
     assert issubclass(ModelController, GuardedController) and issubclass(PidController, GuardedController)
     assert "_law" in vars(ModelController) and "_law" in vars(PidController)
     assert classes_named("ThrottleController") == []
+
+
+def test_a_running_machines_result_is_announced_after_its_last_step(tmp_path):
+    """The long poll (GET ...?wait=) answers on `ended`: while the machine runs, a result alone does not set it, so
+    a caller reading the series right after the answer finds the last sample written."""
+    rec = MigrationRecord("m-1", "t1", "node-1", tmp_path / "m-1.jsonl", protocol=2)
+    rec.hold_end()
+    rec.result = "succeeded"
+    assert not rec.ended.is_set()
+    rec.release_end()
+    assert rec.ended.is_set()
+    other = MigrationRecord("m-2", "t1", "node-1", tmp_path / "m-2.jsonl", protocol=2)
+    other.result = "failed"  # no machine holding it: at once
+    assert other.ended.is_set()

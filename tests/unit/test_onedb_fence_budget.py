@@ -5,7 +5,6 @@ for no table lock, and leaves the accounts unlocked: the source keeps serving. T
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -38,7 +37,7 @@ def server(monkeypatch):
 
     monkeypatch.setattr(onedb, "lock_accounts", lock_accounts)
     monkeypatch.setattr(onedb, "kill_sessions", kill_sessions)
-    monkeypatch.setattr(onedb, "contents", lambda c, db: SimpleNamespace(tables=("items",)))
+    monkeypatch.setattr(onedb, "base_tables", lambda c, db: ("items",))
     return conn, calls
 
 

@@ -239,12 +239,7 @@ class Migration:
         try:
             self._drive(self._live if self.opts.mode == "live" else self._stop_and_copy)
         finally:
-            try:
-                self.lease.stop()
-                self._end()
-                self.telemetry.stop()
-            finally:
-                self.record.release_end()
+            self._close()
 
     def _live(self) -> None:
         """The phase table of a live migration (docs/migration.md, slacker.migration.protocol)."""
@@ -363,14 +358,19 @@ class Migration:
                                            f"{own.node} at epoch {own.epoch}", "retry the migration",
                                            phase=Phase.RECOVERING))
         finally:
-            try:
-                self.lease.stop()
-                self._end()
-                self.telemetry.stop()
-            finally:
-                self.record.release_end()
+            self._close()
 
     # ---- endings ------------------------------------------------------------------
+    def _close(self) -> None:
+        """The machine's last step, whatever happened: the lease let go, the record ended, the last sample
+        written, and only then the end announced (the long poll's answer)."""
+        try:
+            self.lease.stop()
+            self._end()
+            self.telemetry.stop()
+        finally:
+            self.record.release_end()
+
     def _end(self) -> None:
         self.record.finish()
         discard(self.work_dir, TrashName("work", self.id, "finished"))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from ..delta.gtid import parse_gtid_pos, format_gtid_pos
 from ..errors import LockNotGranted, MigrationFailed
@@ -109,10 +110,13 @@ class Contents:
     foreign_keys_out: tuple[str, ...]  # constraints that reference another database
 
 
+_TABLES_SQL = ("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+               "AND table_type = 'BASE TABLE' ORDER BY table_name")
+
+
 def base_tables(conn, db: str) -> tuple[str, ...]:
     """The database's base tables by name: one query (the fence reads only these, while the tenant is frozen)."""
-    return tuple(r[0] for r in _run(conn, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-                                          "AND table_type = 'BASE TABLE' ORDER BY table_name", (db,)))
+    return tuple(r[0] for r in _run(conn, _TABLES_SQL, (db,)))
 
 
 def contents(conn, db: str) -> Contents:
@@ -388,22 +392,53 @@ def _quote_conn(name: str) -> str:
 
 
 # --- the fence of one database -----------------------------------------------------------------
+def _batch(conn, stmts) -> list[tuple]:
+    """Run (statement, args) pairs in one round trip where the connection takes several statements
+    (`fence_connect`'s do), one by one where it does not; the rows of each. On a node at its CPU quota
+    every round trip may wait out a quota period, so the fence sends as few as it can."""
+    stmts = [(s, a) for s, a in stmts]
+    if len(stmts) < 2 or not getattr(conn, "client_flag", 0) & CLIENT.MULTI_STATEMENTS:
+        return [_run(conn, s, a) for s, a in stmts]
+    with conn.cursor() as cur:
+        cur.execute(";\n".join(cur.mogrify(s, a) if a is not None else s for s, a in stmts))
+        out = [cur.fetchall()]
+        while cur.nextset():
+            out.append(cur.fetchall())
+    return out
+
+
+def _accounts_sql(users) -> tuple[str, tuple]:
+    return (f"SELECT User, Host FROM mysql.global_priv WHERE User IN ({', '.join(['%s'] * len(users))}) "
+            "ORDER BY User, Host", tuple(users))
+
+
+def _sessions_sql(users, busy_only: bool) -> tuple[str, tuple]:
+    busy = (" AND (COMMAND <> 'Sleep' OR ID IN (SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX))"
+            if busy_only else "")
+    return (f"SELECT ID FROM information_schema.PROCESSLIST WHERE USER IN ({', '.join(['%s'] * len(users))}) "
+            f"AND ID <> CONNECTION_ID(){busy}", tuple(users))
+
+
+def _lock_sql(found, locked: bool) -> str:
+    """One ALTER USER for every account (MariaDB takes a list)."""
+    return ("ALTER USER " + ", ".join(f"{_literal(u)}@{_literal(h)}" for u, h in found)
+            + f" ACCOUNT {'LOCK' if locked else 'UNLOCK'}")
+
+
 def accounts(conn, users) -> list[tuple[str, str]]:
     """Every (user, host) account with one of these user names."""
     users = tuple(users)
     if not users:
         return []
-    return [(r[0], r[1]) for r in _run(
-        conn, f"SELECT User, Host FROM mysql.global_priv WHERE User IN ({', '.join(['%s'] * len(users))}) "
-              "ORDER BY User, Host", users)]
+    return [(r[0], r[1]) for r in _run(conn, *_accounts_sql(users))]
 
 
 def lock_accounts(conn, users, locked: bool = True) -> list[tuple[str, str]]:
     """ACCOUNT LOCK (or UNLOCK) every account of these users; this stops new logins only."""
     found = accounts(conn, users)
-    with _unlogged(conn):
-        for user, host in found:
-            _run(conn, f"ALTER USER {_literal(user)}@{_literal(host)} ACCOUNT {'LOCK' if locked else 'UNLOCK'}")
+    if found:
+        with _unlogged(conn):
+            _run(conn, _lock_sql(found, locked))
     return found
 
 
@@ -413,11 +448,22 @@ def sessions(conn, users, busy_only: bool = False) -> list[int]:
     users = tuple(users)
     if not users:
         return []
-    busy = (" AND (COMMAND <> 'Sleep' OR ID IN (SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX))"
-            if busy_only else "")
-    return [int(r[0]) for r in _run(
-        conn, f"SELECT ID FROM information_schema.PROCESSLIST WHERE USER IN ({', '.join(['%s'] * len(users))}) "
-              f"AND ID <> CONNECTION_ID(){busy}", users)]
+    return [int(r[0]) for r in _run(conn, *_sessions_sql(users, busy_only))]
+
+
+def _kill(conn, ids, batch: bool = True) -> None:
+    """KILL CONNECTION each (in one round trip where the connection allows); one that ended meanwhile is no error."""
+    if batch:
+        try:
+            _batch(conn, [_kill_stmt(cid) for cid in ids])
+            return
+        except pymysql.err.MySQLError:  # one had ended, and a batch stops at its first error: one by one
+            pass
+    for cid in ids:
+        try:
+            _run(conn, *_kill_stmt(cid))
+        except pymysql.err.MySQLError:
+            pass
 
 
 def kill_sessions(conn, users, wait_s: float, busy_only: bool = False) -> list[int]:
@@ -425,16 +471,18 @@ def kill_sessions(conn, users, wait_s: float, busy_only: bool = False) -> list[i
     until the server has ended them: KILL only marks a session, and a COMMIT it is in may still finish.
     Returns the ids killed."""
     killed = sessions(conn, users, busy_only)
-    for cid in killed:
-        try:
-            _run(conn, "KILL CONNECTION %s", (cid,))
-        except pymysql.err.MySQLError:  # it ended meanwhile
-            pass
+    if killed:
+        _kill(conn, killed)
+        _wait_ended(conn, users, killed, wait_s)
+    return killed
+
+
+def _wait_ended(conn, users, killed, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while True:
         left = set(sessions(conn, users)) & set(killed)
         if not left:
-            return killed
+            return
         if time.monotonic() > deadline:
             raise LockNotGranted("could not fence the database", f"sessions {sorted(left)} did not end within "
                                  f"{wait_s * 1000:.0f}ms of KILL", "the source keeps serving", phase="handover")
@@ -456,8 +504,28 @@ class Fence:
     granted_ms: float = 0.0  # from the first statement to the lock held
 
 
+@dataclass
+class Ready:
+    """A fence's connection opened, and the tenant's accounts read, before the freeze's clock starts."""
+    conn: object
+    accounts: list[tuple[str, str]]
+
+
+def ready(connect: Callable[[], object], users) -> Ready:
+    """Open the fence's connection (kept out of the binlog) and read the accounts it will lock: what the
+    fence needs that is no part of the freeze. `connect` should give a connection that takes several
+    statements at once (`Server.admin_connect(multi_statements=True)`)."""
+    conn = connect()
+    try:
+        _local(conn)
+        return Ready(conn, accounts(conn, users))
+    except BaseException:
+        close_quietly(conn)
+        raise
+
+
 def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
-          kill_wait_s: float = 1.0, kill_idle: bool = True) -> Fence:
+          kill_wait_s: float = 1.0, kill_idle: bool = True, prepared: Ready | None = None) -> Fence:
     """Fence one database: its users' accounts locked, their sessions ended, then
     `FLUSH TABLES <its tables> WITH READ LOCK`, the source's position read under that lock.
 
@@ -468,15 +536,37 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
     the rest then, before the lock goes). It is given up after `lock_timeout_s` (its
     lock_wait_timeout takes whole seconds only, so a timer interrupts it sooner); on any failure the
     accounts are unlocked again and nothing is held. The caller persists the fence while the lock is
-    held, then `release`s it: the locked accounts keep the database fenced after that."""
+    held, then `release`s it: the locked accounts keep the database fenced after that.
+
+    Four round trips on a connection that takes several statements (`prepared` by `ready` before the
+    clock starts): the accounts locked with the busy sessions read; those sessions killed with the
+    table list read; the table lock, which waits for the killed sessions' rollbacks and commits as it
+    waits for any transaction on these tables; and, under it, the accounts and sessions read again
+    with the position."""
     t0 = time.monotonic()
-    conn = connect()
-    locked: list[tuple[str, str]] = []
+    users = tuple(users)
+    prepared = prepared or ready(connect, users)
+    conn, locked = prepared.conn, list(prepared.accounts)
     try:
-        _local(conn)
-        locked = lock_accounts(conn, users)
-        killed = kill_sessions(conn, users, kill_wait_s, busy_only=not kill_idle)
-        tables = base_tables(conn, db)
+        first = [("SET SESSION lock_wait_timeout = %s", (max(1, math.ceil(lock_timeout_s)),))]
+        if locked:
+            first.append((_lock_sql(locked, True), None))
+        if users:
+            first.append(_sessions_sql(users, not kill_idle))
+        killed = [int(r[0]) for r in _batch(conn, first)[-1]] if users else []
+        # the KILLs, the table list, and the accounts again (one made since `ready` read them is locked too:
+        # under the table lock this connection can read no other table)
+        then = [_kill_stmt(cid) for cid in killed] + [(_TABLES_SQL, (db,))] + ([_accounts_sql(users)] if users else [])
+        try:
+            got = _batch(conn, then)[len(killed):]
+        except pymysql.err.MySQLError:  # a session ended before its KILL: the batch stopped there
+            _kill(conn, killed, batch=False)
+            got = _batch(conn, then[len(killed):])
+        tables = tuple(r[0] for r in got[0])
+        new = [(r[0], r[1]) for r in (got[1] if users else ()) if (r[0], r[1]) not in set(locked)]
+        if new:  # (`ready` kept this connection out of the binlog)
+            _run(conn, _lock_sql(new, True))
+            locked += new
         if tables:
             spent = time.monotonic() - t0
             if spent >= lock_timeout_s:  # a starved server: nothing left of the budget to wait for the lock in
@@ -485,15 +575,20 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
                                      f"the {lock_timeout_s * 1000:.0f}ms the lock had", "the source keeps serving",
                                      phase="handover")
             _lock_tables(connect, conn, db, tables, lock_timeout_s - spent)
-        # A login that passed its check just before the ACCOUNT LOCK may have become a session since
-        # the first KILL: under the lock it cannot write these tables, and it must not be left to
-        # write once the lock is released.
-        killed += kill_sessions(conn, users, kill_wait_s, busy_only=not kill_idle)
-        with conn.cursor() as cur:
-            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
-            position = cur.fetchone()[0] or ""
-            cur.execute("SHOW MASTER STATUS")
-            row = cur.fetchone()
+        # Under the lock: a login that passed its check just before the ACCOUNT LOCK may have become a
+        # session since the KILLs; it must not be left to write once the lock is released.
+        under = [("SELECT @@GLOBAL.gtid_binlog_pos", None), ("SHOW MASTER STATUS", None)]
+        if users:
+            under.append(_sessions_sql(users, not kill_idle))
+        got = _batch(conn, under)
+        pos, status = got[0], got[1]
+        # (one killed before the lock that the server has not yet removed can run nothing more)
+        late_ids = [int(r[0]) for r in got[2] if int(r[0]) not in killed] if users else []
+        if late_ids:
+            _kill(conn, late_ids)
+            _wait_ended(conn, users, late_ids, kill_wait_s)
+            killed += [i for i in late_ids if i not in killed]
+        position, row = pos[0][0] or "", status[0]
     except BaseException:
         try:
             _run(conn, "UNLOCK TABLES")
@@ -507,9 +602,12 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
                  round((time.monotonic() - t0) * 1000, 1))
 
 
+def _kill_stmt(cid: int) -> tuple[str, tuple]:
+    return ("KILL CONNECTION %s", (cid,))
+
+
 def _lock_tables(connect, conn, db: str, tables, timeout_s: float) -> None:
-    cid = _run(conn, "SELECT CONNECTION_ID()")[0][0]
-    _run(conn, "SET SESSION lock_wait_timeout = %s", (max(1, math.ceil(timeout_s)),))
+    cid = conn.thread_id() if hasattr(conn, "thread_id") else _run(conn, "SELECT CONNECTION_ID()")[0][0]
     fired = threading.Event()
 
     def interrupt() -> None:

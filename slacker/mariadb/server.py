@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from ..errors import MissingDependency, TenantError
 
@@ -296,13 +297,16 @@ def bootstrap_sql(admin_password: str, app_password: str | None, backup_password
 
 def connect(*, user: str, password: str, socket: Path | str | None = None, host: str | None = None,
             port: int | None = None, database: str | None = None, timeout_s: float = 5.0,
-            autocommit: bool = True, ssl_context=None) -> pymysql.connections.Connection:
+            autocommit: bool = True, ssl_context=None, multi_statements: bool = False) -> pymysql.connections.Connection:
     """A PyMySQL connection over the unix socket (local) or TCP (remote); TLS over TCP with
-    `ssl_context` (slacker.tls.client_context: the cluster CA, checked against the address)."""
+    `ssl_context` (slacker.tls.client_context: the cluster CA, checked against the address).
+    `multi_statements`: one `execute` may send several statements (the fence's round trips)."""
     # Never PyMySQL's own TLS defaults: they load the system CA store on every connect (~30 ms,
     # inside the freeze). Slacker's own connections are local (unix socket); TCP ones pass a context.
     kwargs = dict(user=user, password=password, connect_timeout=timeout_s, autocommit=autocommit,
                   database=database, charset="utf8mb4")
+    if multi_statements:
+        kwargs["client_flag"] = CLIENT.MULTI_STATEMENTS
     if ssl_context is not None and socket is None:
         kwargs["ssl"] = ssl_context
     else:

@@ -97,11 +97,12 @@ class Handover:
 
     def _warm_connections(self) -> float:
         """Open the connections the freeze will use (target agent; the directory when another agent
-        serves it) now, so no TLS handshake happens inside the freeze. Returns the seconds one read of
+        serves it; the source's own for its lock) now, so no TLS handshake happens inside the freeze. Returns the seconds one read of
         the directory takes right now: the compare-and-set's round trip without its write."""
         m = self.m
         m.node.peer(m.opts.target).warm()
         m.node.directory.warm()
+        m.source.warm()
         t = time.monotonic()
         m.node.directory.lookup(m.tenant_id)
         return time.monotonic() - t

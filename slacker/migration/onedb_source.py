@@ -37,6 +37,7 @@ class OneDbSource:
         self.node = node
         self.tenant_id = tenant_id
         self.frozen: onedb.Fence | None = None
+        self._ready: onedb.Ready | None = None  # the fence's connection, opened before the freeze's clock starts
         self.interrupted: list[int] = []
         self.fenced = False
         self.verify_schema = tenant_id  # --verify compares the tenant's database only
@@ -108,12 +109,23 @@ class OneDbSource:
         finally:
             ops.close_quietly(conn)
 
+    def warm(self) -> None:
+        """Open the fence's connection (several statements per round trip) and read the tenant's accounts
+        now, before the freeze's clock starts: on a node at its CPU quota each round trip can wait out a
+        quota period."""
+        if self._ready is not None:
+            ops.close_quietly(self._ready.conn)
+            self._ready = None
+        server = self.tenant()
+        self._ready = onedb.ready(lambda: server.admin_connect(multi_statements=True), self.users)
+
     def freeze(self, lock_timeout_s: float):
         self.interrupted = []
         server = self.tenant()
+        prepared, self._ready = self._ready, None
         self.frozen = onedb.fence(lambda: server.admin_connect(timeout_s=max(1.0, lock_timeout_s)),
                                   self.tenant_id, self.users, lock_timeout_s, kill_wait_s=KILL_WAIT_S,
-                                  kill_idle=False)
+                                  kill_idle=False, prepared=prepared)
         self.interrupted = list(self.frozen.killed)
         return self.frozen
 

@@ -25,6 +25,7 @@ class SourceSide:
         self.node = node
         self.tenant_id = tenant_id
         self.frozen = None  # the connection holding the freeze
+        self._warm = None  # the freeze's connection, opened before its clock starts
         self.interrupted: list[int] = []  # application statements the last freeze interrupted
         self.fenced = False
 
@@ -76,10 +77,21 @@ class SourceSide:
         finally:
             ops.close_quietly(conn)
 
+    def warm(self) -> None:
+        """Open the freeze's connection now, before the freeze's clock starts (a connect and its
+        authentication are a few round trips, each of which can wait out a quota period on a starved node)."""
+        ops.close_quietly(self._warm)
+        self._warm = None
+        self._warm = self.connect()
+
     def freeze(self, lock_timeout_s: float):
         """The global read lock, granted under row-lock contention (LockNotGranted when it is not)."""
         self.interrupted = []
-        held = freezing.freeze(lambda: self.connect(timeout_s=max(1.0, lock_timeout_s)), lock_timeout_s)
+
+        def connect():
+            conn, self._warm = self._warm, None
+            return conn if conn is not None else self.connect(timeout_s=max(1.0, lock_timeout_s))
+        held = freezing.freeze(connect, lock_timeout_s)
         self.frozen, self.interrupted = held.conn, held.interrupted
         return self.frozen
 

@@ -102,6 +102,9 @@ class FakeSource:
         self.w.clients_write()
         return self.w.blockers.pop(0) if self.w.blockers else []
 
+    def warm(self) -> None:
+        pass
+
     def freeze(self, lock_timeout_s: float):
         self._step("freeze")
         if self.w.lock_not_granted:

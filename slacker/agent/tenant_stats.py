@@ -38,6 +38,9 @@ log = logging.getLogger("slacker.agent.tenant_stats")
 DEFAULT_WINDOW_S = 10.0
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_HISTORY = 30
+# A shared tenant's data directory is walked for its size where the interval saw it commit, and at least every
+# this many intervals otherwise (an idle tenant's files do not grow; an administrator's DDL shows up that late).
+SIZE_EVERY_INTERVALS = 10
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -185,6 +188,8 @@ class SharedLoads:
         self.window_s, self.step_s, self.interval_s = window_s, step_s, interval_s
         self._clock, self._wall = clock, wall
         self._conn = None
+        self._by_user: tuple[tuple, dict] | None = None  # (usage_fingerprint, usage_by_user) of the last full read
+        self._sizes: dict[str, tuple[int, int | None]] = {}  # tenant -> (intervals since walked, its data bytes)
         self._lock = threading.Lock()
         self._window: deque[tuple[float, dict]] = deque()
         self._pid: int | None = None
@@ -201,7 +206,13 @@ class SharedLoads:
                 try:
                     if self._conn is None:
                         self._conn = server.admin_connect(timeout_s=2)
-                    return usage_by_tenant(sql.usage_by_user(self._conn, cpu), ids)
+                    # One row first: where no tenant's account has counted anything since the last read (an idle
+                    # node of a thousand tenants), that read's thousand rows stand (their CPU is read anew).
+                    mark = sql.usage_fingerprint(self._conn)
+                    kept = self._by_user
+                    if cpu or kept is None or kept[0] != mark:
+                        kept = self._by_user = (mark, sql.usage_by_user(self._conn, cpu))
+                    return usage_by_tenant(kept[1], ids)
                 except Exception:  # noqa: BLE001 - a dropped connection: once more on a new one
                     self.close()
                     if attempt:
@@ -210,6 +221,7 @@ class SharedLoads:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
+        self._by_user = None
         if conn is not None:
             try:
                 conn.close()
@@ -305,20 +317,24 @@ class SharedLoads:
         own = {tid: (v[2] - mark.usage[tid][2]) / span for tid, v in usage.items() if tid in mark.usage}
         share = apportion(server_rate, own)
         out = {}
+        sizes, self._sizes = self._sizes, {}
         for t in tenants:
             if t.id not in mark.usage or t.id not in usage:
                 continue  # arrived inside the interval: its first starts now
             s0, c0, _ = mark.usage[t.id]
             s1, c1, _ = usage[t.id]
             ok = c1 >= c0
+            age, size = sizes.get(t.id, (SIZE_EVERY_INTERVALS, None))
+            if c1 != c0 or age + 1 >= SIZE_EVERY_INTERVALS:
+                age, size = -1, data_bytes(server.datadir / t.id)
+            self._sizes[t.id] = (age + 1, size)
             latency = (s1 - s0) / (c1 - c0) if ok and c1 > c0 else None
             load = share.get(t.id)
             out[t.id] = LoadSample(t=round(self._wall(), 3), interval_s=round(span, 3),
                                    transactions_per_s=round((c1 - c0) / span, 3) if ok else 0.0,
                                    latency_s=None if latency is None else round(latency, 6),
                                    cpu_s_per_s=None if load is None else round(load, 4),
-                                   data_bytes=data_bytes(server.datadir / t.id),
-                                   ok=ok and load is not None, kind="shared",
+                                   data_bytes=size, ok=ok and load is not None, kind="shared",
                                    own_cpu_s_per_s=round(max(0.0, own[t.id]), 4))
         return out
 

@@ -40,8 +40,11 @@ log = logging.getLogger("slacker.shared")
 CREATING, READY = "creating", "ready"
 INCOMING = "incoming"  # a move's copy on its target, not the tenant's until the move activates it
 CREATED, REGISTERED = "created", "registered"  # where its database came from
-# How long a look at the records serves the asks after it, when this agent wrote none meanwhile.
-ENTRIES_TTL_S = 1.0
+# How long a look at the records serves the asks after it, when this agent wrote none meanwhile (every write of
+# the agent's own makes the next ask look again; only a hand-edit with the agent running waits this long).
+ENTRIES_TTL_S = 30.0
+# The server's list of databases is read again when its fingerprint changes, and at least this often.
+DATABASES_TTL_S = 300.0
 FAILED = {CREATED: "failed-create", REGISTERED: "failed-register"}  # the trash reason of a half-made one
 # Trash reasons whose removal drops the database: a registered one's was there before it, and stays.
 DROPS_DATABASE = {"deleted": True, "failed-create": True, "failed-register": False, "retired": True,
@@ -57,6 +60,9 @@ class SharedTenants(LocalTenants):
         self._views: dict[str, tuple[tuple, LocalTenant]] = {}  # record file -> ((its stat, the server's), view)
         self._memo: tuple[float, list] | None = None  # (when, _entries()) of the last look at the files
         self._gen = 0  # writes so far (a look that a write overtook is not kept)
+        self._dbs: tuple[tuple, float, set[str]] | None = None  # (fingerprint, when, the server's databases)
+        self._listed: tuple | None = None  # (the look at the records, the server's signature, list()'s views)
+        self._sampled: tuple | None = None  # what the last sample was made of (the same: nothing to make again)
         if self.records_dir.is_dir():
             trash.sweep_building(self.records_dir)  # at agent start: what a crash left half laid out
 
@@ -161,15 +167,20 @@ class SharedTenants(LocalTenants):
         running = server.is_running()  # one server for all of them: asked once
         sig = (server.host, server.port, str(server.datadir), server.info.buffer_pool_bytes, server.gtid_domain_id,
                running)
+        entries = self._entries()
+        memo = self._listed
+        if memo is not None and memo[0] is entries and memo[1] == sig:  # the same look at the records: the same views
+            return list(memo[2])
         out = []
-        for path, key, r in self._entries():
+        for path, key, r in entries:
             if r.get("state") != READY:
                 continue
             hit = self._views.get(path)
             if hit is None or hit[0] != (key, sig):  # a view made again only when its record or the server changed
                 hit = self._views[path] = ((key, sig), self._view(r, server, running))
             out.append(hit[1])
-        return out
+        self._listed = (entries, sig, out)
+        return list(out)
 
     def holds(self, tenant_id: str) -> bool:
         try:
@@ -543,6 +554,14 @@ class SharedTenants(LocalTenants):
         finally:
             conn.close()
 
+    def _databases(self, conn) -> set[str]:
+        """The server's databases: read again only when their fingerprint (count, names' CRC32 sum) changed, or
+        every DATABASES_TTL_S; one row a tick instead of one per tenant."""
+        mark, kept = sql.databases_fingerprint(conn), self._dbs
+        if kept is None or kept[0] != mark or time.monotonic() - kept[1] >= DATABASES_TTL_S:
+            kept = self._dbs = (mark, time.monotonic(), sql.databases(conn))
+        return kept[2]
+
     def _sample(self, server: SharedServer) -> None:
         """Health and sessions of every tenant of the server, read once for all of them."""
         from ..agent.supervisor import TenantHealth
@@ -554,13 +573,22 @@ class SharedTenants(LocalTenants):
             try:
                 conn = server.admin_connect(timeout_s=2)
                 try:
-                    dbs, sessions = sql.databases(conn), sql.sessions_by_user(conn)
+                    dbs, sessions = self._databases(conn), sql.sessions_by_user(conn)
                 finally:
                     conn.close()
             except (TenantError, Exception) as exc:  # a sample must never stop the tick
                 log.warning("sampling the shared server: %s", exc)
+        entries = self._entries()
+        # What the samples are made of; unchanged (an idle node), the last ones stand, handed over again (a
+        # tenant the supervisor forgot meanwhile comes back, as a new sample would bring it back).
+        made_of = (health["running"], bool(health["healthy"]), self._dbs[:2] if dbs else None,
+                   tuple(sorted(sessions.items())), self.server.restarts)
+        last = self._sampled
+        if last is not None and last[0] == made_of and last[1] is entries:
+            self.node.supervisor.put_extra(self.kind.name, last[2])
+            return
         out = {}
-        for r in self._peek():
+        for _path, _key, r in entries:
             if r.get("state") != READY:
                 continue
             tid = r["id"]
@@ -568,5 +596,6 @@ class SharedTenants(LocalTenants):
                                     running=health["running"], healthy=bool(health["healthy"] and tid in dbs),
                                     connections=sessions.get(self.kind.accounts(tid).owner_user, 0),
                                     restarts=self.server.restarts, kind=self.kind.name)
+        self._sampled = (made_of, entries, out)
         self.node.supervisor.put_extra(self.kind.name, out)
 

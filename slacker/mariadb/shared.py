@@ -30,6 +30,15 @@ def databases(conn) -> set[str]:
         return {row[0] for row in cur.fetchall()}
 
 
+def databases_fingerprint(conn) -> tuple[int, int]:
+    """(how many databases, the sum of their names' CRC32): one row that changes when the set does (but for a
+    2^-32 chance), so a node of a thousand databases need not read their names every tick."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(CRC32(SCHEMA_NAME)), 0) FROM information_schema.SCHEMATA")
+        n, crc = cur.fetchone()
+        return int(n), int(crc)
+
+
 def database_exists(conn, database: str) -> bool:
     with conn.cursor() as cur:
         cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (database,))
@@ -78,6 +87,17 @@ def sessions_by_user(conn) -> dict[str, int]:
     with conn.cursor() as cur:
         cur.execute("SELECT USER, COUNT(*) FROM information_schema.PROCESSLIST GROUP BY USER")
         return {row[0]: int(row[1]) for row in cur.fetchall()}
+
+
+def usage_fingerprint(conn) -> tuple:
+    """(rows, transactions, latency) summed over the tenants' accounts (`<id>_<role>`; not the server's
+    `slacker_*`): per-account counters only grow, an account dropped takes its row, a new one adds one, so
+    when this one row is unchanged so is every account's (what one read of `usage_by_user` gives)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(COUNT_STAR), 0), COALESCE(SUM(SUM_TIMER_WAIT), 0) FROM "
+                    "performance_schema.events_transactions_summary_by_user_by_event_name "
+                    "WHERE EVENT_NAME = 'transaction' AND USER LIKE '%\\_%' AND USER NOT LIKE 'slacker\\_%'")
+        return tuple(int(v) for v in cur.fetchone())
 
 
 def usage_by_user(conn, cpu: bool = True) -> dict[str, tuple[float, float, float]]:

@@ -133,9 +133,10 @@ class Reconciler:
             owners = self.node.directory.owners(local)
         except AgentUnavailable:
             return
+        busy_now = self.node.supervisor.busy  # read live: a move that takes a tenant meanwhile is left alone
         for tid in local:
             own = owners.get(tid)
-            if own is None or tid in set(self.node.supervisor.busy):  # unknown, or a move took it meanwhile
+            if own is None or tid in busy_now:  # unknown, or a move took it meanwhile
                 continue
             try:
                 if own.node != self.node.name and tid not in fenced:

@@ -70,6 +70,9 @@ def scripted(monkeypatch, tmp_path):
     counters = {}
     monkeypatch.setattr(sql, "usage_by_user",  # as the server: the CPU only when asked
                         lambda conn, cpu=True: {u: (a, b, c if cpu else 0.0) for u, (a, b, c) in counters.items()})
+    monkeypatch.setattr(sql, "usage_fingerprint",  # as the server: the tenants' accounts' rows summed
+                        lambda conn: (lambda rows: (len(rows), sum(r[1] for r in rows), sum(r[0] for r in rows)))(
+                            [v for u, v in counters.items() if "_" in u and not u.startswith("slacker_")]))
     cpu = [100.0]
     monkeypatch.setattr(tenant_stats, "process_cpu_s", lambda pid: cpu[0])
     for t in ("t1", "t2", "t3"):
@@ -173,3 +176,43 @@ def test_the_node_s_stats_hold_both_kinds_and_the_target_guard_reads_the_shared_
     sc.mgr.ids.remove("t2")  # deleted: its history goes
     stats.tick()
     assert set(stats.history()) == {"t1", "t3"}
+
+
+def test_an_idle_node_reads_its_accounts_rows_again_only_when_one_of_them_counted_something(scripted, monkeypatch):
+    """A node of a thousand idle tenants: one row (the fingerprint) a read instead of a row per account; one
+    tenant's transactions, or an account dropped, make the next read a full one, and the figures stay right."""
+    sc = scripted
+    full = []
+    read = sql.usage_by_user
+    monkeypatch.setattr(sql, "usage_by_user", lambda conn, cpu=True: full.append(cpu) or read(conn, cpu))
+    sc.counters.update({"t1_app": (0.5, 100, 0), "t2_app": (0.2, 50, 0), "t3_app": (0, 0, 0)})
+    step(sc, 0)
+    for _ in range(4):
+        step(sc, 6)  # idle: every tick reads, none reads the accounts whole but where an interval closes (CPU)
+    assert full == [True] * 5
+    full.clear()
+    sc.loads.interval_s = 1e9  # no interval closes from here: the CPU is not read
+    step(sc, 6)
+    step(sc, 6)
+    assert full == []
+    stats, _, _ = step(sc, 6, t2=(30, 0.004, 0.0))  # t2 counted something: read whole, and its latency is right
+    assert full == [False] and stats["t2"].latency_s == pytest.approx(0.004)
+    del sc.counters["t3_app"]  # an account dropped (zeros before and after: the same figures)
+    step(sc, 6)
+    assert full == [False, False]
+
+
+def test_a_tenant_s_files_are_walked_where_it_committed_and_an_idle_one_s_only_every_few_intervals(scripted):
+    sc = scripted
+    sc.counters.update({"t1_app": (0, 0, 0), "t2_app": (0, 0, 0), "t3_app": (0, 0, 0)})
+    step(sc, 0)
+    _, samples, _ = step(sc, 6)
+    assert samples["t1"].data_bytes == 1000 and samples["t3"].data_bytes == 3000
+    for t in ("t1", "t3"):
+        (sc.mgr.server.datadir / t / "b.ibd").write_bytes(b"y" * 500)
+    _, samples, _ = step(sc, 6, t1=(10, 0.001, 0.0))
+    assert samples["t1"].data_bytes == 1500  # it committed: walked again
+    assert samples["t3"].data_bytes == 3000  # idle: the last walk's figure stands
+    for _ in range(tenant_stats.SIZE_EVERY_INTERVALS):
+        _, samples, _ = step(sc, 6)
+    assert samples["t3"].data_bytes == 3500  # and is walked again within SIZE_EVERY_INTERVALS intervals

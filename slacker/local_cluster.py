@@ -404,6 +404,9 @@ def down(run_dir: Path, purge: bool = False, timeout_s: float = 60.0) -> list[st
             mgr = TenantManager(cfg.data_root, host=cfg.tenant_host, node=cfg.node, port_range=cfg.port_range)
             for t in mgr.list():
                 mgr.stop_tenant(t)
+            # and the node's shared server (its tenants' one process), which the tenant list does not hold
+            from .shared_server import SharedServerManager
+            SharedServerManager(mgr, None).stop()
         (node_dir / "agent.pid").unlink(missing_ok=True)
         cgroups.remove(run_dir, spec.name)
         cgroups.remove_disk(run_dir, spec.name)

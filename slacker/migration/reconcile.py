@@ -16,16 +16,67 @@ that tenant's owner: then they stay, and `slacker status` says so.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from ..errors import AgentUnavailable, SlackerError
 from .kept import may_take_writes
 
 log = logging.getLogger("slacker.reconcile")
 
+FOLLOW_WAIT_S = 30.0  # the long poll on the directory's change stream
+
+
+class OwnerFollower:
+    """Every tenant's owner, followed on the directory's change stream (as a router follows it), so a tick over
+    a thousand shared tenants need not read a thousand owners. `owners()` answers only while the stream is
+    fresh (an answer, a change or the poll's timeout, within FOLLOW_WAIT_S and a margin); else None, and the
+    caller reads the directory itself. What it answers is for finding a discrepancy, never for acting on one:
+    the caller confirms each with a read of its own (the stream may be a moment behind a flip)."""
+
+    def __init__(self, directory, wait_s: float = FOLLOW_WAIT_S) -> None:
+        self.directory, self.wait_s = directory, wait_s
+        self._owners: dict = {}
+        self._revision: int | None = None
+        self._fresh_at = float("-inf")
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="owner-follower", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                ch = self.directory.changes(self._revision, self.wait_s)
+            except Exception as exc:  # noqa: BLE001 - the stream again from a snapshot; meanwhile no answers
+                log.debug("following the directory's owners: %s", exc)
+                with self._lock:
+                    self._revision, self._fresh_at = None, float("-inf")
+                time.sleep(1.0)
+                continue
+            with self._lock:
+                if ch.reset:
+                    self._owners = {o.tenant: o for o in ch.owners}
+                else:
+                    self._owners.update({o.tenant: o for o in ch.owners})
+                    for t in ch.removed:
+                        self._owners.pop(t, None)
+                self._revision, self._fresh_at = ch.revision, time.monotonic()
+
+    def owners(self, tenants) -> dict | None:
+        with self._lock:
+            if time.monotonic() - self._fresh_at > self.wait_s + 10:
+                return None
+            return {t: self._owners[t] for t in tenants if t in self._owners}
+
 
 class Reconciler:
     def __init__(self, node) -> None:
         self.node = node
+        self.follower = OwnerFollower(node.directory)
         # Unaccounted tenant directories of a tenant the directory places here: left for a person.
         self.blocked: dict[str, str] = {}
 
@@ -129,8 +180,15 @@ class Reconciler:
         if not local:
             return
         fenced = set(manager.fenced_ids())
+        self.follower.start()
+        seen = self.follower.owners(local)
+        here = self.node.name
         try:
-            owners = self.node.directory.owners(local)
+            if seen is None:  # not following the stream right now: the directory itself
+                owners = self.node.directory.owners(local)
+            else:  # the stream's view finds the discrepancies; each is confirmed with a read of the directory
+                odd = [t for t in local if t in seen and (seen[t].node != here) != (t in fenced)]
+                owners = self.node.directory.owners(odd) if odd else {}
         except AgentUnavailable:
             return
         busy_now = self.node.supervisor.busy  # read live: a move that takes a tenant meanwhile is left alone

@@ -10,7 +10,11 @@ Tenants held by a migration (running or being recovered from its journal) are
 left to it. While the directory cannot be reached, nothing changes. Files in
 the tenants directory that are no tenant (no tenant.json) are moved aside into
 `tenants/.quarantine/`, never deleted, unless the directory names this node as
-that tenant's owner: then they stay, and `slacker status` says so.
+that tenant's owner: then they stay, and `slacker status` says so. A node's
+shared tenants (hundreds to thousands) are checked against a view of every
+owner that a thread keeps from the directory's change stream; the directory is
+read for a discrepancy the view shows (confirmed before anything is fenced),
+and for all of them while the stream is not fresh.
 """
 
 from __future__ import annotations

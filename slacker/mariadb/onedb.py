@@ -393,10 +393,10 @@ def _quote_conn(name: str) -> str:
 
 # --- the fence of one database -----------------------------------------------------------------
 def _batch(conn, stmts) -> list[tuple]:
-    """Run (statement, args) pairs in one round trip where the connection takes several statements
-    (`fence_connect`'s do), one by one where it does not; the rows of each. On a node at its CPU quota
-    every round trip may wait out a quota period, so the fence sends as few as it can."""
-    stmts = [(s, a) for s, a in stmts]
+    """Run (statement, args) pairs in one round trip where the connection takes several statements (the one
+    `ready` opens for the fence does), one by one where it does not; the rows of each. On a node at its CPU
+    quota every round trip may wait out a quota period, so the fence sends as few as it can."""
+    stmts = list(stmts)
     if len(stmts) < 2 or not getattr(conn, "client_flag", 0) & CLIENT.MULTI_STATEMENTS:
         return [_run(conn, s, a) for s, a in stmts]
     with conn.cursor() as cur:

@@ -178,7 +178,7 @@ func (rt *Router) serveHold(w http.ResponseWriter, r *http.Request) {
 		"connections": total, "waited_ms": float64(time.Since(t0).Microseconds()) / 1000})
 }
 
-// serveRelease: POST /release?tenant=T[&epoch=E&node=N&host=H&port=P]. With an owner newer than
+// serveRelease: POST /release?tenant=T[&epoch=E&node=N&host=H&port=P[&owner_user=U&database=D]]. With an owner newer than
 // the route in use it is applied first (the directory's watch brings the same one a moment later),
 // so the held commands go to the new owner; without one they go on to the one they had.
 func (rt *Router) serveRelease(w http.ResponseWriter, r *http.Request) {
@@ -198,8 +198,12 @@ func (rt *Router) serveRelease(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "a new owner needs host and port", http.StatusBadRequest)
 			return
 		}
+		ownerUser, database := old.OwnerUser, old.Database
+		if q.Has("owner_user") { // the new owner's accounts: a move may change the tenant's kind
+			ownerUser, database = q.Get("owner_user"), q.Get("database")
+		}
 		m := controlMsg{route: route{Tenant: tenant, Node: q.Get("node"), Host: q.Get("host"), Port: port, Epoch: e,
-			User: old.User, OwnerUser: old.OwnerUser, Database: old.Database, ChangedAt: float64(time.Now().UnixNano()) / 1e9}, Op: "route",
+			User: old.User, OwnerUser: ownerUser, Database: database, ChangedAt: float64(time.Now().UnixNano()) / 1e9}, Op: "route",
 			Hash: fmt.Sprintf("%x", old.stage2), UpdatedAt: float64(time.Now().UnixNano()) / 1e9}
 		if err := rt.apply(m); err != nil {
 			log.Printf("release %s: %v", tenant, err)

@@ -155,3 +155,24 @@ func TestAReleaseToANewOwnerKeepsASharedTenantsAccountAndDatabase(t *testing.T) 
 		t.Fatalf("route after the release: %+v", r)
 	}
 }
+
+func TestAReleaseToANewOwnerOfAnotherKindTakesItsAccounts(t *testing.T) {
+	o := newFakeOwner(t, 1)
+	rt := newRouter(time.Second)
+	rt.token.Store("tok")
+	if err := rt.apply(sharedRoute(o, "t42", "pw42")); err != nil {
+		t.Fatal(err)
+	}
+	// given a server of its own: the owner account is the client's, no start database
+	post(t, rt, rt.serveRelease, "/release?tenant=t42&epoch=2&node=b&host=127.0.0.3&port=4001&owner_user=&database=", "tok")
+	r, _ := rt.lookup("t42")
+	if r.Epoch != 2 || r.OwnerUser != "" || r.Database != "" || r.ownerUser() != "app" {
+		t.Fatalf("route after the release: %+v", r)
+	}
+	// packed into a shared server again
+	post(t, rt, rt.serveRelease, "/release?tenant=t42&epoch=3&node=c&host=127.0.0.4&port=4002&owner_user=t42_app&database=t42", "tok")
+	r, _ = rt.lookup("t42")
+	if r.Epoch != 3 || r.OwnerUser != "t42_app" || r.Database != "t42" {
+		t.Fatalf("route after the second release: %+v", r)
+	}
+}

@@ -86,6 +86,31 @@ def test_a_shared_server_s_port_is_claimed_before_its_first_tenant_arrives(store
         store.claim_shared_port("node-1", 20030)
 
 
+def test_a_compare_and_set_may_change_the_kind_and_the_port_index_follows(store):
+    """A whole server packed into a shared server (and given a server of its own again): the flip writes the
+    new kind; the whole server's own port is free afterwards, the shared server's stays its node's, and the
+    port of the tenant's new server is its own. A port that is not the target's to take refuses the flip."""
+    store.register("c1", "node-1", "127.0.0.2", 20001)
+    store.register("s1", "node-2", "127.0.0.3", 20020, kind="shared")
+    store.register("w9", "node-2", "127.0.0.3", 20009)
+    with pytest.raises(Conflict, match="port 20009 is taken"):  # a whole server's port is no shared server's
+        store.compare_and_set("c1", 1, "node-2", "127.0.0.3", 20009, kind="shared")
+    own = store.compare_and_set("c1", 1, "node-2", "127.0.0.3", 20020, kind="shared")
+    assert (own.kind, own.port, own.epoch) == ("shared", 20020, 2) and store.lookup("c1") == own
+    assert store.register("w2", "node-1", "127.0.0.2", 20001).port == 20001  # its old port is free
+    with pytest.raises(Conflict, match="port 20020 is taken"):  # out again: not onto a shared server's port
+        store.compare_and_set("c1", 2, "node-3", "127.0.0.4", 20020, kind="server")
+    with pytest.raises(Conflict, match="port 20009 is taken"):
+        store.compare_and_set("c1", 2, "node-3", "127.0.0.4", 20009, kind="server")
+    own = store.compare_and_set("c1", 2, "node-3", "127.0.0.4", 20003, kind="server")
+    assert (own.kind, own.port, store.lookup("c1").kind) == ("server", 20003, "server")
+    with pytest.raises(Conflict, match="port 20003 is taken"):
+        store.register("w3", "node-3", "127.0.0.4", 20003)
+    assert store.register("s2", "node-2", "127.0.0.3", 20020, kind="shared").port == 20020  # node-2's still
+    with pytest.raises(InvalidInput, match="unknown tenant kind"):
+        store.compare_and_set("c1", 3, "node-1", "127.0.0.2", 20004, kind="database")
+
+
 def test_compare_and_set_moves_and_bumps_epoch(store):
     store.register("t1", "node-1", "127.0.0.2", 20001)
     own = store.compare_and_set("t1", 1, "node-2", "127.0.0.3", 20001)

@@ -216,10 +216,12 @@ class DirectoryClient(DirectoryStore):
     def list(self) -> list[Ownership]:
         return [Ownership.from_dict(d) for d in self.agent.request("GET", "/v1/directory/tenants")["tenants"]]
 
-    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
+    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int,
+                        kind: str | None = None) -> Ownership:
         return Ownership.from_dict(self.agent.request(
             "POST", f"/v1/directory/tenants/{quote(tenant)}/cas",
-            {"expected_epoch": expected_epoch, "node": node, "host": host, "port": port}))
+            {"expected_epoch": expected_epoch, "node": node, "host": host, "port": port,
+             **({"kind": kind} if kind else {})}))
 
     def remove(self, tenant: str, expected_epoch: int | None = None) -> None:
         q = {"epoch": expected_epoch} if expected_epoch is not None else None

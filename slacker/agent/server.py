@@ -368,7 +368,7 @@ def _add_core_routes(server: ApiServer) -> None:
     @server.route("POST", f"/v1/directory/tenants/{TID}/cas")
     def dir_cas(srv, body, q, tid):
         return store().compare_and_set(tid, int(body["expected_epoch"]), body["node"], body["host"],
-                                       int(body["port"])).to_dict()
+                                       int(body["port"]), kind=body.get("kind") or None).to_dict()
 
     @server.route("DELETE", f"/v1/directory/tenants/{TID}")
     def dir_remove(srv, body, q, tid):

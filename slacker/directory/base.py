@@ -225,8 +225,12 @@ class DirectoryStore(ABC):
         return {o.tenant: o for o in self.list() if o.tenant in wanted} if wanted else {}
 
     @abstractmethod
-    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
-        """Move ownership and bump the epoch by one, only if the epoch is still `expected_epoch`."""
+    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int,
+                        kind: str | None = None) -> Ownership:
+        """Move ownership and bump the epoch by one, only if the epoch is still `expected_epoch`. `kind`: the
+        tenant's kind after the move when it changes (a whole server packed into a shared server, or a shared
+        tenant given a server of its own); the port index follows: a shared server's port is its node's claim,
+        a whole server's is the tenant's own."""
 
     @abstractmethod
     def remove(self, tenant: str, expected_epoch: int | None = None) -> None:

@@ -429,7 +429,8 @@ class EtcdStore(DirectoryStore):
         # In pages at one revision: one answer for 10,000 tenants would be megabytes in one piece.
         return list(self._snapshot().owners)
 
-    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
+    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int,
+                        kind: str | None = None) -> Ownership:
         tkey = self._key("tenants", tenant)
         kv, _ = self._read(tkey)
         if kv is None:
@@ -438,15 +439,21 @@ class EtcdStore(DirectoryStore):
         if cur.epoch != expected_epoch:
             raise Conflict(f"ownership of {tenant} changed underneath",
                            f"expected epoch {expected_epoch}, directory has {cur.epoch}", "re-read the tenant and retry")
-        new = Ownership(tenant, node, host, int(port), expected_epoch + 1, time.time(), cur.kind)
+        kind = check_kind(kind) if kind else cur.kind
+        new = Ownership(tenant, node, host, int(port), expected_epoch + 1, time.time(), kind)
         compare = [self._unchanged(tkey, kv["mod_revision"])]
         ops = [self._put(tkey, new.to_dict())]
-        shared_move = int(port) != cur.port and cur.kind == SHARED_KIND
+        shared_move = kind == SHARED_KIND and (int(port) != cur.port or cur.kind != SHARED_KIND)
         pkey, holder = self._key("ports", port), f"shared:{node}"
         if shared_move:
             # A shared tenant moves to the new node's shared server's port, which that node claimed before the
             # move (one txn, no read inside the freeze); the old port stays the old node's shared server's.
             compare.append(self._equal(pkey, holder))
+            if cur.kind != SHARED_KIND:  # a whole server packed into a shared server: its own port goes
+                ops.append(self._delete(self._key("ports", cur.port)))
+        elif cur.kind == SHARED_KIND != kind:  # a shared tenant given a server of its own: the old port stays its node's
+            compare.append(self._absent(pkey))
+            ops.append(self._put(pkey, tenant))
         elif int(port) != cur.port:  # ports normally travel with the tenant; keep the index right if not
             compare.append(self._absent(pkey))
             ops += [self._delete(self._key("ports", cur.port)), self._put(pkey, tenant)]

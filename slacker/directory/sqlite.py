@@ -106,6 +106,14 @@ class SQLiteStore(DirectoryStore):
         with self._lock:
             self._claim_shared_port(node, port)
 
+    def _port_free(self, tenant: str, port: int) -> None:
+        """Under the lock: PortTaken unless `port` is no other tenant's and no shared server's."""
+        row = self._db.execute("SELECT tenant FROM ownership WHERE port=? AND tenant!=?", (port, tenant)).fetchone()
+        claim = self._db.execute("SELECT node FROM shared_ports WHERE port=?", (port,)).fetchone()
+        who = f"tenant {row[0]}" if row else f"node {claim[0]}'s shared server" if claim else None
+        if who is not None:
+            raise PortTaken(f"port {port} is taken", f"{who} uses it", "choose another port")
+
     def _claim_shared_port(self, node: str, port: int) -> None:
         """Under the lock."""
         claim = self._db.execute("SELECT node FROM shared_ports WHERE port=?", (port,)).fetchone()
@@ -132,15 +140,22 @@ class SQLiteStore(DirectoryStore):
                 "SELECT tenant,node,host,port,epoch,updated_at,kind FROM ownership ORDER BY tenant").fetchall()
         return [Ownership(*r) for r in rows]
 
-    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int) -> Ownership:
+    def compare_and_set(self, tenant: str, expected_epoch: int, node: str, host: str, port: int,
+                        kind: str | None = None) -> Ownership:
         with self._lock:
             now = time.time()
             row = self._row(tenant)
-            if row is not None and row.kind == SHARED_KIND and row.epoch == expected_epoch and port != row.port:
-                self._claim_shared_port(node, port)  # the new node's shared server's port, never a whole server's
+            if row is not None and row.epoch == expected_epoch:
+                kind = check_kind(kind) if kind else row.kind
+                if kind == SHARED_KIND and (port != row.port or row.kind != SHARED_KIND):
+                    self._claim_shared_port(node, port)  # the new node's shared server's port, never a whole server's
+                elif kind != SHARED_KIND and row.kind == SHARED_KIND:  # given a server of its own: its own port
+                    self._port_free(tenant, port)
+            else:
+                kind = kind or (row.kind if row is not None else SERVER_KIND)
             cur = self._db.execute(
-                "UPDATE ownership SET node=?, host=?, port=?, epoch=epoch+1, updated_at=? "
-                "WHERE tenant=? AND epoch=?", (node, host, port, now, tenant, expected_epoch))
+                "UPDATE ownership SET node=?, host=?, port=?, epoch=epoch+1, updated_at=?, kind=? "
+                "WHERE tenant=? AND epoch=?", (node, host, port, now, kind, tenant, expected_epoch))
             if cur.rowcount != 1:
                 row = self._row(tenant)
                 if row is None:

@@ -53,6 +53,15 @@ __all__ = ["hold_token", "password_hash", "parse_address", "Router", "RouterOpti
            "fetch_status"]
 
 
+def login_of_kind(own: Ownership) -> dict:
+    """The owner account and start database a tenant of `own.kind` is logged in to (slacker.kinds): for a
+    tenant whose kind a move changed, so the same client login reaches it in its new form."""
+    from ..kinds import kind_of
+
+    a = kind_of(own.kind).accounts(own.tenant)
+    return {"owner_user": a.owner_user if a.owner_user != a.client_user else "", "database": a.database or ""}
+
+
 def password_hash(password: str) -> str:
     """SHA1(SHA1(password)) in hex: what MariaDB stores for mysql_native_password, enough to check a login."""
     return hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest()
@@ -227,7 +236,9 @@ class Router:
         if known and (known["epoch"], known["node"], known["updated_at"]) == (own.epoch, own.node, own.updated_at):
             return
         fetched = self._logins.pop((own.node, own.tenant), None)
-        if known and known.get("hash") and own.epoch > 1:  # moved: the same accounts on the new owner
+        if known and known.get("hash") and own.epoch > 1 and known.get("kind", own.kind) != own.kind:
+            login = dict(login_of_kind(own), user=known["user"], hash=known["hash"])  # moved and changed kind
+        elif known and known.get("hash") and own.epoch > 1:  # moved: the same accounts on the new owner
             login = {k: known[k] for k in ("user", "hash", "owner_user", "database") if k in known}
         elif fetched is not None:  # read with its node's other tenants (_fetch_logins)
             login = fetched
@@ -236,7 +247,8 @@ class Router:
                 raise NotFound(f"node {own.node} is unknown to this router", "it is not in the cluster file", "")
             login = self.agents[own.node].request("GET", f"/v1/tenants/{own.tenant}/login")
         msg = {"op": "route", "tenant": own.tenant, "node": own.node, "host": own.host, "port": own.port,
-               "epoch": own.epoch, "user": login["user"], "hash": login["hash"], "updated_at": own.updated_at}
+               "epoch": own.epoch, "user": login["user"], "hash": login["hash"], "updated_at": own.updated_at,
+               "kind": own.kind}
         # A shared tenant: the client's USER@TENANT logs in to the owner as the tenant's own account, in its database.
         for key in ("owner_user", "database"):
             if login.get(key):

@@ -27,7 +27,7 @@ import urllib.request
 
 from ..credentials import ADMIN, Keyring
 from ..errors import SlackerError
-from .control import parse_address, registered_routers
+from .control import login_of_kind, parse_address, registered_routers
 
 log = logging.getLogger("slacker.router.freeze")
 
@@ -140,6 +140,9 @@ class RouterHold:
         params: dict = {"tenant": self.tenant}
         if own is not None:
             params.update(epoch=own.epoch, node=own.node, host=own.host, port=own.port)
+            # The accounts its kind logs in to there: a move may change the kind (a whole server packed into a
+            # shared server), and the held sessions go on as the new owner's account, in its database.
+            params.update(login_of_kind(own))
         admins, self.held = self.held, []
         for admin, ans in self._each(admins, "release", params, REQUEST_TIMEOUT_S).items():
             if isinstance(ans, Exception):

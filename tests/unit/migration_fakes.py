@@ -214,7 +214,7 @@ class FakeDirectory:
             raise AgentUnavailable("directory unreachable", "injected", "")
         return self._own()
 
-    def compare_and_set(self, tenant: str, epoch: int, node: str, host: str, port: int) -> Ownership:
+    def compare_and_set(self, tenant: str, epoch: int, node: str, host: str, port: int, kind=None) -> Ownership:
         w = self.w
         w.clients_write()
         time.sleep(w.slow_directory_s)

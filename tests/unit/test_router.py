@@ -93,3 +93,25 @@ def test_hold_and_release_on_the_data_path(tmp_path):
     finally:
         p.stdin.close()
         p.wait(5)
+
+
+def test_a_move_that_changes_the_kind_routes_to_the_new_kinds_accounts():
+    """The same client login (app@c1, its hash) reaches the tenant in its new form: a whole server packed into
+    a shared server logs in there as c1_app in database c1; given a server of its own again, as app."""
+    from slacker.directory import Ownership
+    from slacker.router.control import Router
+
+    r = Router(None, None, {}, None)
+    sent = []
+    r._send = sent.append
+    r._logins[("node-1", "c1")] = {"user": "app", "hash": "ab" * 20}
+    r._route(Ownership("c1", "node-1", "127.0.0.2", 20001, 1, 1.0, "server"))
+    assert "owner_user" not in sent[-1] and "database" not in sent[-1]
+    r._route(Ownership("c1", "node-2", "127.0.0.3", 20020, 2, 2.0, "shared"))
+    assert (sent[-1]["user"], sent[-1]["hash"], sent[-1]["owner_user"], sent[-1]["database"], sent[-1]["port"]) == (
+        "app", "ab" * 20, "c1_app", "c1", 20020)
+    r._route(Ownership("c1", "node-3", "127.0.0.4", 20021, 3, 3.0, "shared"))  # shared to shared: kept
+    assert (sent[-1]["owner_user"], sent[-1]["database"]) == ("c1_app", "c1")
+    r._route(Ownership("c1", "node-1", "127.0.0.2", 20003, 4, 4.0, "server"))
+    assert (sent[-1]["user"], sent[-1]["hash"]) == ("app", "ab" * 20)
+    assert "owner_user" not in sent[-1] and "database" not in sent[-1]

@@ -142,7 +142,8 @@ class RouterHold:
             params.update(epoch=own.epoch, node=own.node, host=own.host, port=own.port)
             # The accounts its kind logs in to there: a move may change the kind (a whole server packed into a
             # shared server), and the held sessions go on as the new owner's account, in its database.
-            params.update(login_of_kind(own))
+            if getattr(own, "kind", None):
+                params.update(login_of_kind(own))
         admins, self.held = self.held, []
         for admin, ans in self._each(admins, "release", params, REQUEST_TIMEOUT_S).items():
             if isinstance(ans, Exception):

@@ -246,10 +246,10 @@ class Node:
         return manager.get(tenant_id)
 
     def refuse_unmovable(self, tenant_id: str, mode: str = "live", verify: bool = False,
-                         snapshot: str = "auto") -> None:
+                         snapshot: str = "auto", into: str | None = None) -> None:
         """InvalidInput in one line when the tenant here is of a kind whose move (so) is not built."""
         manager = self._holder(validate_tenant_id(tenant_id))
-        refusal = (manager.kind.move_refusal(tenant_id, self.name, mode, verify, snapshot)
+        refusal = (manager.kind.move_refusal(tenant_id, self.name, mode, verify, snapshot, into)
                    if manager is not None else None)
         if refusal is not None:
             raise refusal

@@ -101,6 +101,12 @@ def _controller(setpoint: float | None, *, max_rate: float | None, latency_sourc
                    "tenant: a logical dump, mariadb-dump --single-transaction). physical for a shared tenant: a "
                    "partial hot backup of its database (mariabackup --databases, --prepare --export, IMPORT "
                    "TABLESPACE). logical applies to shared tenants only. See docs/shared.md.")
+@option("--into", "into", type=click.Choice(["shared", "server"]), default=None,
+              help="Change the tenant's kind with the move. shared: pack a whole-server tenant into the target's "
+                   "shared server as its database (it must hold one database, named as the tenant, and no "
+                   "accounts of its own but app); server: give a shared tenant a mariadbd of its own on the target. "
+                   "The client's login at the router stays the same. Live moves only. See docs/shared.md, "
+                   "Consolidation.")
 @option("--plain-stream", is_flag=True,
               help="On a TLS cluster, send the snapshot stream unencrypted (the agents' API, replication and the "
                    "routers keep TLS): for a private link where the copy's CPU matters more than its secrecy. "
@@ -170,7 +176,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             controller_kind: str | None, target_setpoint: float | None, no_target_guard: bool, gains: str | None,
             window: float | None, step: float | None, force: bool, max_freeze: float, verify: bool, verify_only: bool,
             mode: str,
-            pipe: str | None, data_path: str | None, snapshot: str | None, plain_stream: bool, max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
+            pipe: str | None, data_path: str | None, snapshot: str | None, into: str | None, plain_stream: bool,
+            max_rounds: int, max_stalled_rounds: int, delta_applier: str | None,
             delta_mpl: str | None, catchup_mode: bool, cutover: str, cutover_timeout: str | None, cutover_now: bool,
             keep_source: float | None, revert: bool, release: bool, abort_: bool, finish_: bool, handover_attempts: int,
             handover_wait: float, settings: tuple[str, ...], max_duration: float | None, hold: tuple[str, ...],
@@ -184,6 +191,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
       slacker migrate t42 --set setpoint=900ms             # change it while it runs
       slacker migrate t42 --to node-1 --cutover manual     # copy, catch up, then wait ready
+      slacker migrate c7 --to node-2 --into shared         # pack a whole server into node-2's shared server
       slacker migrate --cutover-now t42                    # ... and cut over now
       slacker migrate t42 --to node-2 --keep-source 1h     # keep the old copy, fenced, for an hour
       slacker migrate --revert t42 --keep-source 10m       # ... move back onto it, nothing copied
@@ -257,7 +265,8 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
         return
 
     # before anything starts (docs/shared.md)
-    refusal = kind_of(own.kind).move_refusal(tenant_id, own.node, mode, verify or verify_only, snapshot or "auto")
+    refusal = kind_of(own.kind).move_refusal(tenant_id, own.node, mode, verify or verify_only, snapshot or "auto",
+                                             into=into if into != own.kind else None)
     if refusal is not None:
         raise refusal
     if not target:
@@ -285,7 +294,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
             target=target, mode=mode, rate_bytes_per_s=rate, max_freeze_s=max_freeze, handover_attempts=handover_attempts,
             handover_wait_s=handover_wait, verify=verify, verify_only=verify_only, max_rounds=max_rounds,
             max_stalled_rounds=max_stalled_rounds, pipe=pipe or DEFAULT_PIPE, data_path=data_path or "auto",
-            snapshot=snapshot or "auto", plain_stream=plain_stream,
+            snapshot=snapshot or "auto", plain_stream=plain_stream, into=into if into != own.kind else None,
             hold_s=parse_holds(hold) or None, delta_applier=delta_applier or DEFAULT_APPLIER,
             delta_mpl=delta_mpl or DEFAULT_MPL, delta_catchup=catchup_mode,
             controller=_controller(setpoint, max_rate=max_rate, latency_sources=latency_sources,

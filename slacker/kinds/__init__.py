@@ -54,9 +54,17 @@ class TenantKind(ABC):
         """The accounts a tenant of this kind has (slacker/kinds/local.py creates them)."""
 
     def move_refusal(self, tenant_id: str, node: str, mode: str = "live", verify: bool = False,
-                     snapshot: str = "auto") -> InvalidInput | None:
-        """Why a move of this tenant (in `mode`, with --verify or not, by `snapshot`) is refused before anything
-        starts; None when it is built."""
+                     snapshot: str = "auto", into: str | None = None) -> InvalidInput | None:
+        """Why a move of this tenant (in `mode`, with --verify or not, by `snapshot`, into another kind or not)
+        is refused before anything starts; None when it is built."""
+        if into == "shared":  # packed into the target's shared server as its database (docs/shared.md)
+            try:
+                KINDS["shared"].check_id(tenant_id)
+            except InvalidInput as exc:
+                return InvalidInput(f"tenant {tenant_id} cannot be packed into a shared server", exc.why,
+                                    "nothing was started; a whole server keeps its id when it moves into a shared "
+                                    "server, so only one that is a valid database name can")
+            return None
         if snapshot == "logical":
             return InvalidInput(f"tenant {tenant_id} cannot be copied with --snapshot logical",
                                 "it is a whole server: its copy is a hot backup of the server",
@@ -112,7 +120,11 @@ class Shared(TenantKind):
         return SharedTenants(node, self)
 
     def move_refusal(self, tenant_id: str, node: str, mode: str = "live", verify: bool = False,
-                     snapshot: str = "auto") -> InvalidInput | None:
+                     snapshot: str = "auto", into: str | None = None) -> InvalidInput | None:
+        if into == "server":
+            return InvalidInput(f"tenant {tenant_id} cannot be moved --into server yet",
+                                "a shared tenant's move into a server of its own is not built",
+                                "nothing was started; move it to another node's shared server (docs/shared.md)")
         if mode == "live":
             return None  # with --verify or --verify-only too: the tenant's tables are compared
         what = "--mode stop-and-copy"

@@ -377,6 +377,43 @@ def delta_exists(conn, name: str) -> bool:
     return bool(_status(conn, name))
 
 
+def delta_of_domain(conn, domain: int) -> str | None:
+    """The replication connection that brings GTID domain `domain` already, or None: two connections of one
+    domain would share its one gtid_slave_pos part (every whole server is domain 0, so two of them packed into
+    one shared server at once from two nodes)."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        for r in cur.fetchall():
+            ids = {x.strip() for x in str(r.get("Replicate_Do_Domain_Ids") or "").split(",") if x.strip()}
+            if str(int(domain)) in ids:
+                return r["Connection_name"]
+    return None
+
+
+# Accounts every whole server has that are not the tenant's: MariaDB's own and Slacker's service accounts.
+_BUILTIN_ACCOUNTS = frozenset({"root", "mysql", "mariadb.sys", "PUBLIC", "", "slacker", "slacker_backup",
+                               "slacker_repl"})
+
+
+def packing_refusal(conn, db: str, app_user: str = "app") -> str | None:
+    """Why a whole server cannot become database `db` of a shared server, or None: its user data must be that
+    one database (a shared tenant is one database, named as the tenant) and its only account of its own
+    `app_user` (the one the shared tenant gets, with grants on `db` alone)."""
+    schemas = {r[0] for r in _run(conn, "SELECT schema_name FROM information_schema.schemata")}
+    others = sorted(schemas - {"mysql", "information_schema", "performance_schema", "sys", db})
+    if db not in schemas:
+        return f"it has no database {db} (a shared tenant is the database named as the tenant)"
+    if others:
+        return (f"it holds other databases besides {db}: {', '.join(others[:5])}" + (" ..." if len(others) > 5 else "")
+                + " (a shared tenant is one database)")
+    users = sorted({f"{u}@{h}" for u, h in _run(conn, "SELECT User, Host FROM mysql.global_priv")
+                    if u not in _BUILTIN_ACCOUNTS and u != app_user})
+    if users:
+        return (f"it has accounts of its own besides {app_user}: {', '.join(users[:5])}"
+                + (" ..." if len(users) > 5 else "") + f" (a shared tenant has {app_user} alone)")
+    return None
+
+
 def drop_delta(conn, name: str) -> bool:
     """Stop and forget the connection `name` (its source, filter and relay logs); False if none."""
     if not _status(conn, name):

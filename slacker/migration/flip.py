@@ -71,7 +71,7 @@ class Flip:
             sent = time.monotonic()
             try:
                 own = m.node.directory.compare_and_set(m.tenant_id, m.epoch_before, target.name,
-                                                       target.tenant_host, port)
+                                                       target.tenant_host, port, kind=m.opts.into)
                 m.record(Finishing(""))
                 m.end_wait()
                 if deadline is not None and time.monotonic() > deadline:

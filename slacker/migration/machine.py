@@ -70,11 +70,16 @@ class Migration:
                                       protocol=node.protocol, recovered=recovered)
         # The tenant's side: a whole server, or one database of the node's shared server (its kind's seam).
         self.kind = node.kind_here(tenant_id)
+        # A move that changes the kind (`--into`): its copy and delta are of the tenant's one database either way.
+        self.into = options.into if options.into and options.into != self.kind else None
+        self.one_db = self.kind == "shared" or self.into is not None
         if self.kind == "shared":
             from .onedb_source import OneDbSource
             self.source = OneDbSource(node, tenant_id)
         else:
             self.source = SourceSide(node, tenant_id)
+            if self.into == "shared":
+                self.source.verify_schema = tenant_id  # --verify compares its one database, as the target has it
         self.target_port: int | None = None  # where the tenant listens on the target (a shared server's port)
         self.peer = TargetPeer(node, self.opts.target, mid)
         self.entry = recovered or Entry(id=mid, tenant=tenant_id, role="source", peer=self.opts.target,
@@ -584,6 +589,9 @@ class Migration:
         if self.kind == "shared":
             self._preflight_shared(own)
             return
+        if self.into == "shared":
+            self._preflight_packed(own)
+            return
         with self.record.steps.timed("accounts"):
             tenant.ensure_service_accounts()
         binlog_bytes = sum(p.stat().st_size for p in tenant.datadir.glob("binlog.*"))
@@ -657,11 +665,37 @@ class Migration:
         self.lease.start()
         self.receiver = (doc["receiver_host"], int(doc["receiver_port"]))
 
-    def _preflight_shared(self, own) -> None:
-        """A shared tenant's target: its database streams into the target node's shared server."""
+    def _preflight_packed(self, own) -> None:
+        """A whole server packed into the target's shared server (`--into shared`): what it holds must be one
+        database of the tenant's name and its `app` account, or something would not arrive; then its database
+        streams into that shared server as a shared tenant's does."""
+        from ..mariadb import onedb
+
+        tenant = self.source.tenant()
+        with self.record.steps.timed("accounts"):
+            tenant.ensure_service_accounts()  # the target's delta logs in as the replication account
+        conn = tenant.admin_connect(timeout_s=10)
+        try:
+            refusal = onedb.packing_refusal(conn, self.tenant_id)
+        finally:
+            ops.close_quietly(conn)
+        if refusal:
+            raise onedb.refuse(f"tenant {self.tenant_id} cannot be packed into a shared server", refusal,
+                               "the source keeps serving; see docs/shared.md, Consolidation")
+        # Its objects' DEFINER is `app`, which is the tenant's own account there (the load rewrites it).
+        self._preflight_shared(own, app_password=tenant.app_password(), domain=0, definer="app")
+
+    def _preflight_shared(self, own, app_password: str | None = None, domain: int | None = None,
+                          definer: str | None = None) -> None:
+        """A shared tenant's target: its database streams into the target node's shared server (a whole
+        server's too, packed into it: `app_password` its app account's, `domain` its GTID domain)."""
         from ..mariadb import onedb, ops
 
         server = self.source.tenant()
+        if app_password is None:
+            app_password = self.node.kinds["shared"].get(self.tenant_id).password()
+        if domain is None:
+            domain = server.gtid_domain_id
         physical = {}
         conn = server.admin_connect(timeout_s=10)
         try:
@@ -679,11 +713,11 @@ class Migration:
         with self.record.steps.timed("target_create"):
             doc = self.peer.create({
                 "kind": "shared", "migration_id": self.id, "tenant": self.tenant_id, "source_node": self.source_name,
-                "source_host": server.host, "source_domain": server.gtid_domain_id, "epoch_before": own.epoch,
-                "lease_ttl_s": self.opts.lease_ttl_s, "app_password": self.node.kinds["shared"].get(
-                    self.tenant_id).password(), "repl_password": server.repl_password(),
+                "source_host": server.host, "source_domain": domain, "epoch_before": own.epoch,
+                "lease_ttl_s": self.opts.lease_ttl_s, "app_password": app_password,
+                "repl_password": server.repl_password(),
                 "token": self.transfer_token, "mode": self.opts.mode, "expected_bytes": self.record.bytes_total,
-                "data_path": self.opts.data_path, **physical,
+                "data_path": self.opts.data_path, **physical, **({"definer_from": definer} if definer else {}),
                 **({"plain_stream": True} if self.opts.plain_stream else {}),
                 **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self._target_made(doc)
@@ -751,7 +785,7 @@ class Migration:
 
         self.enter(Phase.SNAPSHOT)
         tenant = self.source.tenant()
-        if self.kind == "shared" and self.opts.snapshot == "physical":  # a partial hot backup of its database
+        if self.one_db and self.opts.snapshot == "physical":  # a partial hot backup of its database
             from ..mariadb import onedb
 
             defaults = self.work_dir / "backup.cnf"
@@ -762,7 +796,7 @@ class Migration:
             self._stream(self.tool.stream_argv(defaults, self.work_dir / "tmp")
                          + [f"--databases={onedb.dir_name(self.tenant_id)}"], self.opts.snapshot_timeout_s)
             return
-        if self.kind == "shared":  # a logical snapshot of its database alone, no global lock
+        if self.one_db:  # a logical snapshot of its database alone, no global lock
             from ..onedb_snapshot import Login, dump_argv
 
             defaults = self.work_dir / "dump.cnf"

@@ -179,6 +179,13 @@ class IncomingOneDb(IncomingMigration):
                 raise Conflict(f"another move from {body.get('source_node')} into {node.name}'s shared server is running",
                                "a shared server replicates from one source server over one connection, one move "
                                "at a time", "the source keeps serving; retry when that move has ended")
+            other = onedb.delta_of_domain(conn, int(body.get("source_domain") or 0))
+            if other is not None:
+                raise Conflict(f"another move into {node.name}'s shared server replicates GTID domain "
+                               f"{int(body.get('source_domain') or 0)} ({other})",
+                               "every whole server is domain 0, and one domain has one position on the target: "
+                               "whole servers are packed into one shared server one at a time",
+                               "the source keeps serving; retry when that move has ended")
             if int(body.get("source_domain") or 0) == server.gtid_domain_id:
                 raise onedb.refuse("source and target shared servers share a gtid_domain_id",
                                    f"both are domain {server.gtid_domain_id}", "see docs/shared.md, the shared server")
@@ -211,6 +218,8 @@ class IncomingOneDb(IncomingMigration):
                 login = Login(mariadb.ADMIN_USER, server.admin_password(), socket=server.socket)
                 mariadb.write_secret(work / "load.cnf", login.defaults())
                 extract = [sys.executable, "-m", "slacker.onedb_load", str(work / "load.cnf"), str(work)]
+                if body.get("definer_from"):  # a whole server packed here: its objects' definer is its app account
+                    extract.append(f"--definer={body['definer_from']}:{manager.kind.accounts(tid).owner_user}")
             inc.receive(body, extract)
         except BaseException:
             inc.remove()

@@ -70,6 +70,10 @@ class MigrationOptions:
     # A move back to the node that keeps the tenant's old copy (`slacker migrate --revert`): no snapshot, the kept
     # copy catches up and the handover runs as in any move.
     revert: bool = False
+    # The tenant's kind after the move, when it changes (`slacker migrate --into`): a whole server packed into the
+    # target's shared server as its database ("shared"), or a shared tenant given a server of its own ("server").
+    # None: it keeps its kind.
+    into: str | None = None
 
     def cutover_plan(self) -> CutoverPlan:
         """The plan, as the agent reads it: a time that passed while the copy ran is taken as now."""
@@ -129,6 +133,13 @@ class MigrationOptions:
                             or self.cutover_plan().waits):
             raise InvalidInput("--revert takes no --mode, --snapshot, --verify-only or --cutover",
                                "a revert copies nothing and cuts over as soon as the kept copy caught up", "drop them")
+        if self.into is not None:
+            if self.into not in INTO_KINDS:
+                raise InvalidInput(f"unknown tenant kind {self.into!r} for --into", f"kinds: {', '.join(INTO_KINDS)}", "")
+            if self.mode != "live" or self.keep_source_s or self.revert:
+                raise InvalidInput(f"--into {self.into} needs a live move that retires its source",
+                                   "stop-and-copy, --keep-source and --revert keep the tenant's kind",
+                                   "drop them, or --into")
         if self.cutover_plan().waits:
             if self.mode != "live":
                 raise InvalidInput(f"--cutover {self.cutover} needs a live migration",
@@ -140,6 +151,7 @@ class MigrationOptions:
 
 
 SNAPSHOTS = ("auto", "logical", "physical")
+INTO_KINDS = ("server", "shared")  # slacker.kinds.KINDS (not imported: the options stay free of the kinds' code)
 
 # Sent on every request whatever their value: agents one protocol version apart may have other defaults.
 WIRE_ALWAYS = ("target", "mode", "max_freeze_s", "handover_attempts", "handover_wait_s", "verify", "max_rounds",

@@ -102,8 +102,10 @@ class MigrationService:
                 if m.tenant_id == tenant_id and m.active:
                     raise Conflict(f"tenant {tenant_id} is already migrating", f"migration {m.id} is in {m.phase}",
                                    f"wait for it, or `slacker migrate --abort {tenant_id}`")
+        if options.into == self.node.kind_here(tenant_id):
+            options.into = None  # it has that kind already
         self.node.refuse_unmovable(tenant_id, options.mode, options.verify or options.verify_only,  # docs/shared.md
-                                   options.snapshot)
+                                   options.snapshot, options.into)
         if self.node.kind_here(tenant_id) == "server":
             self.node.tenants.get(tenant_id)  # NotFound early, with the node's message
         elif options.keep_source_s or options.revert:

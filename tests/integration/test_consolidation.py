@@ -1,0 +1,154 @@
+"""Consolidation (docs/shared.md, "Consolidation"): a whole-server tenant packed live into another node's shared
+server (`slacker migrate --into shared`) with a writer through the router on it and on a neighbour there: no
+acknowledged write lost, the same client login reaching it in its database afterwards, the neighbour untouched,
+and nothing of the whole server left on its old node. What cannot be packed is refused before anything starts.
+One cluster for the module, in order."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pymysql
+import pytest
+from click.testing import CliRunner
+
+from slacker.ackwriter import AckedWriter
+from slacker.agent.client import cluster_clients
+from slacker.cli import main
+from slacker.client import Endpoint, TenantClient, resolve
+
+from .conftest import routed_cluster
+
+pytestmark = pytest.mark.xdist_group("consolidation")  # one cluster, in order, on one worker
+
+ROWS = 2000
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def q(conn, sql: str, *args):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall()
+
+
+@pytest.fixture(scope="module")
+def pc():
+    """node-1: whole-server tenant c1 (database c1 with rows); node-2: shared tenant t50 (its shared server)."""
+    with routed_cluster() as (cluster, run_dir, admin, listen):
+        agents, directory = cluster_clients(cluster)
+        for args in (("c1", "--on", "node-1"), ("t50", "--shared", "--on", "node-2")):
+            r = cli("tenant", "create", *args)
+            assert r.exit_code == 0, r.output
+        host, port = listen.rsplit(":", 1)
+        pc = SimpleNamespace(cluster=cluster, run_dir=run_dir, host=host, port=int(port), agents=agents,
+                             directory=directory, made={t: resolve(t, cluster) for t in ("c1", "t50")})
+        conn = routed(pc, "c1")
+        try:
+            q(conn, "CREATE DATABASE c1")
+            q(conn, "CREATE TABLE c1.items (id INT PRIMARY KEY, v VARCHAR(200))")
+            q(conn, "CREATE VIEW c1.item_count AS SELECT COUNT(*) AS n FROM c1.items")
+            for lo in range(0, ROWS, 500):
+                q(conn, "INSERT INTO c1.items VALUES " + ", ".join(f"({i}, REPEAT('v', 150))"
+                                                                   for i in range(lo, lo + 500)))
+        finally:
+            conn.close()
+        yield pc
+
+
+def routed(pc, tenant: str, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return pymysql.connect(host=pc.host, port=pc.port, user=f"app@{tenant}", password=pc.made[tenant].password,
+                                   autocommit=True, connect_timeout=5)
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != 1045 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def routed_client(pc, tenant: str) -> TenantClient:
+    ep = Endpoint(tenant, pc.host, pc.port, f"app@{tenant}", pc.made[tenant].password)
+    return TenantClient(tenant, lambda: ep, reconnect_timeout_s=10)
+
+
+def shared_admin(pc, node: str):
+    d = pc.run_dir / node
+    password = (d / "shared" / "secrets" / "admin.password").read_text().strip()
+    return pymysql.connect(unix_socket=str(d / "sock" / "_shared.sock"), user="slacker", password=password,
+                           autocommit=True)
+
+
+def in_shared_server(pc, node: str, tid: str) -> dict:
+    conn = shared_admin(pc, node)
+    try:
+        with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute("SHOW ALL SLAVES STATUS")
+            replication = [r["Connection_name"] for r in cur.fetchall()]
+        return {"database": bool(q(conn, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", tid)),
+                "accounts": len(q(conn, "SELECT 1 FROM mysql.global_priv WHERE User = %s", f"{tid}_app")),
+                "replication": replication}
+    finally:
+        conn.close()
+
+
+def test_what_cannot_be_packed_is_refused_before_anything_starts(pc):
+    conn = routed(pc, "c1")
+    try:
+        q(conn, "CREATE DATABASE extra")
+        r = cli("migrate", "c1", "--to", "node-2", "--into", "shared", "--unthrottled")
+        assert r.exit_code != 0
+        assert "cannot be packed into a shared server: it holds other databases besides c1: extra" in r.output, r.output
+        q(conn, "DROP DATABASE extra")
+    finally:
+        conn.close()
+    assert pc.directory.lookup("c1").kind == "server"
+    assert in_shared_server(pc, "node-2", "c1") == {"database": False, "accounts": 0, "replication": []}
+    r = cli("migrate", "c1", "--to", "node-2", "--into", "shared", "--mode", "stop-and-copy")
+    assert r.exit_code != 0 and "needs a live move" in r.output, r.output
+
+
+def test_a_whole_server_is_packed_live_into_a_shared_server_under_routed_writers(pc):
+    old = pc.made["c1"]
+    mover = AckedWriter(routed_client(pc, "c1"), writer_id=1, rate_per_s=40, database="c1").start()
+    neighbour = AckedWriter(routed_client(pc, "t50"), writer_id=2, rate_per_s=40).start()
+    try:
+        time.sleep(0.5)
+        r = cli("migrate", "c1", "--to", "node-2", "--into", "shared", "--rate", "20MB/s", "--json")
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.output)
+        print("packed:", {k: doc.get(k) for k in ("result", "freeze_ms", "duration_s", "bytes_total")})
+        assert doc["result"] == "succeeded" and doc["freeze_ms"] < 500, doc
+        time.sleep(0.5)
+    finally:
+        mover.stop()
+        neighbour.stop()
+    own = pc.directory.lookup("c1")
+    assert (own.node, own.kind, own.port, own.epoch) == ("node-2", "shared", pc.made["t50"].port, 2)
+    conn = routed(pc, "c1")  # the same login, now c1_app in database c1 of node-2's shared server
+    try:
+        assert q(conn, "SELECT DATABASE(), CURRENT_USER(), @@port")[0][:1] == ("c1",)
+        assert q(conn, "SELECT @@port") == ((pc.made["t50"].port,),)
+        assert q(conn, "SELECT n FROM item_count") == ((ROWS,),)
+        logged = {row[0] for row in q(conn, "SELECT id FROM log")}
+        with pytest.raises(pymysql.err.OperationalError):  # its grants are its database's now
+            q(conn, "CREATE DATABASE another")
+    finally:
+        conn.close()
+    assert set(mover.acked) <= logged, f"lost: {sorted(set(mover.acked) - logged)[:5]}"
+    assert len(mover.acked) > 20 and len(mover.unknown) <= 2 and not mover.errors, (mover.unknown, mover.errors)
+    assert not neighbour.errors and not neighbour.unknown and len(neighbour.acked) > 20
+    there = in_shared_server(pc, "node-2", "c1")
+    assert (there["database"], there["accounts"], there["replication"]) == (True, 2, [])
+    # nothing of the whole server is left on node-1: no tenant, no process, no port
+    assert "c1" not in [t["id"] for t in pc.agents["node-1"].request("GET", "/v1/tenants")["tenants"]]
+    assert not (pc.run_dir / "node-1" / "tenants" / "c1").exists()
+    with pytest.raises(pymysql.err.OperationalError, match="Can't connect"):
+        pymysql.connect(host=old.host, port=old.port, user="app", password=old.password, connect_timeout=2)
+    rows = {t["id"]: t for t in json.loads(cli("tenant", "list", "--json").output)["tenants"]}
+    assert (rows["c1"]["kind"], rows["c1"]["node"], rows["c1"]["healthy"]) == ("shared", "node-2", True)

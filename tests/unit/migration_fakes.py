@@ -256,7 +256,7 @@ class FakeNode:
         self.supervisor = SimpleNamespace(forget=lambda tid: None, busy=set())
 
     def refuse_unmovable(self, tenant_id: str, mode: str = "live", verify: bool = False,
-                         snapshot: str = "auto") -> None:
+                         snapshot: str = "auto", into: str | None = None) -> None:
         """A whole-server tenant's move is built (slacker/kinds/)."""
 
     def kind_here(self, tenant_id: str) -> str:

@@ -121,10 +121,10 @@ class Shared(TenantKind):
 
     def move_refusal(self, tenant_id: str, node: str, mode: str = "live", verify: bool = False,
                      snapshot: str = "auto", into: str | None = None) -> InvalidInput | None:
-        if into == "server":
-            return InvalidInput(f"tenant {tenant_id} cannot be moved --into server yet",
-                                "a shared tenant's move into a server of its own is not built",
-                                "nothing was started; move it to another node's shared server (docs/shared.md)")
+        if into == "server" and snapshot == "physical":
+            return InvalidInput(f"tenant {tenant_id} cannot be moved --into server with --snapshot physical",
+                                "its new server is made empty and takes its database by a logical dump",
+                                "nothing was started; leave out --snapshot (docs/shared.md, Consolidation)")
         if mode == "live":
             return None  # with --verify or --verify-only too: the tenant's tables are compared
         what = "--mode stop-and-copy"

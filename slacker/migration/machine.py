@@ -709,15 +709,19 @@ class Migration:
                             "database_ddl": onedb.database_definition(conn, self.tenant_id)}
         finally:
             ops.close_quietly(conn)
+        if self.into == "server":  # a server of its own on the target; its objects' definer becomes `app` there
+            where = {"unpack": True}
+        else:
+            where = {"kind": "shared", **({"definer_from": definer} if definer else {})}
         self._before_target(own)
         with self.record.steps.timed("target_create"):
             doc = self.peer.create({
-                "kind": "shared", "migration_id": self.id, "tenant": self.tenant_id, "source_node": self.source_name,
+                **where, "migration_id": self.id, "tenant": self.tenant_id, "source_node": self.source_name,
                 "source_host": server.host, "source_domain": domain, "epoch_before": own.epoch,
                 "lease_ttl_s": self.opts.lease_ttl_s, "app_password": app_password,
                 "repl_password": server.repl_password(),
                 "token": self.transfer_token, "mode": self.opts.mode, "expected_bytes": self.record.bytes_total,
-                "data_path": self.opts.data_path, **physical, **({"definer_from": definer} if definer else {}),
+                "data_path": self.opts.data_path, **physical,
                 **({"plain_stream": True} if self.opts.plain_stream else {}),
                 **({"hold_s": self.opts.hold_s} if self.opts.hold_s else {})}, phase=Phase.PREFLIGHT)
         self._target_made(doc)

@@ -321,3 +321,128 @@ class IncomingOneDb(IncomingMigration):
             log.exception("removing incoming shared tenant %s failed", self.tenant_id)
             return
         self.node.journal.remove(self.entry)
+
+
+class UnpackedIncoming(IncomingMigration):
+    """A shared tenant given a `mariadbd` of its own here (`slacker migrate --into server`): the steps of a
+    whole server's target, with a new, empty server made at once (fenced: `read_only`, its `app` account the
+    shared tenant's password) that the tenant's database streams into as into a shared server, and the delta a
+    replication connection filtered to that database and the source shared server's GTID domain. Activation,
+    removal and recovery are a whole server's (the tenant record says `unpack` in its journal entry)."""
+
+    NOTE = "unpack"
+
+    def __init__(self, node, entry: Entry, tenant, participants, source_host: str = "") -> None:
+        super().__init__(node, entry, tenant, participants, source_host)
+        self.verify_schema = entry.tenant  # --verify compares the tenant's database only
+        self.work = tenant.root / "unpack"
+        unpack = tenant.info.extra.get("unpack") or {}
+        self.domain = int(unpack.get("source_domain") or 0)
+
+    @property
+    def source_password_file(self):
+        return self.tenant.root / "secrets" / "source-repl.password"
+
+    @classmethod
+    def create(cls, node, body: dict, participants) -> "UnpackedIncoming":
+        import secrets as _secrets
+
+        from ..kinds import shared_user
+        from ..tenants import DEFAULT_BUFFER_POOL_BYTES
+
+        tid = body["tenant"]
+        entry = Entry(id=body["migration_id"], tenant=tid, role="target", peer=str(body.get("source_node", "")),
+                      state=TargetState.RECEIVING, epoch_before=int(body.get("epoch_before") or 0),
+                      source_node=str(body.get("source_node", "")), note=cls.NOTE,
+                      lease_until=time.time() + float(body.get("lease_ttl_s") or 10.0))
+        node.journal.write(entry)  # before anything exists, so a restart knows what to remove
+        try:
+            # A port no tenant in the fleet has (the flip's compare-and-set checks it again) and free here.
+            taken = set().union(*(m.ports() for m in node.kinds.values())) | {o.port for o in node.directory.list()}
+            port = node.tenants._automatic_port(tid, taken)
+            tenant = node.tenants.new_tenant(tid, port, int(body.get("buffer_pool_bytes") or DEFAULT_BUFFER_POOL_BYTES),
+                                             desired_state="incoming")
+        except BaseException:
+            node.journal.remove(entry)
+            raise
+        tenant.info.fenced = True  # read_only from its first start: its app account cannot write before the flip
+        tenant.info.extra["unpack"] = {"source_domain": int(body["source_domain"]),
+                                       "source_node": entry.source_node}
+        inc = cls(node, entry, tenant, participants, str(body.get("source_host", "")))
+        inc.hold_s = body.get("hold_s") or None
+        try:
+            for f in (tenant.admin_password_file, tenant.backup_password_file, tenant.repl_password_file):
+                mariadb.write_secret(f, _secrets.token_urlsafe(24) + "\n")  # its own, none of the shared server's
+            mariadb.write_secret(tenant.app_password_file, body["app_password"] + "\n")
+            tenant.write_config()
+            tenant.save()
+            node.tenants.seed.copy_into(tenant.datadir)
+            node.tenants.put_in_place(tenant)
+            inc.work = tenant.root / "unpack"
+            inc.work.mkdir(exist_ok=True)
+            mariadb.write_secret(inc.source_password_file, body["repl_password"] + "\n")
+            init_file = tenant.root / "secrets" / "init.sql"
+            mariadb.write_secret(init_file, mariadb.bootstrap_sql(tenant.admin_password(), tenant.app_password(),
+                                                                 tenant.backup_password(), tenant.repl_password()))
+            try:
+                node.tenants.start_tenant(tenant, extra_args=[f"--init-file={init_file}", "--skip-slave-start"])
+            finally:
+                init_file.unlink(missing_ok=True)
+            login = Login(mariadb.ADMIN_USER, tenant.admin_password(), socket=tenant.socket)
+            mariadb.write_secret(inc.work / "load.cnf", login.defaults())
+            # Its objects' definer was the tenant's shared account; here its account is `app`.
+            inc.receive(body, [sys.executable, "-m", "slacker.onedb_load", str(inc.work / "load.cnf"), str(inc.work),
+                               f"--definer={shared_user(tid)}:{mariadb.APP_USER}"])
+        except BaseException:
+            inc.remove()
+            raise
+        return inc
+
+    def describe(self) -> dict:
+        return dict(super().describe(), kind="server", target_port=self.tenant.port)
+
+    def prepare(self) -> dict:
+        try:
+            head, tail = (self.work / "dump.head").read_bytes(), (self.work / "dump.tail").read_bytes()
+        except OSError as exc:
+            raise MigrationFailed("the snapshot's position is missing on the target", str(exc),
+                                  "the source keeps serving; retry", phase=Phase.PREPARE) from None
+        pos = parse_dump_position(head, tail)
+        for name in ("dump.head", "dump.tail"):
+            (self.work / name).unlink(missing_ok=True)
+        self.position = {"binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos, "gtid": pos.gtid}
+        self._move(TargetState.PREPARED)
+        return self.position
+
+    def start(self, gtid_state: str | None = None) -> None:
+        conn = self.tenant.admin_connect(timeout_s=10)
+        try:
+            if not onedb.exists(conn, self.tenant_id):
+                raise MigrationFailed(f"the copy of {self.tenant_id} is not in its new server", "the load ended "
+                                      "without it", "the source keeps serving; retry", phase=Phase.PREPARE)
+        finally:
+            ops.close_quietly(conn)
+        self._move(TargetState.STARTED)
+
+    def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
+                  mpl: int | str = "auto", catchup_mode: bool = True) -> None:
+        self.applier = OneDbApplier(lambda: self.tenant.admin_connect(timeout_s=10),
+                                    onedb.connection_name(self.entry.source_node), self.tenant_id, self.domain)
+        tls = self.node.config.tls
+        self.applier.start(SourceLink(source_host, source_port, mariadb.REPL_USER,
+                                      self.source_password_file.read_text().strip(),
+                                      *((str(tls.ca), str(tls.cert), str(tls.key)) if tls else ())), start_gtid)
+        self._move(TargetState.CATCHING_UP)
+
+    def make_durable(self) -> dict:
+        return {"durable": True, "catchup": False}
+
+    def checksums(self) -> dict:
+        raise MigrationFailed("stop-and-copy is not built for shared tenants", "", "move it live",
+                              phase=Phase.PREFLIGHT)
+
+    def activate(self, hold_s: dict | None = None) -> None:
+        super().activate(hold_s)
+        self.source_password_file.unlink(missing_ok=True)  # its link to the shared server is gone
+        if self.work.exists():
+            trash.remove_tree(self.work)

@@ -543,7 +543,11 @@ class IncomingRegistry:
                 self.node.tenants.kill_tenant(t)
                 self.node.tenants.remove_files(t, "unjournaled")
                 continue
-            inc = IncomingMigration(self.node, e, t, self.participants)
+            if e.note == "unpack":  # a shared tenant given a server of its own here
+                from .onedb_target import UnpackedIncoming
+                inc = UnpackedIncoming(self.node, e, t, self.participants)
+            else:
+                inc = IncomingMigration(self.node, e, t, self.participants)
             inc.recovered = True
             if e.state != TargetState.PROMOTED:
                 e.lease_until = 0  # its stream and applier died with the old agent: settle at once
@@ -559,6 +563,8 @@ class IncomingRegistry:
                               lambda: RevertIncoming.adopt(self.node, body, self.participants))
         if body.get("kind") == "shared":
             return self._create_shared(body)
+        if body.get("unpack"):
+            return self._create_unpacked(body)
         for key in ("migration_id", "tenant", "port", "admin_password", "app_password", "token"):
             if key not in body:
                 raise InvalidInput(f"incoming migration lacks {key}", "", "")
@@ -604,6 +610,19 @@ class IncomingRegistry:
             raise Conflict(f"node {self.node.name} already has a tenant {tid}",
                            "a tenant with that id exists there", "delete it first or pick another target")
         return self._made(tid, lambda: IncomingOneDb.create(self.node, body, self.participants))
+
+    def _create_unpacked(self, body: dict) -> dict:
+        """A shared tenant given a server of its own on this node (slacker.migration.onedb_target)."""
+        from .onedb_target import UnpackedIncoming
+
+        for key in ("migration_id", "tenant", "app_password", "repl_password", "source_domain", "token"):
+            if key not in body:
+                raise InvalidInput(f"incoming migration lacks {key}", "", "")
+        tid = validate_tenant_id(body["tenant"])
+        if self.node.holds_tenant(tid):
+            raise Conflict(f"node {self.node.name} already has a tenant {tid}",
+                           "a tenant with that id exists there", "delete it first or pick another target")
+        return self._made(tid, lambda: UnpackedIncoming.create(self.node, body, self.participants))
 
     def get(self, mid: str) -> IncomingMigration:
         with self._lock:

@@ -152,3 +152,49 @@ def test_a_whole_server_is_packed_live_into_a_shared_server_under_routed_writers
         pymysql.connect(host=old.host, port=old.port, user="app", password=old.password, connect_timeout=2)
     rows = {t["id"]: t for t in json.loads(cli("tenant", "list", "--json").output)["tenants"]}
     assert (rows["c1"]["kind"], rows["c1"]["node"], rows["c1"]["healthy"]) == ("shared", "node-2", True)
+
+
+def test_a_packed_tenant_is_given_a_server_of_its_own_again_under_routed_writers(pc):
+    """Out again (`--into server`): a new mariadbd on node-1 takes its database live; the same login reaches
+    it as `app`, its view works (its definer rewritten back), and nothing of it is left in node-2's shared
+    server."""
+    assert pc.directory.lookup("c1").kind == "shared"
+    mover = AckedWriter(routed_client(pc, "c1"), writer_id=3, rate_per_s=40, database="c1").start()
+    neighbour = AckedWriter(routed_client(pc, "t50"), writer_id=4, rate_per_s=40).start()
+    try:
+        time.sleep(0.5)
+        r = cli("migrate", "c1", "--to", "node-1", "--into", "server", "--rate", "20MB/s", "--json")
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.output)
+        print("unpacked:", {k: doc.get(k) for k in ("result", "freeze_ms", "bytes_total")})
+        assert doc["result"] == "succeeded" and doc["freeze_ms"] < 500, doc
+        time.sleep(0.5)
+    finally:
+        mover.stop()
+        neighbour.stop()
+    own = pc.directory.lookup("c1")
+    assert (own.node, own.kind, own.epoch) == ("node-1", "server", 3) and own.port != pc.made["t50"].port
+    conn = routed(pc, "c1")
+    try:
+        assert q(conn, "SELECT CURRENT_USER(), @@port, @@read_only") == (("app@%", own.port, 0),)
+        assert q(conn, "SELECT n FROM c1.item_count") == ((ROWS,),)
+        logged = {row[0] for row in q(conn, "SELECT id FROM c1.log")}
+        q(conn, "INSERT INTO c1.items VALUES (%s, 'after')", ROWS)
+    finally:
+        conn.close()
+    assert set(mover.acked) <= logged, f"lost: {sorted(set(mover.acked) - logged)[:5]}"
+    assert len(mover.acked) > 20 and len(mover.unknown) <= 2 and not mover.errors, (mover.unknown, mover.errors)
+    assert not neighbour.errors and not neighbour.unknown and len(neighbour.acked) > 20
+    assert in_shared_server(pc, "node-2", "c1") == {"database": False, "accounts": 0, "replication": []}
+    assert not (pc.run_dir / "node-2" / "shared" / "tenants" / "c1").exists()
+    d = pc.run_dir / "node-1" / "tenants" / "c1"
+    conn = pymysql.connect(unix_socket=str(pc.run_dir / "node-1" / "sock" / "c1.sock"), user="slacker",
+                           password=(d / "secrets" / "admin.password").read_text().strip(), autocommit=True)
+    try:
+        assert q(conn, "SHOW ALL SLAVES STATUS") == ()  # its link to the shared server is gone, and its secret
+        assert sorted(p.name for p in (d / "secrets").iterdir()) == [
+            "admin.cnf", "admin.password", "app.password", "backup.password", "repl.password"]
+    finally:
+        conn.close()
+    rows = {t["id"]: t for t in json.loads(cli("tenant", "list", "--json").output)["tenants"]}
+    assert (rows["c1"]["kind"], rows["c1"]["node"], rows["c1"]["healthy"]) == ("server", "node-1", True)

@@ -348,7 +348,7 @@ class TenantManager:
         tenant.root = final
         tenant.write_config()
 
-    def _automatic_port(self, tenant_id: str, taken: set[int]) -> int:
+    def automatic_port(self, tenant_id: str, taken: set[int]) -> int:
         """The id's port in the range, stepping over ports another process holds (say, a
         transfer receiver's ephemeral port that fell inside the range) instead of failing."""
         for _ in range(AUTO_PORT_PROBES):
@@ -367,7 +367,7 @@ class TenantManager:
         mariadbd = mariadb.find_program("mariadbd")
         validate_tenant_id(tenant_id)
         if port is None:
-            port = self._automatic_port(tenant_id, set(taken_ports) | self.local_ports())
+            port = self.automatic_port(tenant_id, set(taken_ports) | self.local_ports())
         elif not port_is_free(self.host, port):
             raise Conflict(f"port {port} on {self.host} is in use",
                            "another process listens there",

@@ -359,7 +359,7 @@ class UnpackedIncoming(IncomingMigration):
         try:
             # A port no tenant in the fleet has (the flip's compare-and-set checks it again) and free here.
             taken = set().union(*(m.ports() for m in node.kinds.values())) | {o.port for o in node.directory.list()}
-            port = node.tenants._automatic_port(tid, taken)
+            port = node.tenants.automatic_port(tid, taken)
             tenant = node.tenants.new_tenant(tid, port, int(body.get("buffer_pool_bytes") or DEFAULT_BUFFER_POOL_BYTES),
                                              desired_state="incoming")
         except BaseException:

@@ -18,6 +18,7 @@ from slacker.ackwriter import AckedWriter
 from slacker.agent.client import cluster_clients
 from slacker.cli import main
 from slacker.client import Endpoint, TenantClient, resolve
+from slacker.errors import Conflict
 
 from .conftest import routed_cluster
 
@@ -198,3 +199,126 @@ def test_a_packed_tenant_is_given_a_server_of_its_own_again_under_routed_writers
         conn.close()
     rows = {t["id"]: t for t in json.loads(cli("tenant", "list", "--json").output)["tenants"]}
     assert (rows["c1"]["kind"], rows["c1"]["node"], rows["c1"]["healthy"]) == ("server", "node-1", True)
+
+
+# ---- SIGKILL of an agent at a step of a move that changes the kind -------------------------------------------
+# The new parts: a new server's target killed before and after the flip (its recovery by the journal's note),
+# and the whole server's agent killed past a flip that changed the kind. A source killed past the flip of a
+# shared tenant and a shared server's target killed while activating are test_shared_moves' cases.
+FAULTS = {  # point: (the kind it moves into, whose agent is killed, where the move holds, the owner once settled)
+    "unpack-delta": ("server", "node-1", {"delta": 30}, "node-2"),
+    "unpack-activating": ("server", "node-1", {"activating": 30}, "node-1"),
+    "pack-flipped": ("shared", "node-1", {"flipped": 30}, "node-2"),
+}
+TARGET_POINTS = ("activating",)  # held by the target's activation; the others by the source's machine
+
+
+def places(pc) -> dict:
+    """Where a copy of c1 takes a write of the tenant's own account: node-1's whole server of it (if any), and
+    node-2's shared server (as c1_app in database c1)."""
+    out = {}
+    d = pc.run_dir / "node-1" / "tenants" / "c1"
+    if (d / "tenant.json").exists():
+        port = json.loads((d / "tenant.json").read_text())["port"]
+        out["node-1"] = dict(host=pc.cluster.node("node-1").tenant_host, port=port, user="app",
+                             password=pc.made["c1"].password)
+    out["node-2"] = dict(host=pc.cluster.node("node-2").tenant_host, port=pc.made["t50"].port, user="c1_app",
+                         password=pc.made["c1"].password)
+    return out
+
+
+def writable_on(pc) -> list[str]:
+    found = []
+    for node, login in places(pc).items():
+        try:
+            conn = pymysql.connect(**login, database="c1", autocommit=True, connect_timeout=3)
+        except pymysql.err.MySQLError:
+            continue
+        try:
+            q(conn, "INSERT INTO items (id, v) VALUES (%s, 'probe')", 10_000_000 + len(found) + int(time.time() * 1000) % 1_000_000)
+            found.append(node)
+        except pymysql.err.MySQLError:
+            pass
+        finally:
+            conn.close()
+    return found
+
+
+def _wait_holding(pc, mid: str, side: str, source: str, point: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            doc = (pc.agents[source].request("GET", f"/v1/migrations/{mid}", timeout_s=5) if side == source
+                   else pc.agents[side].request("GET", f"/v1/incoming/{mid}", timeout_s=5))
+            if side == source:
+                assert doc["active"], (doc["result"], doc.get("error"))
+            if doc.get("holding") == point:
+                return
+        except AssertionError:
+            raise
+        except Exception:  # noqa: BLE001 - not there yet
+            pass
+        assert time.monotonic() < deadline, f"never held at {point}"
+        time.sleep(0.02)
+
+
+def _there_as(pc, kind: str) -> None:
+    own = pc.directory.lookup("c1")
+    want = "node-2" if kind == "shared" else "node-1"
+    if own.kind != kind:
+        r = cli("migrate", "c1", "--to", want, "--into", kind, "--unthrottled")
+        assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("point", list(FAULTS))
+def test_an_agent_killed_at_a_step_of_a_kind_change_leaves_one_writable_owner_and_nothing_behind(pc, point):
+    from slacker.migration.options import MigrationOptions, MigrationRequest
+    from slacker.migration.remote import start_migration
+
+    from .test_router_handover import _kill_agent, _start_agent
+
+    into, victim, hold, owner = FAULTS[point]
+    _there_as(pc, "server" if into == "shared" else "shared")
+    source = pc.directory.lookup("c1").node
+    target = "node-2" if source == "node-1" else "node-1"
+    mover = AckedWriter(routed_client(pc, "c1"), writer_id=10 + len(point), rate_per_s=40, database="c1").start()
+    try:
+        time.sleep(0.3)
+        request = MigrationRequest.checked("c1", MigrationOptions(target=target, into=into, hold_s=hold, lease_ttl_s=4,
+                                                                  max_freeze_s=40 if "delta" not in point else 1))
+        mid = start_migration(pc.agents[source], request)["id"]
+        point_name = next(iter(hold))
+        _wait_holding(pc, mid, target if point_name in TARGET_POINTS else source, source, point_name)
+        _kill_agent(pc.cluster, victim)
+        time.sleep(1)
+        _start_agent(pc.cluster, victim)
+        other = target if owner == source else source
+        deadline = time.monotonic() + 60
+        while True:  # settled: the directory's owner the only writable copy, nothing of it on the other node
+            own = pc.directory.lookup("c1")
+            left = (other in places(pc)) if other == "node-1" else in_shared_server(pc, "node-2", "c1") != {
+                "database": False, "accounts": 0, "replication": []}
+            if own.node == owner and writable_on(pc) == [owner] and not left:
+                break
+            assert time.monotonic() < deadline, (point, own, writable_on(pc), left)
+            time.sleep(0.2)
+        assert own.kind == (into if owner == target else ("shared" if into == "server" else "server"))
+        deadline = time.monotonic() + 60
+        while pc.agents[source].request("GET", f"/v1/migrations/{mid}")["active"]:  # a source still holding
+            if owner == source:  # its target is gone: it would fail when its hold ends
+                try:
+                    pc.agents[source].request("POST", f"/v1/migrations/{mid}/abort", {"reason": "test"})
+                except Conflict:  # it ended meanwhile
+                    pass
+            assert time.monotonic() < deadline, point
+            time.sleep(0.2)
+        assert writable_on(pc) == [owner]
+        time.sleep(0.5)
+    finally:
+        mover.stop()
+    conn = routed(pc, "c1")
+    try:
+        logged = {row[0] for row in q(conn, "SELECT id FROM c1.log")}
+    finally:
+        conn.close()
+    assert set(mover.acked) <= logged, f"{point}: lost {sorted(set(mover.acked) - logged)[:5]}"

@@ -191,7 +191,7 @@ def migrate(cli: CliContext, tenant_id: str, target: str | None, rate: int | Non
       slacker migrate t42 --to node-2 --setpoint 1500ms    # hold latency at 1.5 s while copying
       slacker migrate t42 --set setpoint=900ms             # change it while it runs
       slacker migrate t42 --to node-1 --cutover manual     # copy, catch up, then wait ready
-      slacker migrate c7 --to node-2 --into shared         # pack a whole server into node-2's shared server
+      slacker migrate c7 --to node-2 --into shared     # pack a whole server into node-2's shared server
       slacker migrate --cutover-now t42                    # ... and cut over now
       slacker migrate t42 --to node-2 --keep-source 1h     # keep the old copy, fenced, for an hour
       slacker migrate --revert t42 --keep-source 10m       # ... move back onto it, nothing copied

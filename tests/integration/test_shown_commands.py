@@ -131,6 +131,20 @@ def _restore_database(story: Shell, words: list[str]) -> None:
         conn.close()
 
 
+def _fill_database(story: Shell, tenant: str) -> None:
+    """Before a shown `migrate ID --into shared`: the whole server's data in database ID (a table and a row),
+    written by its application account."""
+    from slacker.client import resolve
+    conn = resolve(tenant, story.cluster()).connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{tenant}`")
+            cur.execute(f"CREATE TABLE IF NOT EXISTS `{tenant}`.orders (id INT PRIMARY KEY)")
+            cur.execute(f"INSERT IGNORE INTO `{tenant}`.orders VALUES (1)")
+    finally:
+        conn.close()
+
+
 def _nodes(words: list[str]) -> int:
     return int(words[words.index("--nodes") + 1])
 
@@ -314,7 +328,12 @@ def test_every_shown_command_runs_as_shown(short_tmp) -> None:
                 assert (story.cwd / "run").exists() == ("--purge" not in words)
                 stopped = before
             else:
+                if words[1:2] == ["migrate"] and words[-2:] == ["--into", "shared"]:
+                    _fill_database(story, words[2])  # what the shown line presumes: its data in database c7
                 _, out, _ = story.run(words)
+                if words[1:2] == ["migrate"] and "--into" in words:
+                    _, where, _ = story.run(["slacker", "locate", words[2], "--json"])
+                    assert json.loads(where)["kind"] == words[words.index("--into") + 1], where
                 if words[1:2] == ["locate"] and "--json" in words:
                     assert json.loads(out)["node"] == "node-1"
                 if "--defaults-file" in words:

@@ -21,8 +21,12 @@ With --oltp the mover and its first neighbour also run the project's bank transf
 afterwards each one's balances and acknowledged transfers are checked (no client may die: a transfer may
 be refused at the handover, never lost or half-applied).
 
+With --consolidate the mover is a whole-server tenant on node-1 (its data in database t1) and the moves change
+its kind: into node-2's shared server (`--into shared`) and back into a server of its own on node-1 (`--into
+server`), alternately; its leftovers are checked on both forms (node-2's shared server, node-1's whole server).
+
     bench/run shared [--tenants 10] [--mb 100] [--moves 20] [--setpoint 30ms | --rate 20MB/s | --unthrottled]
-                     [--writer-rate 20] [--oltp] [--json FILE] [--plot PNG]
+                     [--writer-rate 20] [--oltp] [--consolidate] [--json FILE] [--plot PNG]
     bench/run shared --replot RUN.json [RUN.json ...] --plot PNG    # the figure of saved runs, side by side
 
 Nothing else may run on the machine meanwhile.
@@ -75,6 +79,8 @@ def parse(argv=None):
     how.add_argument("--unthrottled", action="store_true")
     p.add_argument("--writer-rate", type=float, default=20.0, help="acknowledged writes per second per tenant")
     p.add_argument("--oltp", action="store_true", help="bank transfers on the mover and one neighbour too")
+    p.add_argument("--consolidate", action="store_true",
+                   help="the mover a whole server, packed into node-2's shared server and unpacked again (--into)")
     p.add_argument("--snapshot", choices=["logical", "physical", "alternate"], default="logical",
                    help="the copy's method; alternate: odd moves physical, even ones logical (side by side in one "
                         "run; a table is moved back by the other method, see docs/shared.md)")
@@ -178,19 +184,23 @@ def main(argv=None) -> int:
         create_s = []
         made = {}
         for tid, node in [(t, "node-1") for t in ids] + [("t99", "node-2")]:
+            whole = args.consolidate and tid == ids[0]  # the mover: a whole server, whose kind the moves change
             t0 = time.monotonic()
-            agents[node].request("POST", "/v1/tenants", {"id": tid, "kind": "shared"}, timeout_s=180)
-            create_s.append(time.monotonic() - t0)
+            agents[node].request("POST", "/v1/tenants", {"id": tid} if whole else {"id": tid, "kind": "shared"},
+                                 timeout_s=180)
+            if not whole:
+                create_s.append(time.monotonic() - t0)
             made[tid] = resolve(tid, cluster)
         print(f"{len(made)} shared tenants made: create p50 {pct(create_s, 0.5) * 1000:.0f} ms, "
               f"p99 {pct(create_s, 0.99) * 1000:.0f} ms", flush=True)
         mover = ids[0]
         conn = made[mover].connect()
         try:
-            q(conn, "CREATE TABLE bulk (id INT PRIMARY KEY, body VARCHAR(1000))")
+            q(conn, f"CREATE DATABASE IF NOT EXISTS {mover}")  # a shared tenant's is there; a whole server's made
+            q(conn, f"CREATE TABLE {mover}.bulk (id INT PRIMARY KEY, body VARCHAR(1000))")
             rows = int(args.mb * 1e6 / ROW_BYTES)
             for lo in range(0, rows, CHUNK_ROWS):
-                q(conn, "INSERT INTO bulk VALUES " + ",".join(
+                q(conn, f"INSERT INTO {mover}.bulk VALUES " + ",".join(
                     f"({i}, REPEAT(MD5({i}), 30))" for i in range(lo, min(rows, lo + CHUNK_ROWS))))
         finally:
             conn.close()
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
         for i, tid in enumerate(ids):
             ep = Endpoint(tid, host, int(port), f"app@{tid}", made[tid].password)
             writers[tid] = AckedWriter(TenantClient(tid, lambda ep=ep: ep, reconnect_timeout_s=10), writer_id=i + 1,
-                                       rate_per_s=args.writer_rate).start()
+                                       rate_per_s=args.writer_rate, database=tid if tid == mover else None).start()
         transfers: dict[str, oltp.TransferLoad] = {}
         if args.oltp:
             for tid in ids[:2]:
@@ -220,7 +230,8 @@ def main(argv=None) -> int:
             dst = "node-2" if src == "node-1" else "node-1"
             method = (args.snapshot if args.snapshot != "alternate" else ("physical" if n % 2 == 0 else "logical"))
             t0 = time.monotonic()
-            r = CliRunner().invoke(cli, ["--cluster", str(path), "migrate", mover, "--to", dst, *how,
+            into = (["--into", "shared" if dst == "node-2" else "server"] if args.consolidate else [])
+            r = CliRunner().invoke(cli, ["--cluster", str(path), "migrate", mover, "--to", dst, *how, *into,
                                          "--snapshot", method, "--json"])
             took = time.monotonic() - t0
             t1 = time.monotonic()
@@ -263,11 +274,13 @@ def main(argv=None) -> int:
                            "errors": dict(load.errors)}
         owner = directory.lookup(mover).node
         left = leftovers(run_dir, "node-2" if owner == "node-1" else "node-1", mover)
+        if args.consolidate and owner == "node-2" and (run_dir / "node-1" / "tenants" / mover).exists():
+            left.append("whole server")
         lost, failed = {}, {}
         for tid, w in writers.items():
             conn = made[tid].connect() if tid != mover else resolve(tid, cluster).connect()
             try:
-                present = {r[0] for r in q(conn, "SELECT id FROM log")}
+                present = {r[0] for r in q(conn, f"SELECT id FROM {tid}.log")}
             finally:
                 conn.close()
             lost[tid] = len(set(w.acked) - present)

@@ -29,6 +29,15 @@ class SourceKind:
     seed: Callable[..., float | None] | None  # (node, choice, spec, tenant_id, target, settings); None: measured
 
 
+def running_tenants(node) -> list[str]:
+    """The ids of the node's running tenants of every kind (whole servers and its shared server's), whose
+    load a seed reads: a node of shared tenants alone is a node with a load too."""
+    kinds = getattr(node, "kinds", None)
+    if not kinds:
+        return [t.id for t in node.tenants.list() if t.info.desired_state == "running"]
+    return [t.id for m in kinds.values() for t in m.list() if t.desired_state == "running"]
+
+
 def _kinds() -> dict[str, SourceKind]:
     from . import performance_schema, prometheus, router
 

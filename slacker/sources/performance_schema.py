@@ -91,7 +91,8 @@ def seed(node, choice, spec: LatencySourceSpec, tenant_id: str, target: str | No
     if stats is None:
         return None
     snap = stats.snapshot()
-    running = [t.id for t in node.tenants.list() if t.info.desired_state == "running"]
+    from . import running_tenants
+    running = running_tenants(node)
     if any(tid not in snap for tid in running):
         return None
     own = node_latency([snap[tid].to_dict() for tid in running], failed="unknown")

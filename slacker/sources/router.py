@@ -92,10 +92,9 @@ def seed(node, choice: LatencyChoice, spec: LatencySourceSpec, tenant_id: str, t
     than 3 transactions were measured (the agents' rule)."""
     admins = choice.admins()
     total_sum = total_count = 0.0
-    for t in node.tenants.list():
-        if t.info.desired_state != "running":
-            continue
-        got = RouterLatencySource(t.id, lambda: admins, kind=spec.pfs_kind,
+    from . import running_tenants
+    for tid in running_tenants(node):
+        got = RouterLatencySource(tid, lambda: admins, kind=spec.pfs_kind,
                                   fetch_recent=fetch_recent).recent(ROUTER_SEED_S)
         if got is None:
             return None

@@ -250,3 +250,28 @@ def test_the_build_seeds_from_the_routers_only_when_every_tenant_is_routed(monke
     assert policy.latency_source["load_latency_from"] == expect, policy.latency_source
     assert (policy.baseline_latency_s == 0.03) == (expect == "router window")
     assert bool(seeded) == (expect == "router window")
+
+
+def test_a_node_of_shared_tenants_alone_is_seeded_from_their_windows_not_measured():
+    """The seed reads every running tenant of the node whatever its kind: a node whose tenants are all in its
+    shared server has a load too (it was read as none, and every controlled move of a shared tenant waited out
+    a measure of the load first: seconds per move, most of a small tenant's move)."""
+    from slacker.controller.settings import ControllerSettings
+    from slacker.sources import parse, running_tenants
+    from slacker.sources import performance_schema
+    from slacker.sources.router import seed
+
+    shared = [SimpleNamespace(id=t, desired_state="running") for t in ("s1", "s2")]
+    node = SimpleNamespace(tenants=SimpleNamespace(list=lambda: []),
+                           kinds={"server": SimpleNamespace(list=lambda: []), "shared": SimpleNamespace(list=lambda: shared)})
+    assert running_tenants(node) == ["s1", "s2"]
+    c = ControllerSettings(setpoint_s=0.1)
+    fetch = _rings({"a:1": {"s1": (0.3, 10), "s2": (0.1, 10)}})
+    assert seed(node, _choice({"a:1": ""}), parse("router,table=transactions"), "s1", None, c, fetch) == \
+        pytest.approx(0.02)
+    rows = {"s1": {"tenant": "s1", "latency_s": 0.01, "transactions_per_s": 10, "window_s": 10, "ok": True},
+            "s2": {"tenant": "s2", "latency_s": 0.03, "transactions_per_s": 10, "window_s": 10, "ok": True}}
+    node.tenant_stats = SimpleNamespace(snapshot=lambda: {k: SimpleNamespace(to_dict=lambda v=v: v) for k, v in rows.items()})
+    assert performance_schema.seed(node, None, parse("performance_schema"), "s1", None, c) == pytest.approx(0.02)
+    del rows["s2"]  # a tenant not sampled yet: not known, measured
+    assert performance_schema.seed(node, None, parse("performance_schema"), "s1", None, c) is None

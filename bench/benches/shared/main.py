@@ -101,7 +101,8 @@ def plot(runs: list[dict], out: Path) -> None:
     for run in runs:
         a = run["args"]
         label = (f"setpoint {a['setpoint']}" if not a.get("rate") and not a.get("unthrottled")
-                 else f"rate {a['rate']}" if a.get("rate") else "unthrottled") + f", {a['mb']:.0f} MB"
+                 else f"rate {a['rate']}" if a.get("rate") else "unthrottled") + f", {a['mb']:.0f} MB" + (
+            ", bank transfers" if a.get("oltp") else "")
         n = [m["n"] for m in run["moves"]]
         ax1.plot(n, [m["freeze_ms"] for m in run["moves"]], marker="o", label=label)
         ratios = [m["latency_ratio"] for m in run["moves"]]
@@ -110,7 +111,9 @@ def plot(runs: list[dict], out: Path) -> None:
     ax1.axhline(100, color="grey", linestyle=":", linewidth=1)
     ax1.set_ylabel("freeze (ms)")
     ax1.legend(fontsize=8)
-    ax1.set_title("a shared tenant moved back and forth; 9 neighbours writing through the router")
+    packed = any(run["args"].get("consolidate") for run in runs)
+    ax1.set_title("a whole server packed into a shared server and out again" if packed else
+                  "a shared tenant moved back and forth", fontsize=10)
     ax2.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     ax2.set_ylabel("mean latency over the copy ÷ setpoint")
     ax2.set_xlabel("move")
@@ -212,15 +215,16 @@ def main(argv=None) -> int:
         transfers: dict[str, oltp.TransferLoad] = {}
         if args.oltp:
             for tid in ids[:2]:
+                db = tid if args.consolidate and tid == mover else None  # a whole server's only database
                 conn = made[tid].connect()
                 try:
-                    oltp.load(conn, accounts=500)
+                    oltp.load(conn, accounts=500, database=db)
                 finally:
                     conn.close()
                 ep = Endpoint(tid, host, int(port), f"app@{tid}", made[tid].password)
                 transfers[tid] = oltp.TransferLoad(lambda ep=ep, tid=tid: TenantClient(tid, lambda: ep,
                                                                                          reconnect_timeout_s=10),
-                                                   threads=2, accounts=500, hot_accounts=4).start()
+                                                   threads=2, accounts=500, hot_accounts=4, database=db).start()
         time.sleep(5)  # the writers' own latency in the controller's first window
         how = (["--unthrottled"] if args.unthrottled else ["--rate", args.rate] if args.rate
                else ["--setpoint", args.setpoint])
@@ -265,7 +269,7 @@ def main(argv=None) -> int:
             load.stop()
             conn = resolve(tid, cluster).connect()
             try:
-                c = oltp.check(conn, load.acked, load.failed)
+                c = oltp.check(conn, load.acked, load.failed, database=load.database)
             finally:
                 conn.close()
             checks[tid] = {"ok": c.ok, "transfers": c.transfers, "acked": len(load.acked),

@@ -45,7 +45,8 @@ class DrainOptions:
     max_rate_bytes_per_s: float | None = None
     max_freeze_s: float = 0.5
     lock_ttl_s: float = 30.0
-    poll_s: float = 1.0
+    poll_s: float = 1.0                  # how often the directory is read again and an idle drain looks
+    fast_poll_s: float = 0.2             # how often it looks while tenants wait for a start (small moves end in less)
     dry_run: bool = False
     holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
@@ -277,6 +278,7 @@ def _record(directory, key: str, res: DrainResult, opts: DrainOptions) -> None:
 def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: MoveRunner, state_key, update, say):
     last_refresh = time.monotonic()
     held = False  # the source's latency holds the next copy back, and the log said so
+    read_at, on_node = -1e9, set()  # the directory's tenants of the node, read again every poll_s
     while True:
         if time.monotonic() - last_refresh >= opts.lock_ttl_s / 3:
             last_refresh = time.monotonic()
@@ -284,7 +286,10 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
             if taken_by:
                 res.outcome = "stopped"
                 res.reason = f"another drain of {node} ({taken_by}) took its lock: this one stopped starting moves"
-        if node not in directory.cordons():
+        # The directory every poll_s; between, the node's tenants as the drain's own moves left them (a loop
+        # that looks every fast_poll_s while tenants wait must not read the whole directory each time).
+        fresh = time.monotonic() - read_at >= opts.poll_s
+        if fresh and node not in directory.cordons():
             res.outcome, res.reason = "stopped", f"{node} was uncordoned: the drain stopped starting moves"
         shed = runner.shed_one(node)
         if shed is not None:
@@ -304,7 +309,11 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
                 t.attempts = max(t.attempts, 1)
                 say(f"{tid}: following migration {r.mid} to {r.target}, started by an earlier run")
                 _record(directory, state_key, res, opts)
-        on_node = {o.tenant for o in directory.list() if o.node == node}
+        if fresh:
+            read_at = time.monotonic()
+            on_node = {o.tenant for o in directory.list() if o.node == node}
+        else:
+            on_node -= {t for t, m in res.tenants.items() if m.state == "moved"}
         for tid in on_node:
             t = res.tenants.setdefault(tid, TenantMove(tid))
             if t.state == "moved":  # back on the node (moved there again by hand): move it again
@@ -339,7 +348,8 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
                 res.outcome = "drained"
                 res.reason = f"{node} is empty and stays cordoned"
             return
-        time.sleep(opts.poll_s)
+        waiting_now = any(m.state == "waiting" and t in on_node for t, m in res.tenants.items())
+        time.sleep(opts.fast_poll_s if waiting_now and res.outcome != "stopped" else opts.poll_s)
 
 
 def _show(t: TenantMove, r: Running) -> None:

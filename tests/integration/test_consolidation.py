@@ -120,11 +120,12 @@ def test_a_whole_server_is_packed_live_into_a_shared_server_under_routed_writers
     neighbour = AckedWriter(routed_client(pc, "t50"), writer_id=2, rate_per_s=40).start()
     try:
         time.sleep(0.5)
-        r = cli("migrate", "c1", "--to", "node-2", "--into", "shared", "--rate", "20MB/s", "--json")
+        r = cli("migrate", "c1", "--to", "node-2", "--into", "shared", "--rate", "20MB/s", "--verify", "--json")
         assert r.exit_code == 0, r.output
         doc = json.loads(r.output)
         print("packed:", {k: doc.get(k) for k in ("result", "freeze_ms", "duration_s", "bytes_total")})
         assert doc["result"] == "succeeded" and doc["freeze_ms"] < 500, doc
+        assert doc["verified"], doc  # its one database compared, the whole server's against the shared server's copy
         time.sleep(0.5)
     finally:
         mover.stop()

@@ -164,9 +164,11 @@ class MigrationService:
         raise NotFound(f"no migration {key} on {self.node.name}", "it is unknown or was forgotten",
                        "see `slacker status`")
 
-    def list(self) -> list[dict]:
+    def list(self, active_only: bool = False) -> list[dict]:
+        """Every migration it keeps (the last KEEP_FINISHED ended ones too), or the running ones alone: what a
+        drain or the rebalancer asks for on every look (the ended ones' documents are most of the answer)."""
         with self._lock:
-            out = [m.to_dict() for m in self._outgoing.values()]
+            out = [m.to_dict() for m in self._outgoing.values() if m.active or not active_only]
         return out + [dict(i, direction="incoming") for i in self.incoming.list()]
 
     def active(self) -> list[Migration]:
@@ -217,7 +219,7 @@ def attach(node, server, participants: Participants) -> None:
 
     @server.route("GET", "/v1/migrations")
     def list_(srv, body, q):
-        return {"migrations": svc.list()}
+        return {"migrations": svc.list(active_only=q.get("active") in ("1", "true"))}  # ?active=1: running ones
 
     @server.route("GET", "/v1/budget")
     def budget(srv, body, q):

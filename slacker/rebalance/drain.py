@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from ..controller.budget import check_budget
@@ -93,6 +93,7 @@ class DrainResult:
     outcome: str = "running"             # drained | failed | interrupted | stopped | planned
     reason: str = ""
     cordoned: bool = False
+    planned: tuple | None = None         # (when, the setpoint then): the last plan, reused for poll_s
 
     def counts(self) -> dict[str, int]:
         out = {"total": len(self.tenants), "moved": 0, "moving": 0, "waiting": 0, "failed": 0, "unplaced": 0}
@@ -169,7 +170,8 @@ def _keep_lock(directory, node: str, opts: DrainOptions) -> str:
 def _running_off(agents: dict, node: str) -> dict[str, dict]:
     """Migrations active on the node's agent, outgoing: tenant -> document."""
     try:
-        migs = agents[node].request("GET", "/v1/migrations", timeout_s=AGENT_TIMEOUT_S).get("migrations", [])
+        migs = agents[node].request("GET", "/v1/migrations", query={"active": 1},
+                                    timeout_s=AGENT_TIMEOUT_S).get("migrations", [])
     except SlackerError:
         return {}
     return {str(m["tenant"]): m for m in migs if m.get("active") and m.get("direction") != "incoming"}
@@ -365,16 +367,25 @@ def _show(t: TenantMove, r: Running) -> None:
 def _start_some(agents, directory, node, settings, opts, res, runner, waiting: set[str], say, record) -> None:
     if hasattr(agents, "refresh"):  # a long drain sees nodes that joined (or left) since it started
         agents.refresh(max_age_s=10.0)
-    p = plan_drain(agents, directory, node, settings, runner.running, only=waiting)
-    res.plan = p
-    src = next((n for n in p.nodes if n.name == node), None)
-    latency = None
-    try:
-        doc = agents[node].request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=AGENT_TIMEOUT_S)
-        latency = node_latency(doc.get("tenants", []))
-    except SlackerError:
-        latency = src.latency_s if src else None
-    setpoint, _ = setpoint_for(settings, latency)
+    now = time.monotonic()
+    if res.plan is not None and res.planned is not None and now - res.planned[0] < opts.poll_s:
+        # A plan younger than poll_s: its placements of the tenants still waiting (small moves end faster than a
+        # plan reads every agent's history; the next plan counts the moves started since on their targets).
+        p = replace(res.plan, placements=[pl for pl in res.plan.placements
+                                          if pl.tenant in waiting and pl.tenant not in runner.running])
+        setpoint = res.planned[1]
+    else:
+        p = plan_drain(agents, directory, node, settings, runner.running, only=waiting)
+        res.plan = p
+        src = next((n for n in p.nodes if n.name == node), None)
+        latency = None
+        try:
+            doc = agents[node].request("GET", "/v1/tenant-stats", query={"history": 0}, timeout_s=AGENT_TIMEOUT_S)
+            latency = node_latency(doc.get("tenants", []))
+        except SlackerError:
+            latency = src.latency_s if src else None
+        setpoint, _ = setpoint_for(settings, latency)
+        res.planned = (now, setpoint)
     for tid, why in p.unplaced.items():
         t = res.tenants[tid]
         if t.state != "unplaced":

@@ -70,7 +70,8 @@ def collect(agents: dict, owners: dict[str, str]) -> tuple[list[NodeInput], list
     for name, agent in agents.items():
         try:
             doc = agent.request("GET", "/v1/tenant-stats", timeout_s=AGENT_TIMEOUT_S)
-            migs = agent.request("GET", "/v1/migrations", timeout_s=AGENT_TIMEOUT_S).get("migrations", [])
+            migs = agent.request("GET", "/v1/migrations", query={"active": 1},
+                                 timeout_s=AGENT_TIMEOUT_S).get("migrations", [])
         except SlackerError as exc:
             nodes.append(NodeInput(name, reachable=False, error=exc.one_line()))
             continue

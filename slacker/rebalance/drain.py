@@ -22,7 +22,7 @@ from ..controller.budget import check_budget
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
 from ..migration.remote import latency_move
 from ..sources.node import node_latency
-from .moves import MIN_SHARE_BYTES_PER_S, MoveRunner, Running
+from .moves import MIN_SHARE_BYTES_PER_S, SMALL_COPY_BYTES, MoveRunner, Running
 from .placement import Item, PlacementPlan, items_of, node_loads, place
 from .planner import Settings, setpoint_for
 from .runner import AGENT_TIMEOUT_S, collect, owners_of
@@ -393,7 +393,9 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
         t.state, t.error = "unplaced", why
     batch = []
     for pl in p.placements:
-        if not runner.may_start(node, pl.target, pending=len(batch), pending_targets=tuple(b[2] for b in batch)):
+        small = 0 < pl.data_bytes <= SMALL_COPY_BYTES and all(0 < b[4] <= SMALL_COPY_BYTES for b in batch)
+        if not runner.may_start(node, pl.target, pending=len(batch), pending_targets=tuple(b[2] for b in batch),
+                                small=small):
             if len(runner.running) + len(batch) >= runner.max_parallel or "budget" in runner.why_not:
                 break
             continue  # its target already receives a copy: the next tenant, to another target
@@ -404,7 +406,7 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
                                setpoint_headroom=settings.setpoint_margin)
         t.attempts += 1
         t.migration = t.migration or "(starting)"
-        batch.append((pl.tenant, node, pl.target, request))
+        batch.append((pl.tenant, node, pl.target, request, int(pl.data_bytes or 0)))
     if not batch:
         return
     record()

@@ -37,6 +37,10 @@ MIN_SHARE_BYTES_PER_S = 1_000_000
 # that had put seven paused copies on a 0.5-core node, whose cost alone held it over its setpoint: no rate
 # was left to finish any of them (bench/run fleet --cpu-per-node 0.5).
 ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
+# A copy this small ends within ADMIT_AFTER_S even at MIN_SHARE_BYTES_PER_S: the controller could never measure
+# it before it is gone, so the next copy does not wait for its measure (a drain of many small tenants would
+# otherwise run them one after another whatever --max-parallel says). The latency's room still decides.
+SMALL_COPY_BYTES = MIN_SHARE_BYTES_PER_S * ADMIT_AFTER_S
 # Copies whose cost takes under this share of the room between the load's own latency and the setpoint leave
 # room for another: the model controller's own test for "no knee in sight" (ModelController.FREE), under which
 # it rises freely.
@@ -58,6 +62,11 @@ class Running:
     mid: str
     doc: dict
     started_at: float = field(default_factory=time.monotonic)
+    data_bytes: int = 0  # the tenant's size as the plan knew it (0: not known)
+
+    @property
+    def small(self) -> bool:
+        return 0 < self.data_bytes <= SMALL_COPY_BYTES
     adopted: bool = False                # started by an earlier run, followed by this one
     unreachable_since: float | None = None
     lost: str = ""                       # the source agent forgot it (restarted) or stopped answering
@@ -92,9 +101,11 @@ class MoveRunner:
             self._budgets[node] = (time.monotonic(), doc)
         return doc
 
-    def may_start(self, source: str, target: str, pending: int = 0, pending_targets: tuple = ()) -> bool:
+    def may_start(self, source: str, target: str, pending: int = 0, pending_targets: tuple = (),
+                  small: bool = False) -> bool:
         """Whether one more move from `source` to `target` ('' for any) may start now, `pending` more
-        (to `pending_targets`) being about to."""
+        (to `pending_targets`) being about to. `small`: this copy and every pending one are under
+        SMALL_COPY_BYTES (none waits for another's measure)."""
         if len(self.running) + pending >= self.max_parallel:
             self.why_not = f"--max-parallel {self.max_parallel} moves run"
             return False
@@ -102,13 +113,13 @@ class MoveRunner:
             self.why_not = f"{target} already receives a copy"
             return False
         if self.budget:
-            unmeasured = [r for r in self.running.values() if r.source == source and r.active
+            unmeasured = [r for r in self.running.values() if r.source == source and r.active and not r.small
                           and r.doc.get("phase", Phase.PENDING) in NOT_COPIED]
             if source in self.cap and len(unmeasured) + pending >= self.cap[source]:
                 self.why_not = (f"{source}'s budget held {self.cap[source] + 1} copies at 0 B/s: "
                                 f"at most {self.cap[source]} at once now")
                 return False
-            if pending:
+            if pending and not small:
                 self.why_not = f"{source}'s budget takes one new copy at a time"
                 return False
             if unmeasured and time.monotonic() - max(r.started_at for r in unmeasured) < ADMIT_AFTER_S:
@@ -188,21 +199,21 @@ class MoveRunner:
         self._stalled_since.pop(source, None)
         return victim
 
-    def start(self, tenant: str, source: str, target: str, request: MigrationRequest) -> Running:
+    def start(self, tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0) -> Running:
         doc = start_migration(self.agents[source], request)
-        r = Running(tenant, source, target, doc["id"], doc)
+        r = Running(tenant, source, target, doc["id"], doc, data_bytes=data_bytes)
         self.running[tenant] = r
         return r
 
-    def start_all(self, moves: list[tuple[str, str, str, MigrationRequest]]) -> dict[str, Running | SlackerError]:
-        """Start several moves at once (tenant, source, target, request): a start measures the source's
-        latency for a few seconds before it answers, and moves started one after another would lose that
-        time each. Returns tenant -> its Running, or the error that refused it."""
+    def start_all(self, moves: list[tuple]) -> dict[str, Running | SlackerError]:
+        """Start several moves at once (tenant, source, target, request[, the tenant's size]): a start may
+        measure the source's latency for a few seconds before it answers, and moves started one after another
+        would lose that time each. Returns tenant -> its Running, or the error that refused it."""
         out: dict[str, Running | SlackerError] = {}
 
-        def one(tenant: str, source: str, target: str, request: MigrationRequest) -> None:
+        def one(tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0) -> None:
             try:
-                out[tenant] = self.start(tenant, source, target, request)
+                out[tenant] = self.start(tenant, source, target, request, data_bytes)
             except SlackerError as exc:
                 out[tenant] = exc
 

@@ -166,3 +166,23 @@ def test_one_copy_held_at_zero_is_not_shed():
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 0}
     assert r.shed_one("node-1", now=0.0) is None and r.shed_one("node-1", now=1000.0) is None
     assert agent.aborted == []
+
+
+def test_copies_too_small_to_be_measured_do_not_wait_for_a_measure():
+    """A copy that ends within ADMIT_AFTER_S even at the least share can never be measured before it is gone:
+    the next small copy starts beside it (a drain of a hundred small tenants ran them one after another), and
+    several small ones start in one batch; a large one still waits, and the latency's room still decides."""
+    from slacker.rebalance.moves import SMALL_COPY_BYTES
+
+    agent = _Agent()
+    r = _runner(agent)
+    assert r.may_start("node-1", "node-3", pending=1, pending_targets=("node-2",), small=True)
+    r.start("a", "node-1", "node-2", _request("a", "node-2"), data_bytes=SMALL_COPY_BYTES // 4)
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6, "fraction": 1.0}
+    assert r.may_start("node-1", "node-3", small=True)
+    r.start("b", "node-1", "node-3", _request("b", "node-3"), data_bytes=SMALL_COPY_BYTES + 1)
+    assert not r.may_start("node-1", "node-4", small=True) and "not yet measured" in r.why_not  # b is not small
+    del r.running["b"]
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6, "fraction": 0.5,
+                    "latency_s": 0.045, "setpoint_s": 0.05, "load_latency_s": 0.01}
+    assert not r.may_start("node-1", "node-4", small=True) and "latency budget is spent" in r.why_not

@@ -1,0 +1,78 @@
+"""A drain of many small tenants is paced by its moves, not by its own loop: with moves that end at once, ten
+tenants drain in well under a second each (the loop looked once a second, and each start read every agent's
+history and every ended migration's document: a hundred small shared tenants took as long several at a time as
+one at a time)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from slacker.directory import SQLiteStore
+from slacker.rebalance.drain import DrainOptions, drain
+from slacker.rebalance.planner import Settings
+
+TENANTS = [f"s{i}" for i in range(10)]
+
+
+class Fleet:
+    """Three agents' HTTP APIs over one real directory: a started move ends at once and flips the owner."""
+
+    def __init__(self, directory) -> None:
+        self.directory = directory
+        self.ids = itertools.count(1)
+        self.docs: dict[str, dict] = {}
+        self.asked: list[tuple[str, str, dict | None]] = []
+
+    def agent(self, name: str):
+        fleet = self
+
+        class Agent:
+            def request(self, method, path, body=None, query=None, timeout_s=None):
+                fleet.asked.append((method, path, query))
+                return fleet.answer(name, method, path, body)
+        return Agent()
+
+    def answer(self, name, method, path, body):
+        if path == "/v1/tenant-stats":
+            mine = [o.tenant for o in self.directory.list() if o.node == name]
+            return {"tenants": [{"tenant": t, "latency_s": 0.001, "transactions_per_s": 5.0, "window_s": 10}
+                                for t in mine],
+                    "history": {t: [{"t": time.time(), "cpu_s_per_s": 0.001, "transactions_per_s": 5.0,
+                                     "latency_s": 0.001, "data_bytes": 1000, "kind": "shared"}] for t in mine}}
+        if path in ("/v1/kept",):
+            return {"kept": []}
+        if path == "/v1/budget":
+            return {"active": False, "copying": 0}
+        if path == "/v1/migrations" and method == "GET":
+            return {"migrations": [d for d in self.docs.values() if d["active"]]}
+        if path == "/v1/migrations" and method == "POST":
+            mid = f"m{next(self.ids)}"
+            own = self.directory.lookup(body["tenant"])
+            self.directory.compare_and_set(body["tenant"], own.epoch, body["target"], "127.0.0.9", own.port)
+            self.docs[mid] = {"id": mid, "tenant": body["tenant"], "target": body["target"], "active": True,
+                              "phase": "preflight", "result": None}
+            return dict(self.docs[mid])
+        if path.startswith("/v1/migrations/") and method == "GET":
+            doc = self.docs[path.rsplit("/", 1)[1]]
+            doc.update(active=False, phase="done", result="succeeded", duration_s=0.01, freeze_ms=5.0)
+            return dict(doc)
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+def test_ten_small_moves_drain_at_the_pace_of_the_moves(tmp_path):
+    d = SQLiteStore(tmp_path / "dir.sqlite")
+    for i, t in enumerate(TENANTS):
+        d.register(t, "node-1", "127.0.0.2", 20010, kind="shared")
+    fleet = Fleet(d)
+    agents = {n: fleet.agent(n) for n in ("node-1", "node-2", "node-3")}
+    t0 = time.monotonic()
+    res = drain(agents, d, "node-1", Settings(sla_s=0.05), DrainOptions(max_parallel=1, holder="test:1"))
+    took = time.monotonic() - t0
+    assert res.outcome == "drained", (res.outcome, res.reason)
+    assert {d.lookup(t).node for t in TENANTS} <= {"node-2", "node-3"}
+    assert took < 0.6 * len(TENANTS), f"{took:.1f}s for {len(TENANTS)} moves that end at once"
+    # Only the running migrations are asked for, and each agent's history is read about once a second, not per start.
+    assert all(q == {"active": 1} for m, p, q in fleet.asked if (m, p) == ("GET", "/v1/migrations"))
+    history_reads = sum(1 for _, p, q in fleet.asked if p == "/v1/tenant-stats" and not q)
+    assert history_reads <= 3 * (took / DrainOptions().poll_s + 2), history_reads

@@ -145,13 +145,17 @@ def plot(runs: list[dict], out: Path) -> None:
             labels.append(f"{run['args']['kind']}, {'max ' + str(ds[0]['max_parallel']) if variant == 'several' else 'one at a time'}")
             times.append([d["s"] for d in ds])
             ratios.append([d["latency_ratio"] for d in ds if d["latency_ratio"] is not None])
-    ax1.boxplot(times, labels=labels, vert=True)
-    ax1.set_ylabel("drain time (s)")
-    ax1.tick_params(axis="x", labelsize=7, rotation=20)
-    ax2.boxplot([r or [0] for r in ratios], labels=labels)
+    import statistics as st
+    x = list(range(len(labels)))
+    for ax, series, label in ((ax1, times, "drain time (s)"), (ax2, ratios, "node latency during the drain ÷ setpoint (mean)")):
+        med = [st.median(v) if v else 0 for v in series]
+        lo = [m - min(v) if v else 0 for m, v in zip(med, series)]
+        hi = [max(v) - m if v else 0 for m, v in zip(med, series)]
+        ax.bar(x, med, yerr=[lo, hi], capsize=4, color="tab:blue")
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, fontsize=7, rotation=20)
+        ax.set_ylabel(label, fontsize=8)
     ax2.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-    ax2.set_ylabel("node latency during the drain ÷ setpoint (mean)")
-    ax2.tick_params(axis="x", labelsize=7, rotation=20)
     a = runs[0]["args"]
     fig.suptitle(f"node drain of {a['tenants']} small tenants with a writer each through the router", fontsize=10)
     fig.tight_layout()

@@ -152,6 +152,42 @@ def _slave_pos(conn) -> str:
     return onedb.slave_position(conn)
 
 
+# ---- the steps both one-database targets take (a shared server's, a new whole server's) ----------------------
+def _dump_position(inc) -> dict:
+    """The position the dump is consistent at, from the head and tail the loader kept (then removed: rows of
+    the tenant's are not kept past their use)."""
+    try:
+        head, tail = (inc.work / "dump.head").read_bytes(), (inc.work / "dump.tail").read_bytes()
+    except OSError as exc:
+        raise MigrationFailed("the snapshot's position is missing on the target", str(exc),
+                              "the source keeps serving; retry", phase=Phase.PREPARE) from None
+    pos = parse_dump_position(head, tail)
+    for name in ("dump.head", "dump.tail"):
+        (inc.work / name).unlink(missing_ok=True)
+    return {"binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos, "gtid": pos.gtid}
+
+
+def _check_loaded(inc, where: str) -> None:
+    conn = inc.tenant.admin_connect(timeout_s=10)
+    try:
+        if not onedb.exists(conn, inc.tenant_id):
+            raise MigrationFailed(f"the copy of {inc.tenant_id} is not in {where}", "the load ended without it",
+                                  "the source keeps serving; retry", phase=Phase.PREPARE)
+    finally:
+        ops.close_quietly(conn)
+
+
+def _filtered_applier(inc, source_host: str, source_port: int, start_gtid: str, password_file) -> OneDbApplier:
+    """The delta: a replication connection named after the source node, filtered to the tenant's database and
+    the source's GTID domain (OneDbApplier), logging in with the source's replication password."""
+    applier = OneDbApplier(lambda: inc.tenant.admin_connect(timeout_s=10),
+                           onedb.connection_name(inc.entry.source_node), inc.tenant_id, inc.domain)
+    tls = inc.node.config.tls
+    applier.start(SourceLink(source_host, source_port, mariadb.REPL_USER, password_file.read_text().strip(),
+                             *((str(tls.ca), str(tls.cert), str(tls.key)) if tls else ())), start_gtid)
+    return applier
+
+
 class IncomingOneDb(IncomingMigration):
     """A shared tenant's incoming move (see the module's docstring)."""
 
@@ -232,15 +268,7 @@ class IncomingOneDb(IncomingMigration):
     def prepare(self) -> dict:
         if (self.work / "import.json").exists():
             return self._prepare_physical()
-        try:
-            head, tail = (self.work / "dump.head").read_bytes(), (self.work / "dump.tail").read_bytes()
-        except OSError as exc:
-            raise MigrationFailed("the snapshot's position is missing on the target", str(exc),
-                                  "the source keeps serving; retry", phase=Phase.PREPARE) from None
-        pos = parse_dump_position(head, tail)
-        for name in ("dump.head", "dump.tail"):  # rows of the tenant's: not kept past their use
-            (self.work / name).unlink(missing_ok=True)
-        self.position = {"binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos, "gtid": pos.gtid}
+        self.position = _dump_position(self)
         self._move(TargetState.PREPARED)
         return self.position
 
@@ -258,14 +286,7 @@ class IncomingOneDb(IncomingMigration):
         return self.position
 
     def start(self, gtid_state: str | None = None) -> None:
-        conn = self.tenant.admin_connect(timeout_s=10)
-        try:
-            if not onedb.exists(conn, self.tenant_id):
-                raise MigrationFailed(f"the copy of {self.tenant_id} is not in the target's shared server",
-                                      "the load ended without it", "the source keeps serving; retry",
-                                      phase=Phase.PREPARE)
-        finally:
-            ops.close_quietly(conn)
+        _check_loaded(self, "the target's shared server")
         self._move(TargetState.STARTED)
 
     def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
@@ -273,12 +294,7 @@ class IncomingOneDb(IncomingMigration):
         # One connection per source node: a second move from the same node at once is refused by the server
         # (1934); the concurrent applier and catch-up mode (relaxed fsyncs) are not the shared server's to use:
         # its neighbours' commits would lose their durability.
-        self.applier = OneDbApplier(lambda: self.tenant.admin_connect(timeout_s=10),
-                                    onedb.connection_name(self.entry.source_node), self.tenant_id, self.domain)
-        tls = self.node.config.tls
-        self.applier.start(SourceLink(source_host, source_port, mariadb.REPL_USER,
-                                      (self.work / "repl.password").read_text().strip(),
-                                      *((str(tls.ca), str(tls.cert), str(tls.key)) if tls else ())), start_gtid)
+        self.applier = _filtered_applier(self, source_host, source_port, start_gtid, self.work / "repl.password")
         self._move(TargetState.CATCHING_UP)
 
     def make_durable(self) -> dict:
@@ -402,36 +418,17 @@ class UnpackedIncoming(IncomingMigration):
         return dict(super().describe(), kind="server", target_port=self.tenant.port)
 
     def prepare(self) -> dict:
-        try:
-            head, tail = (self.work / "dump.head").read_bytes(), (self.work / "dump.tail").read_bytes()
-        except OSError as exc:
-            raise MigrationFailed("the snapshot's position is missing on the target", str(exc),
-                                  "the source keeps serving; retry", phase=Phase.PREPARE) from None
-        pos = parse_dump_position(head, tail)
-        for name in ("dump.head", "dump.tail"):
-            (self.work / name).unlink(missing_ok=True)
-        self.position = {"binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos, "gtid": pos.gtid}
+        self.position = _dump_position(self)
         self._move(TargetState.PREPARED)
         return self.position
 
     def start(self, gtid_state: str | None = None) -> None:
-        conn = self.tenant.admin_connect(timeout_s=10)
-        try:
-            if not onedb.exists(conn, self.tenant_id):
-                raise MigrationFailed(f"the copy of {self.tenant_id} is not in its new server", "the load ended "
-                                      "without it", "the source keeps serving; retry", phase=Phase.PREPARE)
-        finally:
-            ops.close_quietly(conn)
+        _check_loaded(self, "its new server")
         self._move(TargetState.STARTED)
 
     def replicate(self, source_host: str, source_port: int, start_gtid: str, applier: str = "serial",
                   mpl: int | str = "auto", catchup_mode: bool = True) -> None:
-        self.applier = OneDbApplier(lambda: self.tenant.admin_connect(timeout_s=10),
-                                    onedb.connection_name(self.entry.source_node), self.tenant_id, self.domain)
-        tls = self.node.config.tls
-        self.applier.start(SourceLink(source_host, source_port, mariadb.REPL_USER,
-                                      self.source_password_file.read_text().strip(),
-                                      *((str(tls.ca), str(tls.cert), str(tls.key)) if tls else ())), start_gtid)
+        self.applier = _filtered_applier(self, source_host, source_port, start_gtid, self.source_password_file)
         self._move(TargetState.CATCHING_UP)
 
     def make_durable(self) -> dict:

@@ -134,6 +134,9 @@ class TenantStat:
     ok: bool = True
     error: str = ""
     kind: str = "server"
+    # Bytes in its data, as last walked (at its first sample, then as the history walks it): what a move copies,
+    # known before its first history interval closes (a drain plans tenants that arrived a moment ago).
+    data_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -295,8 +298,11 @@ class SharedLoads:
             s1, c1, _ = usage.get(t.id, (0.0, 0.0, 0.0))
             s0, c0, _ = base.get(t.id, (s1, c1, 0.0))
             dc = c1 - c0
+            if t.id not in self._sizes:  # first seen: walked now, then as the history walks it
+                self._sizes[t.id] = (0, data_bytes(server.datadir / t.id))
             stats[t.id] = TenantStat(t.id, (s1 - s0) / dc if dc > 0 else None,
-                                     round(dc / span, 3) if span > 0 else 0.0, round(span, 3), kind="shared")
+                                     round(dc / span, 3) if span > 0 else 0.0, round(span, 3), kind="shared",
+                                     data_bytes=self._sizes[t.id][1])
         if closing:
             self.cpu_totals = {tid: v[2] for tid, v in usage.items()}
         self._stats = stats
@@ -317,7 +323,9 @@ class SharedLoads:
         own = {tid: (v[2] - mark.usage[tid][2]) / span for tid, v in usage.items() if tid in mark.usage}
         share = apportion(server_rate, own)
         out = {}
-        sizes, self._sizes = self._sizes, {}
+        sizes = self._sizes
+        for gone in set(sizes) - {t.id for t in tenants}:
+            del sizes[gone]
         for t in tenants:
             if t.id not in mark.usage or t.id not in usage:
                 continue  # arrived inside the interval: its first starts now
@@ -353,6 +361,7 @@ class TenantStats:
         self._sources: dict[str, _TotalsSource] = {}
         self._stats: dict[str, TenantStat] = {}
         self._marks: dict[str, _Mark] = {}
+        self._sizes: dict[str, int | None] = {}  # tenant -> its data bytes, walked where an interval starts or ends
         self._history: dict[str, deque[LoadSample]] = {}
         self._cpu_total: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -386,9 +395,9 @@ class TenantStats:
             src = self._source(tenant)
             s = src.read()
             rate = s.count / s.window_s if s.ok and s.window_s > 0 else 0.0
-            seen[tenant.id] = TenantStat(tenant.id, s.latency_s, round(rate, 3), round(s.window_s, 3),
-                                         ok=s.ok, error=s.error)
             self._history_step(tenant, src.last_totals if s.ok else None)
+            seen[tenant.id] = TenantStat(tenant.id, s.latency_s, round(rate, 3), round(s.window_s, 3),
+                                         ok=s.ok, error=s.error, data_bytes=self._sizes.get(tenant.id))
         for gone in set(self._sources) - set(seen):
             self._sources.pop(gone).close()
         shared_samples: dict[str, LoadSample] = {}
@@ -409,6 +418,8 @@ class TenantStats:
                 del self._cpu_total[gone]
         for gone in set(self._marks) - present:
             del self._marks[gone]
+        for gone in set(self._sizes) - present:
+            del self._sizes[gone]
 
     def _history_step(self, tenant, totals: tuple[float, float] | None) -> None:
         now = self._clock()
@@ -423,8 +434,9 @@ class TenantStats:
         if mark is not None and now - mark.t < self.interval_s - self.step_s / 2:
             return
         self._marks[tenant.id] = _Mark(now, pid, cpu, sum_s, count)
-        if mark is None:
-            return  # the first interval starts now
+        if mark is None:  # the first interval starts now
+            self._sizes[tenant.id] = data_bytes(tenant.datadir)
+            return
         span = now - mark.t
         ok = mark.count is not None and count is not None and count >= mark.count
         tps = (count - mark.count) / span if ok else 0.0
@@ -436,6 +448,7 @@ class TenantStats:
                             latency_s=None if latency is None else round(latency, 6),
                             cpu_s_per_s=None if cpu_rate is None else round(cpu_rate, 4),
                             data_bytes=data_bytes(tenant.datadir), ok=ok and cpu_rate is not None)
+        self._sizes[tenant.id] = sample.data_bytes
         with self._lock:
             ring = self._history.setdefault(tenant.id, deque(maxlen=self.history_len))
             ring.append(sample)

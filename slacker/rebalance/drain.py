@@ -351,7 +351,8 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
                 res.reason = f"{node} is empty and stays cordoned"
             return
         waiting_now = any(m.state == "waiting" and t in on_node for t, m in res.tenants.items())
-        time.sleep(opts.fast_poll_s if waiting_now and res.outcome != "stopped" else opts.poll_s)
+        # Until the next look, or until a move ends (its target is free for the next tenant at once).
+        runner.wait_end(opts.fast_poll_s if waiting_now and res.outcome != "stopped" else opts.poll_s)
 
 
 def _show(t: TenantMove, r: Running) -> None:

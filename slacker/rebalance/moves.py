@@ -52,6 +52,10 @@ NOT_COPIED = (Phase.PENDING, Phase.PREFLIGHT, Phase.SNAPSHOT)
 # ("cannot finish") reads the same window (slacker.controller.loop.Feasibility).
 SHED_AFTER_S = 30.0
 LOST_AFTER_S = 120.0  # a source agent that has not answered for this long: the move's outcome is read elsewhere
+# Each move in flight is watched by one long poll (GET /v1/migrations/ID?wait=), so the loop that follows the moves
+# learns of an end as it happens, not at its next look: a drain's next small move to the same target starts then.
+WATCH_WAIT_S = 5.0
+WATCH_MIN_GAP_S = 0.05  # an agent that answers at once (it does not long-poll) is asked this often at most
 
 
 @dataclass
@@ -89,6 +93,33 @@ class MoveRunner:
         self.why_not = ""  # why the last may_start() said no
         self.cap: dict[str, int] = {}  # source -> copies at once, lowered each time it had to shed one
         self._stalled_since: dict[str, float] = {}
+        self._ended = threading.Event()  # set by a move's watcher when its move ended (or could not be read)
+
+    def _watch(self, r: Running) -> None:
+        """Long-poll the move until it ends, then wake whoever waits in wait_end()."""
+        path = f"/v1/migrations/{r.mid}"
+        try:
+            while self.running.get(r.tenant) is r:
+                t0 = time.monotonic()
+                doc = self.agents[r.source].request("GET", path, query={"wait": WATCH_WAIT_S},
+                                                    timeout_s=WATCH_WAIT_S + 10)
+                if not doc.get("active"):
+                    break
+                time.sleep(max(0.0, WATCH_MIN_GAP_S - (time.monotonic() - t0)))
+        except Exception:  # noqa: BLE001 - poll() reads the move and says what went wrong; the watch just ends
+            pass
+        self._ended.set()
+
+    def _follow(self, r: Running) -> Running:
+        self.running[r.tenant] = r
+        threading.Thread(target=self._watch, args=(r,), daemon=True, name=f"watch-{r.mid}").start()
+        return r
+
+    def wait_end(self, timeout_s: float) -> bool:
+        """Sleep until a move in flight ends or `timeout_s` passes; True if one ended."""
+        got = self._ended.wait(timeout_s)
+        self._ended.clear()
+        return got
 
     def budget_of(self, node: str) -> dict | None:
         """The node's budget (GET /v1/budget), read at most once a second; None if it does not answer."""
@@ -201,9 +232,7 @@ class MoveRunner:
 
     def start(self, tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0) -> Running:
         doc = start_migration(self.agents[source], request)
-        r = Running(tenant, source, target, doc["id"], doc, data_bytes=data_bytes)
-        self.running[tenant] = r
-        return r
+        return self._follow(Running(tenant, source, target, doc["id"], doc, data_bytes=data_bytes))
 
     def start_all(self, moves: list[tuple]) -> dict[str, Running | SlackerError]:
         """Start several moves at once (tenant, source, target, request[, the tenant's size]): a start may
@@ -225,9 +254,8 @@ class MoveRunner:
         return out
 
     def adopt(self, source: str, doc: dict) -> Running:
-        r = Running(str(doc["tenant"]), source, str(doc.get("target")), str(doc["id"]), doc, adopted=True)
-        self.running[r.tenant] = r
-        return r
+        return self._follow(Running(str(doc["tenant"]), source, str(doc.get("target")), str(doc["id"]), doc,
+                                    adopted=True))
 
     def poll(self) -> list[Running]:
         """Read every running move's document; the ones that ended leave the runner and are returned."""

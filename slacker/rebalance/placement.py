@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from .planner import NodeInput, node_series, tenant_load
+from .planner import NodeInput, node_series, tenant_bytes, tenant_load
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def node_loads(inputs: list[NodeInput], cordoned: set[str] | frozenset[str], sam
         ser = node_series(n.tenants, samples)
         lats = [x[1] for x in ser if x[1] is not None]
         out[n.name] = NodeLoad(n.name, load=sum(x[0] for x in ser) / max(1, len(ser)), tenants=len(n.tenants),
-                               data_bytes=sum(tenant_bytes(s) for s in n.tenants.values()),
+                               data_bytes=sum(n.size_of(t) or 0 for t in n.tenants),
                                latency_s=sum(lats) / len(lats) if lats else None, cordoned=n.name in cordoned)
     for item in in_flight:
         tgt = out.get(targets.get(item.tenant, ""))
@@ -144,14 +144,7 @@ def node_loads(inputs: list[NodeInput], cordoned: set[str] | frozenset[str], sam
     return list(out.values())
 
 
-def tenant_bytes(samples) -> int:
-    for s in reversed(samples):
-        if s.data_bytes is not None:
-            return int(s.data_bytes)
-    return 0
-
-
 def items_of(node: NodeInput, samples: int = 3) -> list[Item]:
     """The tenants of `node` as items to place elsewhere."""
-    return [Item(tid, tenant_load(hist, samples) or 0.0, tenant_bytes(hist), node.name)
+    return [Item(tid, tenant_load(hist, samples) or 0.0, node.size_of(tid) or 0, node.name)
             for tid, hist in sorted(node.tenants.items())]

@@ -44,6 +44,15 @@ class NodeInput:
     # Load on the node that no move can take away: the old copies it keeps after moves (--keep-source), by
     # tenant. Counted in the node's load, never a candidate.
     fixed: dict[str, list[Sample]] = field(default_factory=dict)
+    # tenant -> bytes in its data as the agent last walked them (its window's row): the size of a tenant whose
+    # history has none yet (it arrived a moment ago).
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def size_of(self, tenant: str) -> int | None:
+        """Bytes a move of `tenant` copies: its newest history sample's size, else the agent's walk; None if
+        neither says."""
+        got = tenant_bytes(self.tenants.get(tenant, []))
+        return got if got is not None else self.sizes.get(tenant)
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,7 @@ def _tenant_tps(samples: list[Sample], k: int) -> float:
     return _mean([s.transactions_per_s for s in _tenant_window(samples, k)]) or 0.0
 
 
-def _tenant_bytes(samples: list[Sample]) -> int | None:
+def tenant_bytes(samples: list[Sample]) -> int | None:
     for s in reversed(samples):
         if s.data_bytes is not None:
             return s.data_bytes
@@ -406,7 +415,8 @@ def plan(nodes: list[NodeInput], state: State, settings: Settings, now: float, p
         for tid, samples in eff[src.name].items():
             load = tenant_load(samples, k)
             tps = _tenant_tps(samples, k)
-            size = _tenant_bytes(samples)
+            size = tenant_bytes(samples)
+            size = src.sizes.get(tid) if size is None else size
             score = None if load is None else load / (max(size or 0, MIN_BYTES) / 1e9)
             tenants.append(Candidate(tid, src.name, None if load is None else round(load, 4), round(tps, 2), size,
                                      None if score is None else round(score, 4), "",

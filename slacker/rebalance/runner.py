@@ -83,7 +83,9 @@ def collect(agents: dict, owners: dict[str, str]) -> tuple[list[NodeInput], list
         except SlackerError:
             kept = []
         fixed = {tid: [Sample.from_dict(s) for s in history[tid]] for tid in kept if history.get(tid)}
-        nodes.append(NodeInput(name, tenants=tenants, fixed=fixed))
+        sizes = {str(r["tenant"]): int(r["data_bytes"]) for r in doc.get("tenants") or []
+                 if r.get("data_bytes") is not None and str(r.get("tenant")) in tenants}
+        nodes.append(NodeInput(name, tenants=tenants, fixed=fixed, sizes=sizes))
         for m in migs:
             if m.get("active") and m.get("direction") != "incoming":
                 running.append(Move(str(m["tenant"]), name, str(m.get("target")), started_at=time.time(),
@@ -271,7 +273,7 @@ def _make_the_moves(agents: dict, directory, settings: Settings, opts: RunOption
     deadline = time.monotonic() + opts.max_wait_s
     last_refresh = time.monotonic()
     while runner.running:
-        time.sleep(opts.poll_s)
+        runner.wait_end(opts.poll_s)  # a look every poll_s, or as soon as a move ends
         if time.monotonic() - last_refresh >= opts.lock_ttl_s / 3:
             last_refresh = time.monotonic()
             try:

@@ -76,3 +76,60 @@ def test_ten_small_moves_drain_at_the_pace_of_the_moves(tmp_path):
     assert all(q == {"active": 1} for m, p, q in fleet.asked if (m, p) == ("GET", "/v1/migrations"))
     history_reads = sum(1 for _, p, q in fleet.asked if p == "/v1/tenant-stats" and not q)
     assert history_reads <= 3 * (took / DrainOptions().poll_s + 2), history_reads
+
+
+class SlowFleet(Fleet):
+    """Moves that take MOVE_S each, followed by long polls as the agent answers them; no history yet (the
+    tenants arrived a moment ago): their sizes only in the window's rows."""
+
+    MOVE_S = 0.3
+
+    def __init__(self, directory) -> None:
+        super().__init__(directory)
+        self.spans: dict[str, list[float]] = {}
+
+    def agent(self, name: str):
+        fleet = self
+
+        class Agent:
+            def request(self, method, path, body=None, query=None, timeout_s=None):
+                return fleet.answer(name, method, path, body, query or {})
+        return Agent()
+
+    def answer(self, name, method, path, body, query=None):
+        if path == "/v1/tenant-stats":
+            mine = [o.tenant for o in self.directory.list() if o.node == name]
+            return {"tenants": [{"tenant": t, "latency_s": 0.001, "transactions_per_s": 5.0, "window_s": 10,
+                                 "data_bytes": 100_000, "kind": "shared"} for t in mine], "history": {}}
+        if path.startswith("/v1/migrations/") and method == "GET":
+            mid = path.rsplit("/", 1)[1]
+            start = self.spans[mid][0]
+            wait = float((query or {}).get("wait") or 0)
+            time.sleep(max(0.0, min(wait, start + self.MOVE_S - time.monotonic())))
+            doc = self.docs[mid]
+            if time.monotonic() >= start + self.MOVE_S and doc["active"]:
+                self.spans[mid].append(time.monotonic())
+                doc.update(active=False, phase="done", result="succeeded", duration_s=self.MOVE_S, freeze_ms=5.0)
+            return dict(doc)
+        got = super().answer(name, method, path, body)
+        if path == "/v1/migrations" and method == "POST":
+            self.spans[got["id"]] = [time.monotonic()]
+        return got
+
+
+def test_small_tenants_with_no_history_yet_move_one_per_target_at_once_each_next_as_one_ends(tmp_path):
+    d = SQLiteStore(tmp_path / "dir.sqlite")
+    for t in TENANTS:
+        d.register(t, "node-1", "127.0.0.2", 20010, kind="shared")
+    fleet = SlowFleet(d)
+    agents = {n: fleet.agent(n) for n in ("node-1", "node-2", "node-3")}
+    t0 = time.monotonic()
+    res = drain(agents, d, "node-1", Settings(sla_s=0.05), DrainOptions(max_parallel=4, holder="test:1"))
+    took = time.monotonic() - t0
+    assert res.outcome == "drained", (res.outcome, res.reason)
+    assert all(m.data_bytes == 100_000 for m in res.tenants.values())  # the size from the rows
+    spans = sorted(fleet.spans.values())
+    overlaps = sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1])
+    assert overlaps >= len(spans) // 2, spans  # two targets: two copies at once (one each), not one after another
+    one_after_another = len(TENANTS) * SlowFleet.MOVE_S
+    assert took < 0.75 * one_after_another, f"{took:.2f}s for {len(TENANTS)} moves of {SlowFleet.MOVE_S}s"

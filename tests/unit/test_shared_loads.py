@@ -216,3 +216,11 @@ def test_a_tenant_s_files_are_walked_where_it_committed_and_an_idle_one_s_only_e
     for _ in range(tenant_stats.SIZE_EVERY_INTERVALS):
         _, samples, _ = step(sc, 6)
     assert samples["t3"].data_bytes == 3500  # and is walked again within SIZE_EVERY_INTERVALS intervals
+
+
+def test_a_tenant_s_size_is_in_its_window_row_before_its_first_interval_closes(scripted):
+    # A drain plans tenants that arrived a moment ago: what a move of each copies is known from its first row.
+    sc = scripted
+    stats, samples, _ = step(sc, 0)
+    assert samples == {}
+    assert {t: s.data_bytes for t, s in stats.items()} == {"t1": 1000, "t2": 2000, "t3": 3000}

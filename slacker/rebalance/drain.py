@@ -329,7 +329,10 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
             if res.tenants[tid].verdict and not had:
                 say(f"{tid}: {res.tenants[tid].verdict}")
         waiting = sorted(t for t, m in res.tenants.items() if m.state == "waiting" and t in on_node)
-        if res.outcome != "stopped" and waiting and runner.may_start(node, ""):
+        # The last plan's sizes say whether a small copy waits (one starts without the budget's measures).
+        sizes = {pl.tenant: pl.data_bytes for pl in res.plan.placements} if res.plan is not None else {}
+        small = any(0 < sizes.get(t, 0) <= SMALL_COPY_BYTES for t in waiting)
+        if res.outcome != "stopped" and waiting and runner.may_start(node, "", small=small):
             # Each start is recorded before it is made: a run killed right after still leaves it.
             _start_some(agents, directory, node, settings, opts, res, runner, set(waiting), say,
                         lambda: _record(directory, state_key, res, opts))

@@ -40,7 +40,7 @@ ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
 # A copy this small ends within ADMIT_AFTER_S even at MIN_SHARE_BYTES_PER_S: the controller could never measure
 # it before it is gone, so the next copy does not wait for its measure (a drain of many small tenants would
 # otherwise run them one after another whatever --max-parallel says). The latency's room still decides.
-SMALL_COPY_BYTES = MIN_SHARE_BYTES_PER_S * ADMIT_AFTER_S
+SMALL_COPY_BYTES = MIN_SHARE_BYTES_PER_S * ADMIT_AFTER_S  # nor wait for the node's controller's first latency read
 # Copies whose cost takes under this share of the room between the load's own latency and the setpoint leave
 # room for another: the model controller's own test for "no knee in sight" (ModelController.FREE), under which
 # it rises freely.
@@ -157,7 +157,9 @@ class MoveRunner:
                 self.why_not = f"{source}'s budget has not yet measured its newest copy"
                 return False
             doc = self.budget_of(source)
-            if doc and doc.get("active") and doc.get("copying"):
+            if small and doc and doc.get("latency_s") is None:
+                pass  # its controller has not read the latency with its copies yet: a small copy cannot wait for it
+            elif doc and doc.get("active") and doc.get("copying"):
                 rate = doc.get("rate_bytes_per_s")
                 n = int(doc["copying"]) + 1 + pending
                 spent = self._latency_spent(doc)

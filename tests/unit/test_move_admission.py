@@ -186,3 +186,17 @@ def test_copies_too_small_to_be_measured_do_not_wait_for_a_measure():
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6, "fraction": 0.5,
                     "latency_s": 0.045, "setpoint_s": 0.05, "load_latency_s": 0.01}
     assert not r.may_start("node-1", "node-4", small=True) and "latency budget is spent" in r.why_not
+
+
+def test_a_small_copy_does_not_wait_for_the_node_s_first_latency_read_a_large_one_does():
+    """A small copy is gone before its node's controller first reads the latency with it: the next small copy
+    starts beside it (a drain of a hundred small shared tenants otherwise ran one copy at a time)."""
+    from slacker.rebalance.moves import SMALL_COPY_BYTES
+
+    agent = _Agent()
+    r = _runner(agent)
+    r.start("a", "node-1", "node-2", _request("a", "node-2"), data_bytes=SMALL_COPY_BYTES // 4)
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 1.5e6, "fraction": 0.4,
+                    "latency_s": None, "setpoint_s": 0.05}
+    assert r.may_start("node-1", "node-3", small=True), r.why_not
+    assert not r.may_start("node-1", "node-3") and "has not read the latency" in r.why_not

@@ -92,6 +92,34 @@ class NodeLatency(threading.Thread):
         return self.samples
 
 
+def overlap(agent, mids: set[str]) -> dict:
+    """How the drain's moves lay in time, from their documents on the source's agent: the moves at once (the
+    sum of their times over the span from the first start to the last end), the share of that span with none
+    running, and each phase's median seconds."""
+    import datetime as dt
+
+    spans, phases = [], {}
+    for d in agent.request("GET", "/v1/migrations", timeout_s=30).get("migrations", []):
+        if d.get("id") not in mids or not d.get("phases"):
+            continue
+        t0 = dt.datetime.fromisoformat(d["phases"][0]["started_at"]).timestamp()
+        spans.append((t0, t0 + float(d.get("duration_s") or 0)))
+        for p in d["phases"]:
+            if p.get("duration_s") is not None:
+                phases.setdefault(p["name"], []).append(p["duration_s"])
+    if not spans:
+        return {}
+    spans.sort()
+    lo, hi = spans[0][0], max(e for _, e in spans)
+    idle, reach = 0.0, lo
+    for s, e in spans:
+        idle += max(0.0, s - reach)
+        reach = max(reach, e)
+    return {"moves": len(spans), "at_once": round(sum(e - s for s, e in spans) / (hi - lo), 2) if hi > lo else None,
+            "idle_share": round(idle / (hi - lo), 3) if hi > lo else None,
+            "phase_s": {k: round(statistics.median(v), 3) for k, v in phases.items()}}
+
+
 def drain(path: Path, agents, node: str, max_parallel: int, sla: str) -> dict:
     probe = NodeLatency(agents[node])
     probe.start()
@@ -113,7 +141,9 @@ def drain(path: Path, agents, node: str, max_parallel: int, sla: str) -> dict:
             "move_s": [t.get("duration_s") for t in moved if t.get("duration_s") is not None],
             "setpoint_s": sp, "latency_mean_s": statistics.fmean(lat) if lat else None,
             "latency_ratio": (statistics.fmean(lat) / sp) if lat and sp else None,
-            "latency_samples": len(lat)}
+            "latency_samples": len(lat),
+            # the source keeps its last KEEP_FINISHED ended migrations: the drain's last moves
+            "overlap": overlap(agents[node], {str(t.get("migration")) for t in moved})}
 
 
 def move_back(path: Path) -> None:
@@ -216,6 +246,11 @@ def main(argv=None) -> int:
                       f"latency ÷ setpoint {d['latency_ratio'] if d['latency_ratio'] is None else round(d['latency_ratio'], 2)} "
                       f"(setpoint {d['setpoint_s']})" + (f"  ({d['reason']})" if d["outcome"] != "drained" else ""),
                       flush=True)
+                o = d.get("overlap") or {}
+                if o:
+                    print(f"  its last {o['moves']} moves: {o['at_once']} at once, none running {o['idle_share']:.0%} "
+                          f"of the time; phases (median s) " + ", ".join(f"{k} {v}" for k, v in o["phase_s"].items()),
+                          flush=True)
                 move_back(path)
                 back = sum(directory.lookup(t).node == "node-1" for t in ids)
                 if back != len(ids):

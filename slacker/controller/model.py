@@ -55,6 +55,9 @@ from .base import check_max_rate, check_positive
 from .guarded import GuardedController
 
 
+# Where a copy's rate starts when nothing tells it more (a node's memory of its last copies does).
+START_RATE_BYTES_PER_S = 10e6
+
 class _Fit:
     """z = a − b·x by least squares over the last `horizon` fitted seconds (older evidence is forgotten:
     the load drifts). z = 1 / latency in 1/s, x a fraction of max. Unweighted: a second near a queue
@@ -164,7 +167,7 @@ class ModelController(GuardedController):
         max_rate_bytes_per_s: float,
         *,
         step_s: float = DEFAULT_STEP_S,
-        start_rate_bytes_per_s: float = 10e6,
+        start_rate_bytes_per_s: float = START_RATE_BYTES_PER_S,
         max_lag: int = 5,
         horizon_s: float = 30.0,
         margin: float = 0.5,

@@ -22,7 +22,7 @@ from ..controller.budget import check_budget
 from ..errors import Conflict, InvalidInput, NotFound, SlackerError
 from ..migration.remote import latency_move
 from ..sources.node import node_latency
-from .moves import MIN_SHARE_BYTES_PER_S, SMALL_COPY_BYTES, MoveRunner, Running
+from .moves import MIN_SHARE_BYTES_PER_S, MoveRunner, Running
 from .placement import Item, PlacementPlan, items_of, node_loads, place
 from .planner import Settings, setpoint_for
 from .runner import AGENT_TIMEOUT_S, collect, owners_of
@@ -331,7 +331,7 @@ def _loop(agents, directory, node, settings, opts, res: DrainResult, runner: Mov
         waiting = sorted(t for t, m in res.tenants.items() if m.state == "waiting" and t in on_node)
         # The last plan's sizes say whether a small copy waits (one starts without the budget's measures).
         sizes = {pl.tenant: pl.data_bytes for pl in res.plan.placements} if res.plan is not None else {}
-        small = any(0 < sizes.get(t, 0) <= SMALL_COPY_BYTES for t in waiting)
+        small = any(runner.is_small(node, sizes.get(t, 0)) for t in waiting)
         if res.outcome != "stopped" and waiting and runner.may_start(node, "", small=small):
             # Each start is recorded before it is made: a run killed right after still leaves it.
             _start_some(agents, directory, node, settings, opts, res, runner, set(waiting), say,
@@ -397,7 +397,7 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
         t.state, t.error = "unplaced", why
     batch = []
     for pl in p.placements:
-        small = 0 < pl.data_bytes <= SMALL_COPY_BYTES and all(0 < b[4] <= SMALL_COPY_BYTES for b in batch)
+        small = runner.is_small(node, pl.data_bytes, pending=len(batch)) and all(b[5] for b in batch)
         if not runner.may_start(node, pl.target, pending=len(batch), pending_targets=tuple(b[2] for b in batch),
                                 small=small):
             if len(runner.running) + len(batch) >= runner.max_parallel or "budget" in runner.why_not:
@@ -410,7 +410,7 @@ def _start_some(agents, directory, node, settings, opts, res, runner, waiting: s
                                setpoint_headroom=settings.setpoint_margin)
         t.attempts += 1
         t.migration = t.migration or "(starting)"
-        batch.append((pl.tenant, node, pl.target, request, int(pl.data_bytes or 0)))
+        batch.append((pl.tenant, node, pl.target, request, int(pl.data_bytes or 0), small))
     if not batch:
         return
     record()

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import AgentUnavailable, NotFound, SlackerError
+from ..controller.model import START_RATE_BYTES_PER_S
 from ..latency import DEFAULT_WINDOW_S
 from ..migration.protocol import Phase
 from ..migration.options import MigrationRequest
@@ -37,10 +38,12 @@ MIN_SHARE_BYTES_PER_S = 1_000_000
 # that had put seven paused copies on a 0.5-core node, whose cost alone held it over its setpoint: no rate
 # was left to finish any of them (bench/run fleet --cpu-per-node 0.5).
 ADMIT_AFTER_S = 2 * DEFAULT_WINDOW_S
-# A copy this small ends within ADMIT_AFTER_S even at MIN_SHARE_BYTES_PER_S: the controller could never measure
-# it before it is gone, so the next copy does not wait for its measure (a drain of many small tenants would
-# otherwise run them one after another whatever --max-parallel says). The latency's room still decides.
-SMALL_COPY_BYTES = MIN_SHARE_BYTES_PER_S * ADMIT_AFTER_S  # nor wait for the node's controller's first latency read
+# A copy that ends within ADMIT_AFTER_S at the share of the node's rate it would get is gone before the controller
+# could measure it, so the next copy does not wait for its measure (a drain of many small tenants would otherwise run
+# them one after another whatever --max-parallel says); the latency's room still decides. The share is the node's
+# rate over its copies, that one counted (the rate a first copy starts at when none runs), never taken under
+# MIN_SHARE_BYTES_PER_S: this many bytes, where the node's copies are held to nothing.
+SMALL_COPY_BYTES = MIN_SHARE_BYTES_PER_S * ADMIT_AFTER_S
 # Copies whose cost takes under this share of the room between the load's own latency and the setpoint leave
 # room for another: the model controller's own test for "no knee in sight" (ModelController.FREE), under which
 # it rises freely.
@@ -67,10 +70,7 @@ class Running:
     doc: dict
     started_at: float = field(default_factory=time.monotonic)
     data_bytes: int = 0  # the tenant's size as the plan knew it (0: not known)
-
-    @property
-    def small(self) -> bool:
-        return 0 < self.data_bytes <= SMALL_COPY_BYTES
+    small: bool = False  # it was too small to be measured when it started (MoveRunner.is_small)
     adopted: bool = False                # started by an earlier run, followed by this one
     unreachable_since: float | None = None
     lost: str = ""                       # the source agent forgot it (restarted) or stopped answering
@@ -132,11 +132,23 @@ class MoveRunner:
             self._budgets[node] = (time.monotonic(), doc)
         return doc
 
+    def is_small(self, source: str, data_bytes: int, pending: int = 0) -> bool:
+        """Whether a copy of `data_bytes` off `source` (`pending` more starting with it) would end before the
+        node's controller could measure it: within ADMIT_AFTER_S at its share of the node's rate."""
+        if not data_bytes or data_bytes <= 0:
+            return False  # not known: it waits its turn
+        doc = self.budget_of(source) if self.budget else None
+        copying = int((doc or {}).get("copying") or 0) if (doc or {}).get("active") else 0
+        rate = (doc or {}).get("rate_bytes_per_s") if copying else None
+        rate = START_RATE_BYTES_PER_S if rate is None else float(rate)
+        share = max(self.min_share_bytes_per_s, rate / (copying + 1 + pending))
+        return data_bytes <= max(SMALL_COPY_BYTES, share * ADMIT_AFTER_S)
+
     def may_start(self, source: str, target: str, pending: int = 0, pending_targets: tuple = (),
                   small: bool = False) -> bool:
         """Whether one more move from `source` to `target` ('' for any) may start now, `pending` more
-        (to `pending_targets`) being about to. `small`: this copy and every pending one are under
-        SMALL_COPY_BYTES (none waits for another's measure)."""
+        (to `pending_targets`) being about to. `small`: this copy and every pending one are too small to be
+        measured (is_small: none waits for another's measure)."""
         if len(self.running) + pending >= self.max_parallel:
             self.why_not = f"--max-parallel {self.max_parallel} moves run"
             return False
@@ -232,19 +244,24 @@ class MoveRunner:
         self._stalled_since.pop(source, None)
         return victim
 
-    def start(self, tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0) -> Running:
+    def start(self, tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0,
+              small: bool | None = None) -> Running:
+        """Start one move; `small` as is_small() said when it was admitted (None: asked now)."""
+        if small is None:
+            small = self.is_small(source, data_bytes)
         doc = start_migration(self.agents[source], request)
-        return self._follow(Running(tenant, source, target, doc["id"], doc, data_bytes=data_bytes))
+        return self._follow(Running(tenant, source, target, doc["id"], doc, data_bytes=data_bytes, small=small))
 
     def start_all(self, moves: list[tuple]) -> dict[str, Running | SlackerError]:
-        """Start several moves at once (tenant, source, target, request[, the tenant's size]): a start may
+        """Start several moves at once (tenant, source, target, request[, the tenant's size[, small]]): a start may
         measure the source's latency for a few seconds before it answers, and moves started one after another
         would lose that time each. Returns tenant -> its Running, or the error that refused it."""
         out: dict[str, Running | SlackerError] = {}
 
-        def one(tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0) -> None:
+        def one(tenant: str, source: str, target: str, request: MigrationRequest, data_bytes: int = 0,
+                small: bool | None = None) -> None:
             try:
-                out[tenant] = self.start(tenant, source, target, request, data_bytes)
+                out[tenant] = self.start(tenant, source, target, request, data_bytes, small)
             except SlackerError as exc:
                 out[tenant] = exc
 

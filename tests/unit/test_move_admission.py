@@ -180,7 +180,7 @@ def test_copies_too_small_to_be_measured_do_not_wait_for_a_measure():
     r.start("a", "node-1", "node-2", _request("a", "node-2"), data_bytes=SMALL_COPY_BYTES // 4)
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6, "fraction": 1.0}
     assert r.may_start("node-1", "node-3", small=True)
-    r.start("b", "node-1", "node-3", _request("b", "node-3"), data_bytes=SMALL_COPY_BYTES + 1)
+    r.start("b", "node-1", "node-3", _request("b", "node-3"), data_bytes=10**12)
     assert not r.may_start("node-1", "node-4", small=True) and "not yet measured" in r.why_not  # b is not small
     del r.running["b"]
     agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 50e6, "fraction": 0.5,
@@ -200,3 +200,20 @@ def test_a_small_copy_does_not_wait_for_the_node_s_first_latency_read_a_large_on
                     "latency_s": None, "setpoint_s": 0.05}
     assert r.may_start("node-1", "node-3", small=True), r.why_not
     assert not r.may_start("node-1", "node-3") and "has not read the latency" in r.why_not
+
+
+def test_small_means_gone_before_a_measure_at_the_share_the_copy_would_get():
+    """Small is judged at the rate the copy would get: the node's rate over its copies (the start rate when none
+    runs), never under the least share; a size not known is never small."""
+    from slacker.controller.model import START_RATE_BYTES_PER_S
+    from slacker.rebalance.moves import ADMIT_AFTER_S, SMALL_COPY_BYTES
+
+    agent = _Agent()
+    r = _runner(agent)
+    ten_mb = 10_000_000  # a small shared tenant's files: 4 MB extents beside a few tables
+    assert r.is_small("node-1", ten_mb) and not r.is_small("node-1", 0)
+    assert not r.is_small("node-1", int(START_RATE_BYTES_PER_S * ADMIT_AFTER_S) + 1)
+    agent.budget = {"active": True, "copying": 1, "rate_bytes_per_s": 0, "fraction": 0.0, "latency_s": 0.05}
+    assert not r.is_small("node-1", ten_mb) and r.is_small("node-1", SMALL_COPY_BYTES)  # held: the least share
+    agent.budget = {"active": True, "copying": 3, "rate_bytes_per_s": 40e6, "fraction": 0.4, "latency_s": 0.01}
+    assert r.is_small("node-1", 40e6 / 4 * ADMIT_AFTER_S) and not r.is_small("node-1", 40e6 / 4 * ADMIT_AFTER_S, pending=1)

@@ -60,16 +60,22 @@ class Fleet:
         raise AssertionError(f"unexpected {method} {path}")
 
 
-def test_ten_small_moves_drain_at_the_pace_of_the_moves(tmp_path):
+def _drained(tmp_path, fleet_kind, max_parallel):
+    """node-1's shared TENANTS drained over `fleet_kind`'s agents: (the directory, the fleet, result, seconds)."""
     d = SQLiteStore(tmp_path / "dir.sqlite")
-    for i, t in enumerate(TENANTS):
+    for t in TENANTS:
         d.register(t, "node-1", "127.0.0.2", 20010, kind="shared")
-    fleet = Fleet(d)
+    fleet = fleet_kind(d)
     agents = {n: fleet.agent(n) for n in ("node-1", "node-2", "node-3")}
     t0 = time.monotonic()
-    res = drain(agents, d, "node-1", Settings(sla_s=0.05), DrainOptions(max_parallel=1, holder="test:1"))
+    res = drain(agents, d, "node-1", Settings(sla_s=0.05), DrainOptions(max_parallel=max_parallel, holder="test:1"))
     took = time.monotonic() - t0
     assert res.outcome == "drained", (res.outcome, res.reason)
+    return d, fleet, res, took
+
+
+def test_ten_small_moves_drain_at_the_pace_of_the_moves(tmp_path):
+    d, fleet, res, took = _drained(tmp_path, Fleet, 1)
     assert {d.lookup(t).node for t in TENANTS} <= {"node-2", "node-3"}
     assert took < 0.6 * len(TENANTS), f"{took:.1f}s for {len(TENANTS)} moves that end at once"
     # Only the running migrations are asked for, and each agent's history is read about once a second, not per start.
@@ -118,15 +124,7 @@ class SlowFleet(Fleet):
 
 
 def test_small_tenants_with_no_history_yet_move_one_per_target_at_once_each_next_as_one_ends(tmp_path):
-    d = SQLiteStore(tmp_path / "dir.sqlite")
-    for t in TENANTS:
-        d.register(t, "node-1", "127.0.0.2", 20010, kind="shared")
-    fleet = SlowFleet(d)
-    agents = {n: fleet.agent(n) for n in ("node-1", "node-2", "node-3")}
-    t0 = time.monotonic()
-    res = drain(agents, d, "node-1", Settings(sla_s=0.05), DrainOptions(max_parallel=4, holder="test:1"))
-    took = time.monotonic() - t0
-    assert res.outcome == "drained", (res.outcome, res.reason)
+    _, fleet, res, took = _drained(tmp_path, SlowFleet, 4)
     assert all(m.data_bytes == 100_000 for m in res.tenants.values())  # the size from the rows
     spans = sorted(fleet.spans.values())
     overlaps = sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1])

@@ -174,13 +174,14 @@ class Scenario:
         return owner
 
 
-def writable_nodes(servers: dict, password: str, tls=None) -> list[str]:
+def writable_nodes(servers: dict, password: str, tls=None, user: str = mariadb.APP_USER,
+                   database: str = "acks") -> list[str]:
     """Of `servers` (node -> (host, port) of its copy of a tenant), the nodes whose copy accepts an
-    INSERT through the application account now."""
+    INSERT into `database`.probe through the application account `user` now."""
     out = []
     for name, (host, port) in servers.items():
         try:
-            conn = mariadb.connect(user=mariadb.APP_USER, password=password, host=host, port=port,
+            conn = mariadb.connect(user=user, password=password, host=host, port=port,
                                    timeout_s=1, ssl_context=tls)
         except Exception:
             continue
@@ -190,7 +191,7 @@ def writable_nodes(servers: dict, password: str, tls=None) -> list[str]:
                 # reaching disk and read_only reaching the server, an unbounded probe would wait out the
                 # whole freeze. Waiting for the lock is not accepting the write: give up after 1 s.
                 cur.execute("SET SESSION lock_wait_timeout = 1")
-                cur.execute("INSERT INTO acks.probe VALUES (%s, -1, %s)", (name, time.time()))
+                cur.execute(f"INSERT INTO `{database}`.probe VALUES (%s, -1, %s)", (name, time.time()))
             out.append(name)
         except Exception:
             pass

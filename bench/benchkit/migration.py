@@ -16,12 +16,13 @@ from slacker.router import local as local_router
 
 
 def create_loaded_tenant(cluster, tenant_id: str = "mig", rows: int = 4000, node: str = "node-1",
-                         database: str | None = None) -> None:
-    """A tenant with about rows x 2.5 KB of data in two tables, in `database` (None: its session's, else shop:
-    slacker/loads.py)."""
+                         database: str | None = None, kind: str = "server") -> None:
+    """A tenant of `kind` (a whole server, or a database in the node's shared server) with about rows x 2.5 KB
+    of data in two tables, in `database` (None: its session's, else shop: slacker/loads.py)."""
     agents, _ = cluster_clients(cluster)
-    agents[node].request("POST", "/v1/tenants", {"id": tenant_id, "buffer_pool_bytes": 64 * 1024 * 1024},
-                         timeout_s=180)
+    body = ({"id": tenant_id, "kind": "shared"} if kind == "shared"
+            else {"id": tenant_id, "buffer_pool_bytes": 64 * 1024 * 1024})
+    agents[node].request("POST", "/v1/tenants", body, timeout_s=180)
     ep = resolve(tenant_id, cluster)
     conn = ep.connect()
     db = loads.for_connection(conn, database, "shop")

@@ -112,3 +112,23 @@ def test_a_cli_that_quit_while_its_migration_went_on_is_counted():
             run("flip", "kill-cli", 0.1, 0.1, result="succeeded", cli_exit=-9),
             run("delta", "abort", 0.0, 0.0, result="aborted", cli_exit=8)]
     assert phases.summary(runs)["cli_gave_up"] == 1
+
+
+def test_the_shared_plan_aims_the_copy_tool_only_where_it_runs():
+    cases = [c for s in (1, 2, 3) for c in phases.plan(60, s, phases.KINDS_SHARED)]
+    tool = {c.aim for c in cases if c.kind == "kill-copy-tool"}
+    assert tool == {"snapshot", "prepare"}
+    pairs = {(c.aim, c.kind) for c in cases}
+    assert len(pairs) == len(phases.AIMS) * len(phases.KINDS) + 2  # every other pair too
+
+
+def test_a_neighbours_lost_write_is_unsafe_and_its_failures_are_charged_to_its_own_servers_kill():
+    runs = [run("delta", "kill-source-server", 0.5, 0.5, lost_neighbours=0, neighbour_failed=7,
+                neighbours_down=["nb1"], ttw_neighbours_s=12.0),
+            run("flip", "kill-source-agent", 0.1, 0.1, lost_neighbours=1, neighbour_failed=2, neighbours_down=[])]
+    assert not phases.unsafe(runs[0]) and phases.unsafe(runs[1])
+    assert phases.table(runs)[1]["lost"] == 1
+    s = phases.summary(runs)
+    assert s["lost_neighbours"] == 1 and s["neighbour_failed"] == 9 and s["neighbour_failed_not_down"] == 2
+    assert s["neighbour_ttw_max"] == 12.0 and s["neighbour_ttw_over_10s"] == 1
+    assert "lost_neighbours" not in phases.summary([run("delta", "abort", 0.1, 0.1)])  # a whole server's runs

@@ -5,6 +5,11 @@ One seed = one fresh three-node cluster (node-3 serves the directory, node-1 and
 source and target) with a router on 127.0.0.1, one small tenant, two acknowledged writers (one at
 the owner's address, re-located through the directory after a move; one through the router as a
 stock MySQL client) and a prober that tries a write on every node's copy every 100 ms.
+
+With kind "shared" the tenant is a database in node-1's shared server, and each of the two nodes' shared
+servers holds a neighbour with its own acknowledged writer through the router: a move's source and target
+each have one. A kill of a "server" is then the node's shared server (the neighbour on it fails while it is
+down), and the copy tool (the dump or the partial backup) is one more process to kill.
 """
 
 from __future__ import annotations
@@ -101,8 +106,13 @@ class Operator:
 
 class Bench:
     def __init__(self, seed: int, run_dir: Path, *, rows: int, rate: float, hold_s: float, copy_rate: float,
-                 address: str, api_port: int, port_range: str, router: str, log=print) -> None:
+                 address: str, api_port: int, port_range: str, router: str, log=print, kind: str = "server",
+                 snapshot: str = "alternate") -> None:
         self.seed = seed
+        self.kind = kind
+        self.shared = kind == "shared"
+        self.snapshot = snapshot  # a shared move's method: logical, physical, or alternate (odd moves physical)
+        self.neighbours: dict[str, str] = {"chaosnb1": "node-1", "chaosnb2": "node-2"} if self.shared else {}
         self.rows = rows
         self.rate = rate
         self.hold_s = hold_s
@@ -115,36 +125,71 @@ class Bench:
                                      "--router", router])
         self.rng = random.Random(seed)
         self.pending: subprocess.Popen | None = None  # a `cluster up` running in the background
+        self.aim = ""  # the running case's aimed phase
 
     # ---- setup -----------------------------------------------------------------------------
     def start(self) -> None:
         self.op.create()
         self.cluster = load_cluster(str(self.op.cluster_file))
-        create_loaded_tenant(self.cluster, self.tenant, rows=self.rows)
+        agents = cluster_clients(self.cluster)[0]
+        for nb, node in self.neighbours.items():  # first, so both nodes' shared servers run before any move
+            agents[node].request("POST", "/v1/tenants", {"id": nb, "kind": "shared"}, timeout_s=180)
+        create_loaded_tenant(self.cluster, self.tenant, rows=self.rows, kind=self.kind)
         own = cluster_clients(self.cluster)[1].lookup(self.tenant)
-        self.password = (self.node_dir("node-1") / "tenants" / self.tenant / "secrets" / "app.password") \
-            .read_text().strip()
+        ep = resolve(self.tenant, self.cluster)
+        self.password, self.user = ep.password, ep.user
         self.direct = AckedWriter(TenantClient.for_cluster(self.tenant, self.cluster, reconnect_timeout_s=5),
                                   writer_id=1, rate_per_s=self.rate).start()
-        routed = RouterClient(self.router_address, self.tenant, self.password)
+        self.db = self.direct.database  # acks in a whole server, the tenant's own database in a shared one
+        self.routed = AckedWriter(self.router_client(self.tenant, self.password), writer_id=2,
+                                  rate_per_s=self.rate).start()
+        self.neighbour_writers = {
+            nb: AckedWriter(self.router_client(nb, resolve(nb, self.cluster).password), writer_id=10 + i,
+                            rate_per_s=self.rate / 2).start()
+            for i, nb in enumerate(self.neighbours)}
+        if self.shared:
+            self.servers = {n.name: (n.tenant_host, self.shared_port(n.name)) for n in self.cluster.nodes.values()
+                            if n.name in self.neighbours.values()}
+        else:
+            self.servers = {n.name: (n.tenant_host, own.port) for n in self.cluster.nodes.values()}
+        self.prober = WriteProber(self.servers, self.user, self.password, database=self.db).start()
+
+    def router_client(self, tenant: str, password: str) -> RouterClient:
+        """A client of `tenant` through the router, once the router knows it (it learns a new tenant from the
+        directory's watch: a moment after it is created)."""
+        routed = RouterClient(self.router_address, tenant, password)
         deadline = time.monotonic() + 60
-        while True:  # the router learns a new tenant from the directory's watch: a moment after it is created
+        while True:
             try:
                 routed.connection()
-                break
+                return routed
             except Exception:
                 if time.monotonic() > deadline:
                     raise
                 routed.close()
                 time.sleep(0.2)
-        self.routed = AckedWriter(routed, writer_id=2, rate_per_s=self.rate).start()
-        self.servers = {n.name: (n.tenant_host, own.port) for n in self.cluster.nodes.values()}
-        self.prober = WriteProber(self.servers, mariadb.APP_USER, self.password).start()
+
+    def shared_port(self, node: str) -> int:
+        return int(json.loads((self.node_dir(node) / "shared" / "server.json").read_text())["port"])
 
     def stop(self) -> None:
         for part in ("direct", "routed", "prober"):
             if hasattr(self, part):
                 getattr(self, part).stop()
+        for w in getattr(self, "neighbour_writers", {}).values():
+            w.stop()
+
+    def record_file(self, node: str) -> Path:
+        """The tenant's record on `node`: its server's metadata, or its record beside the shared server."""
+        if self.shared:
+            return self.node_dir(node) / "shared" / "tenants" / self.tenant / "tenant.json"
+        return self.node_dir(node) / "tenants" / self.tenant / "tenant.json"
+
+    def server_pid_file(self, node: str) -> Path:
+        """The pid file of the server that holds the tenant on `node`."""
+        if self.shared:
+            return self.node_dir(node) / "shared" / "run" / "mariadbd.pid"
+        return self.node_dir(node) / "tenants" / self.tenant / "run" / "mariadbd.pid"
 
     def node_dir(self, node: str) -> Path:
         return self.op.run_dir / node
@@ -169,8 +214,10 @@ class Bench:
 
     def wait_retiring(self, node: str, deadline: float) -> bool:
         """Until the tenant on `node` is marked retired on disk (True), or is gone or the time is up (False)."""
-        meta = self.node_dir(node) / "tenants" / self.tenant / "tenant.json"
+        meta = self.record_file(node)
         while time.monotonic() < deadline:
+            if self.shared and not meta.exists():
+                return True  # a shared copy's retirement begins by setting its record aside
             try:
                 if json.loads(meta.read_text()).get("desired_state") == "retired":
                     return True
@@ -183,7 +230,9 @@ class Bench:
 
     def target_fenced(self, node: str) -> bool | None:
         try:
-            meta = json.loads((self.node_dir(node) / "tenants" / self.tenant / "tenant.json").read_text())
+            meta = json.loads(self.record_file(node).read_text())
+            if self.shared and meta.get("state") != "ready":
+                return True  # a move's incoming copy: no account to write with until its activation
             return bool(meta.get("fenced"))
         except (OSError, ValueError):
             return None
@@ -196,8 +245,20 @@ class Bench:
             return read_pid(self.node_dir(node) / "agent.pid"), f"agent {node}"
         if kind in ("kill-source-server", "kill-target-server"):
             node = source if kind == "kill-source-server" else target
-            return read_pid(self.node_dir(node) / "tenants" / self.tenant / "run" / "mariadbd.pid"), \
-                f"{self.tenant}'s server on {node}"
+            return read_pid(self.server_pid_file(node)), \
+                f"{node}'s shared server" if self.shared else f"{self.tenant}'s server on {node}"
+        if kind == "kill-copy-tool":
+            tools = [(pid, cmd) for pid, cmd in processes_mentioning(self.tenant)
+                     if any(t in cmd.split(" ", 1)[0] for t in ("mariadb-dump", "mariabackup", "mariadb-backup"))
+                     and alive(pid)]
+            if not tools:
+                return None, "copy tool"
+            if self.aim == "prepare":  # the target's `--prepare`, not the source's stream that is ending then
+                tools = [(pid, cmd) for pid, cmd in tools if "--prepare" in cmd]
+                if not tools:
+                    return None, "copy tool mariabackup --prepare"
+            pid, cmd = tools[0]
+            return pid, f"copy tool {Path(cmd.split(' ', 1)[0]).name} ({pid})"
         if kind == "kill-router":
             return read_pid(self.op.run_dir / "router" / "router.pid"), "router"
         if kind == "kill-cli":
@@ -227,6 +288,24 @@ class Bench:
             out["t_back"] = time.monotonic()
             return out
         pid, what = self.pid_of(kind, source, target, cli)
+        if kind == "kill-copy-tool":
+            # The prepare phase opens with its hold, before `mariabackup --prepare` starts: wait for the tool,
+            # and kill it the moment it is seen (a short prepare is over within a poll or two).
+            deadline = time.monotonic() + self.hold_s + 10
+            while time.monotonic() < deadline and cli.poll() is None:
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        out["note"] = f"SIGKILL {what}"
+                        out["t_back"] = time.monotonic()  # nothing to bring back: the agents go on
+                        return out
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.005)
+                pid, what = self.pid_of(kind, source, target, cli)
+            out["note"] = f"nothing to kill: no {what} running"
+            out["t_back"] = t_kill
+            return out
         if pid is None or not alive(pid):
             out["note"] = f"nothing to kill: no {what} running"
             out["t_back"] = t_kill
@@ -269,19 +348,19 @@ class Bench:
         """When the supervisor had the tenant's server running again on `node` (the kill's moment if it was
         not restarted there: retired, or a copy the migration removed)."""
         deadline = time.monotonic() + timeout_s
-        pid_file = self.node_dir(node) / "tenants" / self.tenant / "run" / "mariadbd.pid"
+        pid_file = self.server_pid_file(node)
         while time.monotonic() < deadline:
             pid = read_pid(pid_file)
             if pid and pid != old_pid and alive(pid):
                 return time.monotonic()
-            if not (self.node_dir(node) / "tenants" / self.tenant).exists():
+            if not self.shared and not (self.node_dir(node) / "tenants" / self.tenant).exists():
                 return t_kill
             time.sleep(0.05)
         return t_kill
 
     # ---- checks ----------------------------------------------------------------------------------
     def writable(self) -> list[str]:
-        return writable_nodes(self.servers, self.password)
+        return writable_nodes(self.servers, self.password, user=self.user, database=self.db)
 
     def leftovers(self, owner: str) -> list[str]:
         found = []
@@ -289,12 +368,41 @@ class Bench:
             d = self.node_dir(n)
             found += [str(p) for p in (d / "journal").glob("*.json")]
             found += [str(p) for p in (d / "migrations").glob("*") if p.is_dir() and not p.name.startswith(".")]
-            if n != owner and (d / "tenants" / self.tenant).exists():
-                found.append(str(d / "tenants" / self.tenant))
-            for area in (d / "tenants" / ".trash", d / "tenants" / ".building", d / "migrations" / ".trash"):
+            if n != owner and self.record_file(n).parent.exists():
+                found.append(str(self.record_file(n).parent))
+            areas = [d / "tenants" / ".trash", d / "tenants" / ".building", d / "migrations" / ".trash"]
+            if self.shared:
+                areas += [d / "shared" / "tenants" / ".trash", d / "shared" / "tenants" / ".building"]
+            for area in areas:
                 found += [str(p) for p in area.glob("*")]  # a removal or creation a crash cut short
+            if self.shared and n in self.neighbours.values():
+                found += [f"{n}: {what}" for what in self.in_shared_server(n, owner)]
         found += [cmd[:120] for _, cmd in processes_mentioning(f"{self.tenant}-20")]
         return found
+
+    def in_shared_server(self, node: str, owner: str) -> list[str]:
+        """What of the tenant `node`'s shared server still holds where it should not: its database and
+        account anywhere but on the owner, and any replication connection (nothing else here replicates)."""
+        d = self.node_dir(node)
+        try:
+            conn = pymysql.connect(unix_socket=str(d / "sock" / "_shared.sock"), user="slacker", autocommit=True,
+                                   password=(d / "shared" / "secrets" / "admin.password").read_text().strip(),
+                                   connect_timeout=2)
+        except Exception as exc:
+            return [f"shared server not answering ({type(exc).__name__})"]
+        out = []
+        try:
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                if node != owner:
+                    cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (self.tenant,))
+                    out += ["database"] if cur.fetchall() else []
+                    cur.execute("SELECT 1 FROM mysql.global_priv WHERE User = %s", (self.user,))
+                    out += ["account"] if cur.fetchall() else []
+                cur.execute("SHOW ALL SLAVES STATUS")
+                out += [f"replication {r['Connection_name']}" for r in cur.fetchall()]
+        finally:
+            conn.close()
+        return out
 
     def settle(self, timeout_s: float = 60) -> tuple[str | None, list[str], bool]:
         """Until exactly one server takes writes and it is the directory's owner: (owner, writable, held)."""
@@ -314,19 +422,25 @@ class Bench:
     def lost(self, ids: list[int]) -> int:
         if not ids:
             return 0
-        conn = resolve(self.tenant, self.cluster).connect()
+        return self.lost_of(self.tenant, self.db, ids)
+
+    def lost_of(self, tenant: str, db: str, ids: list[int]) -> int:
+        """Of the acknowledged `ids`, how many are not in `db`.log on `tenant`'s owner."""
+        if not ids:
+            return 0
+        conn = resolve(tenant, self.cluster).connect()
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT id FROM acks.log WHERE id BETWEEN %s AND %s", (min(ids), max(ids)))
+                cur.execute(f"SELECT id FROM `{db}`.log WHERE id BETWEEN %s AND %s", (min(ids), max(ids)))
                 have = {r[0] for r in cur.fetchall()}
         finally:
             conn.close()
         return len(set(ids) - have)
 
     # ---- one run -----------------------------------------------------------------------------
-    def migrate_cmd(self, case: phases.Case, target: str) -> list[str]:
+    def migrate_cmd(self, case: phases.Case, target: str, i: int = 1) -> list[str]:
         """The operator's `slacker migrate`, with --hold (rehearsals: the agents run with --fault-injection)
-        at the point that opens the aimed phase."""
+        at the point that opens the aimed phase (and a shared move's snapshot method, alternating by move)."""
         held = case.aim in phases.HOLD_IN_FREEZE
         cmd = [sys.executable, "-m", "slacker", "--cluster", str(self.op.cluster_file), "migrate", self.tenant,
                "--to", target, "--max-freeze", f"{self.hold_s + 1.5 if held else 0.5}s"]
@@ -335,6 +449,11 @@ class Bench:
             cmd += ["--rate", f"{int(self.copy_rate)}B/s"]
         if case.aim == "verify":
             cmd.append("--verify")
+        if self.shared:
+            method = self.snapshot if self.snapshot != "alternate" else ("physical" if i % 2 else "logical")
+            if case.kind == "kill-copy-tool" and case.aim == "prepare":
+                method = "physical"  # the dump's prepare runs no tool: only the partial backup's is there to kill
+            cmd += ["--snapshot", method]
         return cmd
 
     def wait_aim(self, case: phases.Case, source: str, target: str, mid: str, deadline: float) -> dict | None:
@@ -364,10 +483,14 @@ class Bench:
     def one(self, i: int, case: phases.Case, source: str, target: str) -> dict:
         run: dict = {"seed": self.seed, "n": i, "aim": case.aim, "kind": case.kind, "source": source,
                      "target": target, "hand_steps": [], "faults": []}
+        self.aim = case.aim
         marks = (len(self.direct.txns), len(self.routed.txns), len(self.direct.acked), len(self.routed.acked),
                  len(self.prober.double_writable))
+        nb_marks = {nb: (len(w.txns), len(w.acked)) for nb, w in self.neighbour_writers.items()}
         before = self.migration_ids(source)
-        cmd = self.migrate_cmd(case, target)
+        cmd = self.migrate_cmd(case, target, i)
+        if self.shared:
+            run["snapshot"] = cmd[cmd.index("--snapshot") + 1]
         t0 = time.monotonic()
         cli = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
@@ -423,6 +546,11 @@ class Bench:
                 run["hand_steps"].append(f[key])
         t_back = max(f["t_back"], f.get("t_first_back") or 0.0)
         run["killed_to_back_s"] = round(t_back - f["t_kill"], 3)
+        down = ({source: "kill-source-server", target: "kill-target-server"}
+                if (f.get("note") or "").startswith("SIGKILL") else {})
+        # The neighbours on a killed shared server: down with it; their time to writable is counted as the mover's.
+        run["neighbours_down"] = [nb for nb, node in self.neighbours.items() if down.get(node) == case.kind
+                                  or (case.kind == "kill-router" and down)]  # their path, the router, died
         if phases.HOLD_POINT[case.aim]:
             # What was left of the hold when the restart ended: a migration that went on holding keeps the
             # tenant unwritable that long by the bench's own doing (at most --hold).
@@ -438,6 +566,15 @@ class Bench:
         # The whole gap as a writer saw it, from the fault itself (the restart's own time included).
         run["from_fault_direct_s"] = phases.first_accept_after(self.direct.txns[marks[0]:], f["t_kill"])
         run["from_fault_router_s"] = phases.first_accept_after(self.routed.txns[marks[1]:], f["t_kill"])
+        if run["neighbours_down"]:
+            deadline = t_back + WRITABLE_WAIT_S
+            while True:
+                back = [phases.first_accept_after(self.neighbour_writers[nb].txns[nb_marks[nb][0]:], t_back)
+                        for nb in run["neighbours_down"]]
+                if all(b is not None for b in back) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            run["ttw_neighbours_s"] = None if None in back else max(back)
         # The migration's own end, as the (maybe restarted) source agent reports it.
         end = None
         deadline = time.monotonic() + END_WAIT_S
@@ -485,6 +622,16 @@ class Bench:
             run["lost_router"] = self.lost(self.routed.acked[marks[3]:])
         except Exception as exc:  # no owner to ask: the run is unsafe already (one_owner false)
             run["lost_check"] = f"{type(exc).__name__}: {exc}"[:200]
+        if self.shared:
+            run["acked_neighbours"] = sum(len(w.acked) - nb_marks[nb][1] for nb, w in self.neighbour_writers.items())
+            run["neighbour_failed"] = sum(t.outcome != "acked" for nb, w in self.neighbour_writers.items()
+                                          for t in w.txns[nb_marks[nb][0]:])
+            try:
+                run["lost_neighbours"] = sum(self.lost_of(nb, nb, w.acked[nb_marks[nb][1]:])
+                                             for nb, w in self.neighbour_writers.items())
+            except Exception as exc:
+                run["lost_neighbours"] = 0
+                run["lost_check"] = f"neighbours: {type(exc).__name__}: {exc}"[:200]
         run["note"] = "; ".join(f["note"] for f in run["faults"] if f.get("note"))
         run["fault_injection"] = self.fault_injection_on()
         run["seconds"] = round(time.monotonic() - t0, 1)

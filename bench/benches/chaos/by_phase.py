@@ -10,6 +10,13 @@ gets in), and whether every later move of the tenant went through with no hand s
 
     bench/run chaos --phases --seeds 3 --moves 60 --json 'docs/data/chaos-phases-seed{seed}.json'
     bench/run chaos --phases --report docs/data/chaos-phases-seed*.json --plot docs/img/chaos-phases.png
+
+With --kind shared the tenant is a database in node-1's shared server beside a neighbour on each node's shared
+server (each with its own writer through the router); the faults add the copy tool (aimed at the snapshot and
+prepare phases), a server kill is the node's shared server, and the runs count the neighbours' lost writes,
+failed requests and time to writable after their own server's kill:
+
+    bench/run chaos --phases --kind shared --seeds 1 --moves 60 --json 'docs/data/chaos-shared-seed{seed}.json'
 """
 
 from __future__ import annotations
@@ -58,6 +65,10 @@ def report(runs: list[dict], final: list[dict] | None = None) -> str:
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="bench/run chaos --phases", description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", action="store_true", help="the phase-aimed mode (this one)")
+    ap.add_argument("--kind", choices=["server", "shared"], default="server",
+                    help="the tenant's kind: a whole server, or a database in the node's shared server")
+    ap.add_argument("--snapshot", choices=["logical", "physical", "alternate"], default="alternate",
+                    help="a shared move's snapshot method (alternate: odd moves physical, even ones logical)")
     ap.add_argument("--seeds", type=int, default=1, help="how many seeds, one fresh cluster each, run in sequence")
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--moves", type=int, default=10, help="faulted moves per seed")
@@ -91,15 +102,16 @@ def main(argv: list[str]) -> None:
     from .aimed import Bench, Seed
 
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        cases = phases.plan(args.moves, seed)
+        cases = phases.plan(args.moves, seed, phases.KINDS_SHARED if args.kind == "shared" else phases.KINDS)
         if args.only:
             only = [tuple(x.split(":", 1)) for x in args.only.split(",")]
             cases = [phases.Case(*only[i % len(only)], c.offset) for i, c in enumerate(cases)]
         tmp = Path(tempfile.mkdtemp(prefix="sl-chaosph-", dir="/tmp"))
         bench = Bench(seed, tmp / "run", rows=args.rows, rate=args.rate, hold_s=args.hold, copy_rate=args.copy_rate,
-                      address=args.address, api_port=args.api_port, port_range=args.port_range, router=args.router)
+                      address=args.address, api_port=args.api_port, port_range=args.port_range, router=args.router,
+                      kind=args.kind, snapshot=args.snapshot)
         started = datetime.datetime.now(datetime.timezone.utc)
-        print(f"# bench/run chaos --phases seed={seed} moves={args.moves} hold={args.hold}s rows={args.rows} "
+        print(f"# bench/run chaos --phases kind={args.kind} seed={seed} moves={args.moves} hold={args.hold}s rows={args.rows} "
               f"rate={args.rate}/s per writer, on {platform.node()} ({os.cpu_count()} cpus), "
               f"{started:%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}", flush=True)
         print(HEADER, flush=True)
@@ -115,6 +127,9 @@ def main(argv: list[str]) -> None:
             lost_all = {}
             try:
                 lost_all = {"direct": bench.lost(bench.direct.acked), "router": bench.lost(bench.routed.acked)}
+                if getattr(bench, "neighbour_writers", None):
+                    lost_all["neighbours"] = sum(bench.lost_of(nb, nb, w.acked) for nb, w in bench.neighbour_writers.items())
+                    lost_all["neighbours_acked"] = sum(len(w.acked) for w in bench.neighbour_writers.values())
             except Exception as exc:
                 lost_all = {"error": str(exc)[:200]}
             for f in final:
@@ -129,7 +144,7 @@ def main(argv: list[str]) -> None:
                 path = Path(args.json.replace("{seed}", str(seed)))
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps({
-                    "seed": seed, "moves": args.moves, "command": "bench/run chaos " + " ".join(argv),
+                    "seed": seed, "kind": args.kind, "moves": args.moves, "command": "bench/run chaos " + " ".join(argv),
                     "machine": f"{platform.node()} ({os.cpu_count()} cpus)", "started": started.isoformat(),
                     "load_end": os.getloadavg(), "hold_s": args.hold, "rows": args.rows, "rate": args.rate,
                     "runs": runs, "final_moves": final, "lost_whole_seed": lost_all,

@@ -25,6 +25,11 @@ HOLD_IN_FREEZE = ("freeze", "fence")
 
 KINDS = ("kill-source-agent", "kill-target-agent", "kill-source-server", "kill-target-server", "kill-cli",
          "kill-router", "kill-directory-agent", "stop-directory", "abort")
+# A shared tenant's move adds its copy tool (the source's `mariadb-dump` or `mariabackup --databases`, the target's
+# `mariabackup --prepare`), which runs in the snapshot and prepare phases only. Its "server" kills are the node's
+# shared server: every neighbour on it goes down with the mover.
+KINDS_SHARED = KINDS + ("kill-copy-tool",)
+ONLY_IN = {"kill-copy-tool": ("snapshot", "prepare")}
 
 # Where a fault can land, in the order of a migration (the table's rows).
 LANDED = ("preflight", "snapshot", "prepare", "delta", "verify", "freeze", "fence", "flip", "activation",
@@ -38,11 +43,12 @@ class Case:
     offset: float  # fraction of the phase's window at which the fault lands (0..1)
 
 
-def plan(moves: int, seed: int) -> list[Case]:
-    """`moves` cases for `seed`. Every (aim, kind) pair is one item of a block; blocks are shuffled
-    one by one from a fixed sequence, and seed s takes the s-th run of `moves` items from it, so
-    seeds 1..k together cover every pair about k * moves / |pairs| times, none twice before all once."""
-    pairs = [(a, k) for a in AIMS for k in KINDS]
+def plan(moves: int, seed: int, kinds: tuple[str, ...] = KINDS) -> list[Case]:
+    """`moves` cases for `seed`. Every (aim, kind) pair is one item of a block (a kind that lives in some
+    phases only, ONLY_IN, is aimed at those); blocks are shuffled one by one from a fixed sequence, and seed
+    s takes the s-th run of `moves` items from it, so seeds 1..k together cover every pair about
+    k * moves / |pairs| times, none twice before all once."""
+    pairs = [(a, k) for a in AIMS for k in kinds if a in ONLY_IN.get(k, AIMS)]
     start = (seed - 1) * moves
     seq: list[tuple[str, str]] = []
     block = 0
@@ -107,7 +113,7 @@ def unsafe(run: dict) -> bool:
     """The run broke safety: not exactly one writable owner (the directory's), a lost write, or two
     servers taking writes in one probe tick."""
     return (not run.get("one_owner", run.get("blocked", False)) or run.get("lost_direct", 0) + run.get("lost_router", 0) > 0
-            or run.get("split_brain_ticks", 0) > 0)
+            or run.get("split_brain_ticks", 0) > 0 or run.get("lost_neighbours", 0) > 0)
 
 
 def cli_gave_up(run: dict) -> bool:
@@ -127,7 +133,7 @@ def table(runs: list[dict], by_kind: bool = True) -> list[dict]:
     by_kind false, one row per landed phase (kind "all")."""
     rows = []
     for phase in LANDED:
-        for kind in (KINDS if by_kind else ("all",)):
+        for kind in (KINDS_SHARED if by_kind else ("all",)):
             rs = [r for r in runs if r["landed"] == phase and kind in (r["kind"], "all")]
             if not rs:
                 continue
@@ -137,7 +143,8 @@ def table(runs: list[dict], by_kind: bool = True) -> list[dict]:
                          "direct_p50": pct(d, 0.5), "direct_max": max(d, default=math.nan),
                          "router_p50": pct(rt, 0.5), "router_max": max(rt, default=math.nan),
                          "unsafe": sum(unsafe(r) for r in rs),
-                         "lost": sum(r.get("lost_direct", 0) + r.get("lost_router", 0) for r in rs),
+                         "lost": sum(r.get("lost_direct", 0) + r.get("lost_router", 0) + r.get("lost_neighbours", 0)
+                                     for r in rs),
                          "split_brain": sum(r.get("split_brain_ticks", 0) for r in rs),
                          "router_failed": sum(r.get("router_failed", 0) for r in rs),
                          "hand_step_runs": sum(bool(r.get("hand_steps")) for r in rs)})
@@ -161,6 +168,7 @@ def summary(runs: list[dict]) -> dict:
             "lost_router": sum(r.get("lost_router", 0) for r in runs),
             "split_brain_ticks": sum(r.get("split_brain_ticks", 0) for r in runs),
             "router_failed": sum(r.get("router_failed", 0) for r in runs),
+            **_neighbours(runs),
             "hand_step_runs": sum(bool(r.get("hand_steps")) for r in runs),
             "ttw_direct_p50": _num(pct(d, 0.5)), "ttw_direct_max": _num(max(d, default=math.nan)),
             "ttw_router_p50": _num(pct(rt, 0.5)), "ttw_router_max": _num(max(rt, default=math.nan)),
@@ -168,6 +176,20 @@ def summary(runs: list[dict]) -> dict:
             "cli_gave_up": sum(cli_gave_up(r) for r in runs),
             "worst": None if w is None else {k: w.get(k) for k in ("seed", "n", "aim", "kind", "landed",
                                                                     "ttw_direct_s", "ttw_router_s", "note")}}
+
+
+def _neighbours(runs: list[dict]) -> dict:
+    """A shared tenant's neighbours (runs with any): writes lost, failed requests (only a kill of their own shared
+    server may fail them), and time to writable after such a kill (goal: within 10 s of its return)."""
+    mine = [r for r in runs if "lost_neighbours" in r]
+    if not mine:
+        return {}
+    back = [_ttw(r, "ttw_neighbours_s") for r in mine if r.get("neighbours_down")]
+    return {"lost_neighbours": sum(r["lost_neighbours"] for r in mine),
+            "neighbour_failed": sum(r.get("neighbour_failed", 0) for r in mine),
+            "neighbour_failed_not_down": sum(r.get("neighbour_failed", 0) for r in mine if not r.get("neighbours_down")),
+            "neighbour_ttw_max": _num(max(back, default=math.nan)),
+            "neighbour_ttw_over_10s": sum(v > 10 for v in back)}
 
 
 def _num(v: float):

@@ -10,6 +10,7 @@ need is `slacker/mariadb/onedb.py`; docs/shared-engine.md has the measured facts
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -33,6 +34,8 @@ CHUNK = 256 * 1024
 # How much of the dump's text is kept to find its position: its head (the binlog file and offset) and
 # its tail (the GTID position, written after the last row).
 HEAD_BYTES = TAIL_BYTES = 64 * 1024
+
+log = logging.getLogger("slacker.onedb_snapshot")
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,10 @@ def import_prepared(backup_dir: Path, db: str, definitions: dict[str, str], data
         onedb.import_tablespaces(tgt, db, tables)
         for t in tables:
             (dest / (onedb.dir_name(t) + ".cfg")).unlink(missing_ok=True)
+        # Nothing may be written into the imported tables before a checkpoint has passed the import: until
+        # then a crash of the target's server loses every such change (onedb.checkpoint_past_import).
+        waited = onedb.checkpoint_past_import(tgt)
+        log.info("%s imported; InnoDB's checkpoint passed the import after %.2fs", db, waited)
     except Exception as exc:
         # The target's copy is disposable until the flip: nothing half-imported stays behind.
         if created:

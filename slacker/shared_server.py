@@ -94,7 +94,7 @@ class SharedServer(Tenant):
 
     def server_config(self) -> mariadb.ServerConfig:
         return replace(super().server_config(), tenant_id="the node's shared server", gtid_domain_id=self.gtid_domain_id,
-                       log_slave_updates=False, user_statistics=True)
+                       log_slave_updates=False, user_statistics=True, skip_slave_start=True)
 
 
 class SharedServerManager:
@@ -105,6 +105,9 @@ class SharedServerManager:
         self.directory = directory
         self.root = tenants.data_root / SHARED_DIR
         self.restarts = 0
+        # Called with the server each time it has started: the owner of its moves' replication connections
+        # (kinds/shared.py) sets their filters again and starts them (the server starts none by itself).
+        self.after_start = lambda server: None
         # What a crash left half laid out (at agent start only, nothing is being built then).
         trash.sweep_building(tenants.data_root)
 
@@ -133,6 +136,7 @@ class SharedServerManager:
         """Start it; the first start after it was made also creates its accounts (an init file, as a tenant's)."""
         if server.info.extra.get("accounts_made"):
             self.tenants.start_tenant(server, timeout_s=timeout_s)
+            self.after_start(server)
             return
         init_file = server.root / "secrets" / "init.sql"
         mariadb.write_secret(init_file, mariadb.bootstrap_sql(server.admin_password(), None, server.backup_password(),

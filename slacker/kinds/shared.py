@@ -55,6 +55,7 @@ class SharedTenants(LocalTenants):
     def __init__(self, node, kind) -> None:
         self.node, self.kind = node, kind
         self.server = SharedServerManager(node.tenants, node.directory)
+        self.server.after_start = self._rearm_deltas
         self._lock = threading.RLock()  # one create, delete or tick at a time
         self._parsed: dict[str, tuple[tuple, dict]] = {}  # record file -> (its stat, its contents)
         self._views: dict[str, tuple[tuple, LocalTenant]] = {}  # record file -> ((its stat, the server's), view)
@@ -384,6 +385,23 @@ class SharedTenants(LocalTenants):
             trash.put_in_place(built, self._dir(tenant_id))
             self._changed()
             return self._dir(tenant_id) / "work"
+
+    def _rearm_deltas(self, server: SharedServer) -> None:
+        """The server has started (again): each incoming move's replication connection gets its one database's
+        filter back and runs on from its position (gtid_slave_pos is transactional). The server started none
+        itself: unfiltered, a connection would apply the neighbours' databases of its source too."""
+        records = self.incoming()
+        if not records:
+            return
+        conn = server.admin_connect()
+        try:
+            for r in records:
+                if r.get("incoming_from") and onedb.rearm_delta(conn, onedb.connection_name(r["incoming_from"]),
+                                                                r["id"]):
+                    log.info("shared tenant %s: its move's replication from %s filtered and started again",
+                             r["id"], r["incoming_from"])
+        finally:
+            conn.close()
 
     def incoming(self) -> list[dict]:
         return [r for r in self._records() if r.get("state") == INCOMING]

@@ -208,6 +208,43 @@ def import_tablespaces(conn, db: str, tables) -> None:
             _run(conn, f"ALTER TABLE {quote(db)}.{quote(table)} IMPORT TABLESPACE")
 
 
+# How long the target waits for InnoDB's checkpoint to pass an import (an idle 2-core server: about 1 s).
+IMPORT_CHECKPOINT_TIMEOUT_S = 60.0
+
+
+def checkpoint_past_import(conn, timeout_s: float = IMPORT_CHECKPOINT_TIMEOUT_S) -> float:
+    """Until InnoDB's checkpoint has passed the log's end as it is now, just after an IMPORT TABLESPACE;
+    returns the seconds waited.
+
+    Until it has, MariaDB 10.11's crash recovery drops every change made to an imported table since the
+    import (the redo log from the checkpoint on still holds the table's DISCARD, and recovery reads the
+    tablespace as dropped): a delta applied into it, and acknowledged writes after a flip, gone with a
+    SIGKILL of the server while gtid_slave_pos keeps its place (measured: docs/shared-engine.md). The page
+    cleaner is asked to flush everything (innodb_max_dirty_pages_pct 0) for the wait and set back after."""
+    def status(name):
+        return int(_run(conn, "SHOW GLOBAL STATUS LIKE %s", (name,))[0][1])
+
+    t0 = time.monotonic()
+    lsn = status("Innodb_lsn_current")
+    if status("Innodb_lsn_last_checkpoint") >= lsn:
+        return 0.0
+    pct, lwm = _run(conn, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct, @@GLOBAL.innodb_max_dirty_pages_pct_lwm")[0]
+    try:
+        _run(conn, "SET GLOBAL innodb_max_dirty_pages_pct_lwm = 0.001")
+        _run(conn, "SET GLOBAL innodb_max_dirty_pages_pct = 0")
+        while status("Innodb_lsn_last_checkpoint") < lsn:
+            if time.monotonic() - t0 > timeout_s:
+                raise MigrationFailed("the imported tables are not crash-safe on the target yet",
+                                      f"InnoDB's checkpoint did not pass the import within {timeout_s:.0f}s",
+                                      "the source keeps serving; retry (or move it with --snapshot logical)",
+                                      phase="prepare")
+            time.sleep(0.05)
+    finally:
+        _run(conn, "SET GLOBAL innodb_max_dirty_pages_pct = %s", (float(pct),))
+        _run(conn, "SET GLOBAL innodb_max_dirty_pages_pct_lwm = %s", (float(lwm),))
+    return round(time.monotonic() - t0, 3)
+
+
 # --- the delta of one database -----------------------------------------------------------------
 @dataclass(frozen=True)
 class DeltaStart:
@@ -351,6 +388,16 @@ def pause_delta(conn, name: str) -> None:
 
 def resume_delta(conn, name: str) -> None:
     _run(conn, f"START SLAVE {_quote_conn(name)}")
+
+
+def rearm_delta(conn, name: str, db: str) -> bool:
+    """After the server restarted: the connection `name`'s filter to `db` set again (a restart forgets it),
+    then the connection started. False if there is no such connection (its move never started its delta)."""
+    if not _status(conn, name):
+        return False
+    _run(conn, f"SET GLOBAL {quote(name)}.replicate_wild_do_table = %s", (wild_pattern(db),))
+    _run(conn, f"START SLAVE {_quote_conn(name)}")
+    return True
 
 
 def resume_delta_until(conn, name: str, pos: str, domain: int) -> None:

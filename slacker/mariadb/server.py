@@ -163,6 +163,10 @@ class ServerConfig:
     # Per-account counters (information_schema.USER_STATISTICS: CPU_TIME, rows read and changed): the shared
     # server's tenants are its accounts, so this is where each one's own load is read (agent/tenant_stats.py).
     user_statistics: bool = False
+    # A shared server's replication connections carry a table filter set at runtime (one database each), which a
+    # restart forgets: started by itself, a connection would apply every database of its source, the neighbours'
+    # included. So it starts none; its agent sets each filter again and starts it (kinds/shared.py).
+    skip_slave_start: bool = False
 
     def render(self) -> str:
         lines = [
@@ -204,6 +208,8 @@ class ServerConfig:
             lines.append("read_only = ON")
         if self.user_statistics:
             lines.append("userstat = ON")
+        if self.skip_slave_start:
+            lines.append("skip-slave-start")
         if self.ssl_cert is not None:
             lines += [f"ssl_ca = {self.ssl_ca}", f"ssl_cert = {self.ssl_cert}", f"ssl_key = {self.ssl_key}",
                       "tls_version = TLSv1.2,TLSv1.3"]

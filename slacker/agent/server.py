@@ -276,6 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(status, exc.to_dict())
         except ValueError as exc:
             self._json(400, InvalidInput("malformed request", str(exc), "").to_dict())
+        except (BrokenPipeError, ConnectionResetError):
+            raise  # the client hung up before its answer (a killed CLI, say): no bug, the caller logs it briefly
         except Exception as exc:  # never let a bug kill the server thread silently
             log.exception("%s %s crashed", method, url.path)
             self._json(500, SlackerError(f"agent error in {method} {url.path}", repr(exc), "see the agent log").to_dict())

@@ -15,7 +15,7 @@ def draw(runs: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     landed = [p for p in phases.LANDED if any(r.get("landed") == p for r in runs)]
-    kinds = [k for k in phases.KINDS if any(r["kind"] == k for r in runs)]
+    kinds = [k for k in phases.KINDS_SHARED if any(r["kind"] == k for r in runs)]
     colors = {k: plt.get_cmap("tab10")(i) for i, k in enumerate(kinds)}
     rng = random.Random(0)
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)

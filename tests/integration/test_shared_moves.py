@@ -307,6 +307,23 @@ def writable_on(sm, tid: str) -> list[str]:
     return out
 
 
+def kill_shared_server(sm, node: str) -> None:
+    """SIGKILL of `node`'s shared server; returns once the agent's supervisor has it running again."""
+    import os
+    import signal
+
+    from slacker.procs import alive, read_pid, wait_gone
+
+    pid_file = sm.run_dir / node / "shared" / "run" / "mariadbd.pid"
+    pid = read_pid(pid_file)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pid, 10)
+    deadline = time.monotonic() + 60
+    while not ((p := read_pid(pid_file)) and p != pid and alive(p)):
+        assert time.monotonic() < deadline, f"{node}'s shared server was not started again"
+        time.sleep(0.1)
+
+
 def _wait_holding(sm, mid: str, side: str, point: str) -> None:
     deadline = time.monotonic() + 60
     while True:
@@ -486,12 +503,8 @@ def test_the_target_s_server_killed_in_the_delta_replicates_the_mover_s_database
     """node-2's shared server SIGKILLed while the mover's delta runs, a neighbour writing on the source: the
     server forgets its connection's one-database filter, so it starts no replication by itself; its agent sets
     the filter again and starts it. The move then ends, and node-2 holds nothing of the neighbour."""
-    import os
-    import signal
-
     from slacker.migration.options import MigrationOptions, MigrationRequest
     from slacker.migration.remote import follow, start_migration
-    from slacker.procs import alive, read_pid, wait_gone
 
     if sm.directory.lookup("t42").node != "node-1":
         migrate("t42", "--to", "node-1", "--unthrottled")
@@ -502,14 +515,7 @@ def test_the_target_s_server_killed_in_the_delta_replicates_the_mover_s_database
         doc = start_migration(sm.agents["node-1"], request)
         _wait_holding(sm, doc["id"], "node-1", "delta")
         time.sleep(0.5)
-        pid_file = sm.run_dir / "node-2" / "shared" / "run" / "mariadbd.pid"
-        pid = read_pid(pid_file)
-        os.kill(pid, signal.SIGKILL)
-        assert wait_gone(pid, 10)
-        deadline = time.monotonic() + 60
-        while not ((p := read_pid(pid_file)) and p != pid and alive(p)):
-            assert time.monotonic() < deadline, "node-2's shared server was not started again"
-            time.sleep(0.1)
+        kill_shared_server(sm, "node-2")
         done = follow(sm.agents["node-1"], doc)
         time.sleep(0.5)
     finally:
@@ -589,11 +595,6 @@ def test_a_move_by_a_partial_hot_backup_imports_the_tablespaces(sm):
             q(conn, "INSERT INTO items VALUES " + ", ".join(f"({i}, REPEAT('v', 150))" for i in range(lo, lo + 2000)))
     finally:
         conn.close()
-    import os
-    import signal
-
-    from slacker.procs import alive, read_pid, wait_gone
-
     neighbour = AckedWriter(routed_client(sm, "t43"), writer_id=40, rate_per_s=40).start()
     mover = AckedWriter(routed_client(sm, "t45"), writer_id=41, rate_per_s=40).start()
     try:
@@ -605,15 +606,8 @@ def test_a_move_by_a_partial_hot_backup_imports_the_tablespaces(sm):
         # passes an import, crash recovery drops every change made to the imported tables since, so the move
         # waits for that checkpoint before it replicates into them; every acknowledged write survives.
         time.sleep(1.0)
-        pid_file = sm.run_dir / "node-2" / "shared" / "run" / "mariadbd.pid"
-        pid = read_pid(pid_file)
         acked_before = set(mover.acked)
-        os.kill(pid, signal.SIGKILL)
-        assert wait_gone(pid, 10)
-        deadline = time.monotonic() + 60
-        while not ((p := read_pid(pid_file)) and p != pid and alive(p)):
-            assert time.monotonic() < deadline, "node-2's shared server was not started again"
-            time.sleep(0.1)
+        kill_shared_server(sm, "node-2")
         assert acked_before <= logged_ids(sm, "t45"), len(acked_before - logged_ids(sm, "t45"))
         # Straight back by a partial backup: mariabackup would leave out a table imported since the last
         # checkpoint (it reads its DISCARD as a drop); past it, the tables are in the backup.

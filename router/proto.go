@@ -98,6 +98,25 @@ func readLenenc(b []byte, pos int) (uint64, int, error) {
 	return 0, pos, errProtocol
 }
 
+// routerAttr marks the router's own logins to an owner (performance_schema.session_connect_attrs): a shared
+// tenant's fence ends every idle session of the tenant before the flip except these, which the router holds
+// and moves to the new owner itself.
+const routerAttr = "_slacker_router"
+
+// withRouterAttr is a connection-attributes block (its lenenc length, then lenenc key/value pairs): the
+// client's own pairs, if it sent a well-formed block, and routerAttr=1.
+func withRouterAttr(attrs []byte) []byte {
+	var pairs []byte
+	if len(attrs) > 0 {
+		if n, pos, err := readLenenc(attrs, 0); err == nil && pos+int(n) <= len(attrs) {
+			pairs = append(pairs, attrs[pos:pos+int(n)]...)
+		}
+	}
+	pairs = append(appendLenenc(pairs, uint64(len(routerAttr))), routerAttr...)
+	pairs = append(appendLenenc(pairs, 1), '1')
+	return append(appendLenenc(nil, uint64(len(pairs))), pairs...)
+}
+
 func appendLenenc(b []byte, n uint64) []byte {
 	switch {
 	case n < 0xfb:

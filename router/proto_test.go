@@ -100,3 +100,38 @@ func TestErrorPacketText(t *testing.T) {
 		t.Fatalf("error packet %v reads %q", p, errText(p))
 	}
 }
+
+func TestRouterAttrJoinsTheClientsAttributes(t *testing.T) {
+	pairs := func(block []byte) map[string]string {
+		n, pos, err := readLenenc(block, 0)
+		if err != nil || pos+int(n) != len(block) {
+			t.Fatalf("bad block %x", block)
+		}
+		out := map[string]string{}
+		for pos < len(block) {
+			k, p, err := readLenencStr(block, pos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, p, err := readLenencStr(block, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[k], pos = v, p
+		}
+		return out
+	}
+	got := pairs(withRouterAttr(nil))
+	if len(got) != 1 || got[routerAttr] != "1" {
+		t.Fatalf("no client attributes: %v", got)
+	}
+	kv := append(lenencStr("_client_name"), lenencStr("pymysql")...)
+	client := append(appendLenenc(nil, uint64(len(kv))), kv...)
+	got = pairs(withRouterAttr(client))
+	if got["_client_name"] != "pymysql" || got[routerAttr] != "1" || len(got) != 2 {
+		t.Fatalf("client attributes kept: %v", got)
+	}
+	if got := pairs(withRouterAttr([]byte{0x09, 'x'})); len(got) != 1 { // a malformed block is dropped
+		t.Fatalf("malformed: %v", got)
+	}
+}

@@ -428,6 +428,10 @@ func (rt *Router) loginOwner(r *route, cl *response, stage1 []byte) (net.Conn, *
 	if conn != s {
 		out.caps |= capSSL
 	}
+	if g.caps&capConnectAttrs != 0 {
+		out.caps |= capConnectAttrs
+		out.attrs = withRouterAttr(cl.attrs)
+	}
 	out.auth = nativeAnswer(g.scramble, stage1, r.stage2)
 	if writePacket(conn, seq, out.encode()) != nil {
 		return fail(nil, io.ErrClosedPipe)

@@ -29,6 +29,9 @@ log = logging.getLogger("slacker.shared")
 SHARED_DIR = "shared"
 SOCKET_NAME = "_shared.sock"
 DEFAULT_BUFFER_POOL_BYTES = 64 * 1024 * 1024  # one pool for all of the node's shared tenants
+# Connection attributes kept per session (a client library sends ~100-300 bytes; the router adds its mark):
+# about 150 KB for the server's max_connections.
+CONNECT_ATTRS_BYTES = 512
 # Whole-server tenants' server_ids are 31-bit hashes (mariadb.server_id_for): a shared server's are above them.
 SERVER_ID_BASE = 1 << 31
 MAX_DOMAIN_ID = (1 << 31) - 1  # so that SERVER_ID_BASE + id fits server_id's 32 bits
@@ -94,7 +97,8 @@ class SharedServer(Tenant):
 
     def server_config(self) -> mariadb.ServerConfig:
         return replace(super().server_config(), tenant_id="the node's shared server", gtid_domain_id=self.gtid_domain_id,
-                       log_slave_updates=False, user_statistics=True, skip_slave_start=True)
+                       log_slave_updates=False, user_statistics=True, skip_slave_start=True,
+                       connect_attrs_bytes=CONNECT_ATTRS_BYTES)
 
 
 class SharedServerManager:

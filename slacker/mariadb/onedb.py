@@ -496,11 +496,40 @@ def _accounts_sql(users) -> tuple[str, tuple]:
             "ORDER BY User, Host", tuple(users))
 
 
-def _sessions_sql(users, busy_only: bool) -> tuple[str, tuple]:
-    busy = (" AND (COMMAND <> 'Sleep' OR ID IN (SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX))"
+# The attribute the router sets on its logins to an owner (router/proto.go routerAttr).
+ROUTER_ATTR = "_slacker_router"
+# fence(kill_idle=BUT_ROUTED): every session of the tenant but the router's idle ones.
+BUT_ROUTED = "but-routed"
+
+
+# The router's sessions, by the attribute it logs in with (none where the server keeps no attributes).
+_ROUTER_SESSIONS_SQL = ("SELECT PROCESSLIST_ID FROM performance_schema.session_connect_attrs WHERE ATTR_NAME = "
+                        f"'{ROUTER_ATTR}' AND @@GLOBAL.performance_schema = 1 "
+                        "AND @@GLOBAL.performance_schema_session_connect_attrs_size <> 0")
+
+
+def _sessions_sql(users, busy_only: bool | str, spared=None) -> tuple[str, tuple]:
+    """The tenant's sessions: all (busy_only False), those in a statement or a transaction (True), or those and
+    every idle one that is not the router's (BUT_ROUTED: the router holds its own and moves them itself). The
+    router's are read from performance_schema, or given as `spared` (under a table lock, where this connection
+    can read no performance_schema table: 1100)."""
+    busy = (" AND (COMMAND <> 'Sleep' OR ID IN (SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX)"
             if busy_only else "")
+    if busy_only == BUT_ROUTED:
+        if spared is None:
+            busy += f" OR ID NOT IN ({_ROUTER_SESSIONS_SQL})"
+        elif spared:
+            busy += f" OR ID NOT IN ({', '.join(str(int(i)) for i in spared)})"
+        else:
+            busy += " OR 1"
+    if busy:
+        busy += ")"
     return (f"SELECT ID FROM information_schema.PROCESSLIST WHERE USER IN ({', '.join(['%s'] * len(users))}) "
             f"AND ID <> CONNECTION_ID(){busy}", tuple(users))
+
+
+def _busy_only(kill_idle: bool | str) -> bool | str:
+    return BUT_ROUTED if kill_idle == BUT_ROUTED else not kill_idle
 
 
 def _lock_sql(found, locked: bool) -> str:
@@ -609,15 +638,17 @@ def ready(connect: Callable[[], object], users) -> Ready:
 
 
 def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
-          kill_wait_s: float = 1.0, kill_idle: bool = True, prepared: Ready | None = None) -> Fence:
+          kill_wait_s: float = 1.0, kill_idle: bool | str = True, prepared: Ready | None = None) -> Fence:
     """Fence one database: its users' accounts locked, their sessions ended, then
     `FLUSH TABLES <its tables> WITH READ LOCK`, the source's position read under that lock.
 
     The table lock waits only for transactions that have touched these tables (the killed sessions'
     rollbacks, an administrator's transaction), never for the neighbours' commits; while it waits
     new writers of these tables queue behind it. `kill_idle=False` ends only the sessions in a statement
-    or a transaction (a router moves its idle clients to the new owner after the flip; the caller ends
-    the rest then, before the lock goes). It is given up after `lock_timeout_s` (its
+    or a transaction, `BUT_ROUTED` those and every idle one but the router's (a router moves its idle
+    clients to the new owner after the flip; the caller ends the rest then, before the lock goes). No idle
+    session but the router's may outlive the fence: the table lock is this connection's, and an agent
+    killed past the flip would release it with an idle client still able to write to the old copy. It is given up after `lock_timeout_s` (its
     lock_wait_timeout takes whole seconds only, so a timer interrupts it sooner); on any failure the
     accounts are unlocked again and nothing is held. The caller persists the fence while the lock is
     held, then `release`s it: the locked accounts keep the database fenced after that.
@@ -635,9 +666,16 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
         first = [("SET SESSION lock_wait_timeout = %s", (max(1, math.ceil(lock_timeout_s)),))]
         if locked:
             first.append((_lock_sql(locked, True), None))
+        spared = None
         if users:
-            first.append(_sessions_sql(users, not kill_idle))
-        killed = [int(r[0]) for r in _batch(conn, first)[-1]] if users else []
+            first.append(_sessions_sql(users, _busy_only(kill_idle)))
+            if kill_idle == BUT_ROUTED:
+                first.append((_ROUTER_SESSIONS_SQL, None))
+        got = _batch(conn, first)
+        if users and kill_idle == BUT_ROUTED:
+            spared = [int(r[0]) for r in got[-1]]
+            got = got[:-1]
+        killed = [int(r[0]) for r in got[-1]] if users else []
         # the KILLs, the table list, and the accounts again (one made since `ready` read them is locked too:
         # under the table lock this connection can read no other table)
         then = [_kill_stmt(cid) for cid in killed] + [(_TABLES_SQL, (db,))] + ([_accounts_sql(users)] if users else [])
@@ -663,7 +701,7 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
         # session since the KILLs; it must not be left to write once the lock is released.
         under = [("SELECT @@GLOBAL.gtid_binlog_pos", None), ("SHOW MASTER STATUS", None)]
         if users:
-            under.append(_sessions_sql(users, not kill_idle))
+            under.append(_sessions_sql(users, _busy_only(kill_idle), spared))
         got = _batch(conn, under)
         pos, status = got[0], got[1]
         # (one killed before the lock that the server has not yet removed can run nothing more)

@@ -167,6 +167,9 @@ class ServerConfig:
     # restart forgets: started by itself, a connection would apply every database of its source, the neighbours'
     # included. So it starts none; its agent sets each filter again and starts it (kinds/shared.py).
     skip_slave_start: bool = False
+    # Bytes per connection for its attributes in performance_schema (0: none kept). A shared server keeps them:
+    # its fence tells the router's own logins (attribute _slacker_router) from the tenant's other sessions.
+    connect_attrs_bytes: int = 0
 
     def render(self) -> str:
         lines = [
@@ -210,6 +213,8 @@ class ServerConfig:
             lines.append("userstat = ON")
         if self.skip_slave_start:
             lines.append("skip-slave-start")
+        if self.connect_attrs_bytes:  # after PERFORMANCE_SCHEMA_OPTIONS' 0: the later line is the one read
+            lines.append(f"performance_schema_session_connect_attrs_size = {self.connect_attrs_bytes}")
         if self.ssl_cert is not None:
             lines += [f"ssl_ca = {self.ssl_ca}", f"ssl_cert = {self.ssl_cert}", f"ssl_key = {self.ssl_key}",
                       "tls_version = TLSv1.2,TLSv1.3"]

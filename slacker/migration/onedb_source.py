@@ -125,7 +125,7 @@ class OneDbSource:
         prepared, self._ready = self._ready, None
         self.frozen = onedb.fence(lambda: server.admin_connect(timeout_s=max(1.0, lock_timeout_s)),
                                   self.tenant_id, self.users, lock_timeout_s, kill_wait_s=KILL_WAIT_S,
-                                  kill_idle=False, prepared=prepared)
+                                  kill_idle=onedb.BUT_ROUTED, prepared=prepared)
         self.interrupted = list(self.frozen.killed)
         return self.frozen
 

@@ -533,6 +533,50 @@ def test_the_target_s_server_killed_in_the_delta_replicates_the_mover_s_database
     migrate("t42", "--to", "node-1", "--unthrottled")
 
 
+def test_the_fence_ends_every_idle_session_of_the_tenant_but_the_router_s(sm):
+    """Frozen and fenced (held there), the source has no idle session of the mover left but the router's: the
+    table lock is the agent's own connection's, so an agent killed past the flip would release it, and an idle
+    client connected straight to the old copy could write there until the copy is retired. The router's idle
+    client is spared, and goes on on the new owner after the flip."""
+    from slacker.migration.options import MigrationOptions, MigrationRequest
+    from slacker.migration.remote import follow, start_migration
+
+    if sm.directory.lookup("t42").node != "node-1":
+        migrate("t42", "--to", "node-1", "--unthrottled")
+    spec = sm.cluster.node("node-1")
+    direct = pymysql.connect(host=spec.tenant_host, port=sm.made["t43"].port, user="t42_app",
+                             password=sm.made["t42"].password, database="t42", autocommit=True, connect_timeout=5)
+    direct_id = direct.thread_id()
+    q(direct, "INSERT INTO notes (note) VALUES ('direct, before')")
+    via_router = routed(sm, "t42")
+    q(via_router, "INSERT INTO notes (note) VALUES ('routed, before')")
+    try:
+        request = MigrationRequest.checked("t42", MigrationOptions(target="node-2", hold_s={"fenced": 2},
+                                                                   max_freeze_s=20))
+        doc = start_migration(sm.agents["node-1"], request)
+        _wait_holding(sm, doc["id"], "node-1", "fenced")
+        conn = admin(sm, "node-1")
+        try:
+            left = {r[0] for r in q(conn, "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 't42_app'")}
+        finally:
+            conn.close()
+        assert direct_id not in left, "a direct idle session outlived the fence"
+        assert left, "the router's idle session was ended too"
+        done = follow(sm.agents["node-1"], doc)
+        assert done["result"] == "succeeded", (done["result"], done.get("error"))
+        q(via_router, "INSERT INTO notes (note) VALUES ('routed, after')")  # the router moved it
+    finally:
+        direct.close()
+        via_router.close()
+    conn = routed(sm, "t42")
+    try:
+        notes = {r[0] for r in q(conn, "SELECT note FROM notes")}
+    finally:
+        conn.close()
+    assert {"direct, before", "routed, before", "routed, after"} <= notes
+    migrate("t42", "--to", "node-1", "--unthrottled")
+
+
 @pytest.mark.parametrize("program", ["mariadb-dump", "slacker.onedb_load"])
 def test_the_dump_or_the_load_killed_mid_copy_rolls_back_and_leaves_nothing(sm, program):
     """SIGKILL of the snapshot's producer on the source (mariadb-dump) or its loader on the target: the move

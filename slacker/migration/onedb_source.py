@@ -180,9 +180,15 @@ class OneDbSource:
             ops.close_quietly(conn)
 
     def bring_back(self, source_stopped: bool) -> None:
-        """A move rolled back: the tenant unfenced (on disk and its accounts) if it was fenced."""
-        if self.manager.holds(self.tenant_id) and (self.fenced or self.manager.is_fenced(self.tenant_id)):
+        """A move rolled back: the tenant unfenced (on disk and its accounts) if it was fenced, and its accounts
+        unlocked in any case: a freeze cut short by its agent's death (the accounts locked, no fence on record
+        yet) left them locked, and the tenant would take no new session, with nothing on disk to say why."""
+        if not self.manager.holds(self.tenant_id):
+            return
+        if self.fenced or self.manager.is_fenced(self.tenant_id):
             self.unfence()
+        else:
+            self._unlock()
 
     def retire(self, migration: str = "", pause=None):
         self.manager.retire(self.tenant_id, migration, pause)

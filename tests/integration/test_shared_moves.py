@@ -280,6 +280,7 @@ def test_verify_compares_the_tenant_s_tables_only_and_a_copy_changed_behind_repl
 # ---- SIGKILL of an agent at a step: exactly one writable owner, the directory's; nothing lost or left -------
 FAULTS = {  # point: (whose agent is killed, where the move holds, the owner once it has settled)
     "delta": ("node-1", {"delta": 30}, "node-1"),
+    "frozen": ("node-1", {"frozen": 30}, "node-1"),  # its accounts locked, no fence on record yet
     "fenced": ("node-1", {"fenced": 30}, "node-1"),
     "flipped": ("node-1", {"flipped": 30}, "node-2"),
     "activating": ("node-2", {"activating": 30}, "node-2"),
@@ -352,8 +353,9 @@ def test_an_agent_killed_at_a_step_leaves_one_writable_owner_and_nothing_behind(
     if sm.directory.lookup("t42").node != "node-1":
         migrate("t42", "--to", "node-1", "--unthrottled")
     victim, hold, owner = FAULTS[point]
-    mover = AckedWriter(routed_client(sm, "t42"), writer_id=10 + len(point), rate_per_s=40).start()
-    neighbour = AckedWriter(routed_client(sm, "t43"), writer_id=20 + len(point), rate_per_s=40).start()
+    k = list(FAULTS).index(point)  # a writer id of its own per case: each writes ids of its own
+    mover = AckedWriter(routed_client(sm, "t42"), writer_id=20 + k, rate_per_s=40).start()
+    neighbour = AckedWriter(routed_client(sm, "t43"), writer_id=30 + k, rate_per_s=40).start()
     try:
         time.sleep(0.3)
         request = MigrationRequest.checked("t42", MigrationOptions(target="node-2", hold_s=hold, lease_ttl_s=4,

@@ -290,7 +290,7 @@ def start_delta(conn, name: str, db: str, *, host: str, port: int, user: str, pa
                f"MASTER_USE_GTID=slave_pos, DO_DOMAIN_IDS=({int(domain)}), MASTER_CONNECT_RETRY=1, "
                "MASTER_HEARTBEAT_PERIOD=1", (host, port, user, password))
     try:
-        _run(conn, f"SET GLOBAL {quote(name)}.replicate_wild_do_table = %s", (wild_pattern(db),))
+        _set_filter(conn, name, db)
         running = [n for n, sql in _connections(conn) if sql == "Yes" and n != name]
         t0 = time.monotonic()
         try:
@@ -395,9 +395,14 @@ def rearm_delta(conn, name: str, db: str) -> bool:
     then the connection started. False if there is no such connection (its move never started its delta)."""
     if not _status(conn, name):
         return False
-    _run(conn, f"SET GLOBAL {quote(name)}.replicate_wild_do_table = %s", (wild_pattern(db),))
-    _run(conn, f"START SLAVE {_quote_conn(name)}")
+    _set_filter(conn, name, db)
+    resume_delta(conn, name)
     return True
+
+
+def _set_filter(conn, name: str, db: str) -> None:
+    """The (stopped) connection `name` takes `db`'s tables and nothing else (set at runtime: a restart forgets it)."""
+    _run(conn, f"SET GLOBAL {quote(name)}.replicate_wild_do_table = %s", (wild_pattern(db),))
 
 
 def resume_delta_until(conn, name: str, pos: str, domain: int) -> None:
@@ -648,7 +653,8 @@ def fence(connect: Callable[[], object], db: str, users, lock_timeout_s: float,
     or a transaction, `BUT_ROUTED` those and every idle one but the router's (a router moves its idle
     clients to the new owner after the flip; the caller ends the rest then, before the lock goes). No idle
     session but the router's may outlive the fence: the table lock is this connection's, and an agent
-    killed past the flip would release it with an idle client still able to write to the old copy. It is given up after `lock_timeout_s` (its
+    killed past the flip would release it with an idle client still able to write to the old copy. It is
+    given up after `lock_timeout_s` (its
     lock_wait_timeout takes whole seconds only, so a timer interrupts it sooner); on any failure the
     accounts are unlocked again and nothing is held. The caller persists the fence while the lock is
     held, then `release`s it: the locked accounts keep the database fenced after that.

@@ -546,11 +546,12 @@ class Bench:
                 run["hand_steps"].append(f[key])
         t_back = max(f["t_back"], f.get("t_first_back") or 0.0)
         run["killed_to_back_s"] = round(t_back - f["t_kill"], 3)
-        down = ({source: "kill-source-server", target: "kill-target-server"}
-                if (f.get("note") or "").startswith("SIGKILL") else {})
-        # The neighbours on a killed shared server: down with it; their time to writable is counted as the mover's.
-        run["neighbours_down"] = [nb for nb, node in self.neighbours.items() if down.get(node) == case.kind
-                                  or (case.kind == "kill-router" and down)]  # their path, the router, died
+        # The neighbours whose shared server, or whose path (the router), the fault killed: their failed requests
+        # are its doing, and their time to writable is counted as the mover's.
+        struck = (f.get("note") or "").startswith("SIGKILL")
+        killed = {"kill-source-server": source, "kill-target-server": target}.get(case.kind)
+        run["neighbours_down"] = [nb for nb, node in self.neighbours.items()
+                                  if struck and (node == killed or case.kind == "kill-router")]
         if phases.HOLD_POINT[case.aim]:
             # What was left of the hold when the restart ended: a migration that went on holding keeps the
             # tenant unwritable that long by the bench's own doing (at most --hold).
